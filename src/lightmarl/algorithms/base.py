@@ -1,0 +1,150 @@
+"""The learner contract: an :class:`Algorithm` (config) builds one :class:`UnitTrainer` per binding.
+
+This layer knows nothing of Lightning. Gradient steps go through a :class:`GradientStepper`
+so that the LightningModule can route ``backward`` through ``manual_backward`` and
+all-reduce gradients under DDP, while plain Python scripts use :class:`PlainStepper`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Protocol
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from lightmarl.data import schema
+from lightmarl.envs.spec import GroupSpec
+from lightmarl.policies.base import Policy
+from lightmarl.population import BindingTable
+
+
+class GradientStepper(Protocol):
+    """How a UnitTrainer turns a loss into a parameter update."""
+
+    def backward(self, loss: torch.Tensor) -> None: ...
+
+    def step(self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None) -> None:
+        """Synchronise gradients (if distributed), clip them, step and zero them."""
+
+
+class PlainStepper:
+    """Single-process stepping for scripts and tests: ``loss.backward()``, clip, step."""
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None) -> None:
+        if max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def loss_row_mask(
+    rows: TensorDictBase,
+    table: BindingTable,
+    loss_name: str,
+    *,
+    binding_id: str | None,
+    trainable_only: bool = True,
+) -> torch.Tensor:
+    """The shared loss filter: which rows a loss may learn from.
+
+    A row passes when the agent was present (``valid``), its loss profile includes
+    ``loss_name``, it belongs to ``binding_id`` (unless ``None``: any binding, as a
+    distillation loss reading a teacher's rows needs) and, for ``trainable_only``
+    losses, it was produced by a trainable binding.
+
+    Args:
+        rows: a group's rows (``[..., agents]``) carrying the annotations of :mod:`lightmarl.data.schema`.
+        table: the population.
+        loss_name: the loss asking.
+        binding_id: restrict to this binding's rows, or ``None``.
+        trainable_only: also require ``is_trainable_agent``.
+
+    Returns:
+        A bool tensor shaped like the rows' batch.
+    """
+    profile_allows = torch.tensor(
+        [allowed is None or loss_name in allowed for allowed in table.loss_profiles.values()],
+        device=rows.device,
+    )
+    mask = rows.get(schema.VALID) & profile_allows[rows.get(schema.LOSS_PROFILE_ID)]
+    if trainable_only:
+        mask = mask & rows.get(schema.IS_TRAINABLE_AGENT)
+    if binding_id is not None:
+        mask = mask & (rows.get(schema.BINDING_ID) == table.index[binding_id])
+    return mask
+
+
+class UnitTrainer(ABC):
+    """The learner of one trainable binding: its losses, optimizer and data path.
+
+    Args:
+        binding_id: the binding it trains.
+        policy: that binding's policy.
+        table: the population (for the loss filter).
+    """
+
+    #: names of the losses this trainer runs; loss profiles refer to them.
+    loss_names: tuple[str, ...] = ()
+
+    def __init__(self, binding_id: str, policy: Policy, table: BindingTable) -> None:
+        self.binding_id = binding_id
+        self.policy = policy
+        self.table = table
+        self.group: GroupSpec = policy.group
+
+    @abstractmethod
+    def parameters(self) -> list[nn.Parameter]:
+        """The parameters its optimizer steps."""
+
+    @abstractmethod
+    def make_optimizer(self) -> torch.optim.Optimizer: ...
+
+    @abstractmethod
+    def update(
+        self, experience: TensorDictBase, optimizer: torch.optim.Optimizer, stepper: GradientStepper
+    ) -> dict[str, float]:
+        """Learn from one rollout; returns scalar metrics (logged as ``train/<binding>/<name>``)."""
+
+    def to(self, device: torch.device) -> UnitTrainer:
+        """Move loss buffers (the policy moves with the LightningModule)."""
+        return self
+
+    def state_dict(self) -> dict:
+        """Trainer state beyond the policy and optimizer (schedules, counters)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        del state
+
+
+class Algorithm(ABC):
+    """Configuration of a learning algorithm; builds the :class:`UnitTrainer` of a binding.
+
+    Subclasses list their hyper-parameters as typed ``__init__`` arguments: that signature
+    is the YAML schema (``class_path: lightmarl.algorithms.PPO`` + ``init_args``).
+    """
+
+    @abstractmethod
+    def make_unit_trainer(self, binding_id: str, policy: Policy, table: BindingTable) -> UnitTrainer: ...
+
+    def check_policy(self, binding_id: str, policy: Policy) -> None:
+        """Fail before training when ``policy`` lacks an output this algorithm needs."""
+        del binding_id, policy
+
+
+def unique_parameters(modules: Iterable[nn.Module]) -> list[nn.Parameter]:
+    """Trainable parameters of ``modules``, each once (shared modules appear in several)."""
+    seen: set[int] = set()
+    out = []
+    for module in modules:
+        for p in module.parameters():
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+    return out

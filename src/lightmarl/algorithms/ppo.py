@@ -1,0 +1,203 @@
+"""PPO for a binding: MAPPO with a centralized critic, IPPO with a local one.
+
+Schulman et al. 2017 (PPO); Yu et al. 2022 (MAPPO); de Witt et al. 2020 (IPPO).
+The losses are TorchRL's :class:`~torchrl.objectives.multiagent.MAPPOLoss` /
+:class:`~torchrl.objectives.multiagent.IPPOLoss`; advantages come from TorchRL's GAE.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+from torchrl.objectives import ValueEstimators
+from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
+
+from lightmarl.algorithms.base import Algorithm, GradientStepper, UnitTrainer, loss_row_mask, unique_parameters
+from lightmarl.data import schema
+from lightmarl.policies.base import Policy
+from lightmarl.population import BindingTable
+
+LOSS_NAME = "ppo"
+
+
+class PPO(Algorithm):
+    """Clipped PPO on the binding's rows of each rollout: GAE, then epochs x minibatches.
+
+    The critic decides the flavour: a policy with ``critic: centralized`` trains with
+    ``MAPPOLoss`` (MAPPO), one with ``critic: local`` with ``IPPOLoss`` (IPPO).
+
+    Args:
+        lr: Adam learning rate.
+        epochs: passes over each rollout.
+        minibatch_size: env steps (all agents of the group at one step of one env) per minibatch.
+        gamma: discount factor.
+        lmbda: GAE lambda.
+        clip_epsilon: PPO ratio clip.
+        entropy_coeff: weight of the entropy bonus.
+        critic_coeff: weight of the value loss.
+        loss_critic_type: value loss: ``l2``, ``l1`` or ``smooth_l1``.
+        max_grad_norm: clip the gradient norm to this (``None``: no clipping).
+        normalize_advantage: standardise advantages over the binding's valid rows of a rollout.
+        anneal_lr: decay the learning rate linearly to 0 over the frame budget.
+    """
+
+    def __init__(
+        self,
+        lr: float = 3e-3,
+        epochs: int = 4,
+        minibatch_size: int = 400,
+        gamma: float = 0.99,
+        lmbda: float = 0.95,
+        clip_epsilon: float = 0.2,
+        entropy_coeff: float = 0.01,
+        critic_coeff: float = 1.0,
+        loss_critic_type: Literal["l2", "l1", "smooth_l1"] = "l2",
+        max_grad_norm: float | None = 1.0,
+        normalize_advantage: bool = True,
+        anneal_lr: bool = False,
+    ) -> None:
+        for name, value, ok in (
+            ("lr", lr, lr > 0),
+            ("epochs", epochs, epochs >= 1),
+            ("minibatch_size", minibatch_size, minibatch_size >= 1),
+            ("gamma", gamma, 0 <= gamma <= 1),
+            ("lmbda", lmbda, 0 <= lmbda <= 1),
+            ("clip_epsilon", clip_epsilon, clip_epsilon > 0),
+        ):
+            if not ok:
+                raise ValueError(f"algorithm.{name}: invalid value {value!r}")
+        self.lr = lr
+        self.epochs = epochs
+        self.minibatch_size = minibatch_size
+        self.gamma = gamma
+        self.lmbda = lmbda
+        self.clip_epsilon = clip_epsilon
+        self.entropy_coeff = entropy_coeff
+        self.critic_coeff = critic_coeff
+        self.loss_critic_type = loss_critic_type
+        self.max_grad_norm = max_grad_norm
+        self.normalize_advantage = normalize_advantage
+        self.anneal_lr = anneal_lr
+
+    def check_policy(self, binding_id: str, policy: Policy) -> None:
+        actor = getattr(policy, "actor", None)
+        if actor is None or not policy.has_critic or getattr(policy, "critic", None) is None:
+            raise ValueError(
+                f"binding {binding_id!r}: algorithm PPO needs a policy with a probabilistic `actor` and a value "
+                f"`critic`; {type(policy).__name__} has actor={actor is not None}, critic={policy.has_critic} "
+                "(for MLPActorCritic set policy_kwargs.critic to 'centralized' or 'local')"
+            )
+
+    def make_unit_trainer(self, binding_id: str, policy: Policy, table: BindingTable) -> PPOUnitTrainer:
+        self.check_policy(binding_id, policy)
+        return PPOUnitTrainer(binding_id, policy, table, self)
+
+
+class PPOUnitTrainer(UnitTrainer):
+    """Runs :class:`PPO` for one binding."""
+
+    loss_names = (LOSS_NAME,)
+
+    def __init__(self, binding_id: str, policy: Policy, table: BindingTable, config: PPO) -> None:
+        super().__init__(binding_id, policy, table)
+        self.config = config
+        centralized = getattr(policy, "critic_kind", "local") == "centralized"
+        loss_class = MAPPOLoss if centralized else IPPOLoss
+        self.flavour = "MAPPO" if centralized else "IPPO"
+        g = self.group.name
+        self.loss = loss_class(
+            policy.actor,
+            policy.critic,
+            clip_epsilon=config.clip_epsilon,
+            entropy_coeff=config.entropy_coeff,
+            critic_coeff=config.critic_coeff,
+            loss_critic_type=config.loss_critic_type,
+            # Advantages are standardised here over the binding's own valid rows instead.
+            normalize_advantage=False,
+            functional=False,
+        )
+        self.loss.set_keys(
+            action=(g, schema.ACTION),
+            sample_log_prob=(g, schema.ACTION_LOG_PROB),
+            value=(g, schema.STATE_VALUE),
+            advantage=(g, "advantage"),
+            value_target=(g, "value_target"),
+            reward=(g, schema.REWARD),
+            done=(g, schema.DONE),
+            terminated=(g, schema.TERMINATED),
+        )
+        self.loss.make_value_estimator(ValueEstimators.GAE, gamma=config.gamma, lmbda=config.lmbda)
+        self.loss.loss_mask_key = (g, "loss_mask")
+        self.updates = 0
+
+    def parameters(self) -> list[nn.Parameter]:
+        return unique_parameters([self.policy])
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=self.config.lr)
+
+    def to(self, device: torch.device) -> PPOUnitTrainer:
+        self.loss.to(device)
+        return self
+
+    def set_progress(self, optimizer: torch.optim.Optimizer, fraction_done: float) -> None:
+        """Linear learning-rate annealing, when enabled."""
+        if self.config.anneal_lr:
+            for group in optimizer.param_groups:
+                group["lr"] = self.config.lr * max(0.0, 1.0 - fraction_done)
+
+    def update(
+        self, experience: TensorDictBase, optimizer: torch.optim.Optimizer, stepper: GradientStepper
+    ) -> dict[str, float]:
+        g = self.group.name
+        # A structural copy: advantage/mask entries written below stay private to this binding.
+        data = experience.copy()
+        rows = data.get(g)
+        mask = loss_row_mask(rows, self.table, LOSS_NAME, binding_id=self.binding_id)
+        num_rows = int(mask.sum())
+        if num_rows == 0:
+            return {}
+        with torch.no_grad():
+            self.loss.value_estimator(data)
+        advantage = rows.get("advantage")
+        if self.config.normalize_advantage:
+            valid_adv = advantage[mask]
+            std = valid_adv.std() if num_rows > 1 else torch.ones((), device=advantage.device)
+            advantage = (advantage - valid_adv.mean()) / (std + 1e-8)
+            rows.set("advantage", advantage)
+        rows.set("loss_mask", mask)
+
+        flat = data.reshape(-1)
+        num_samples = flat.shape[0]
+        minibatch = min(self.config.minibatch_size, num_samples)
+        num_minibatches = max(1, num_samples // minibatch)
+        sums: dict[str, float] = {}
+        count = 0
+        params = self.parameters()
+        for _ in range(self.config.epochs):
+            order = torch.randperm(num_samples, device=flat.device)
+            for i in range(num_minibatches):
+                batch = flat[order[i * minibatch : (i + 1) * minibatch]]
+                out = self.loss(batch)
+                loss = sum(v for k, v in out.items() if k.startswith("loss_"))
+                stepper.backward(loss)
+                stepper.step(optimizer, params, self.config.max_grad_norm)
+                for key, value in out.items():
+                    if value.numel() and value.dtype.is_floating_point:
+                        sums[key] = sums.get(key, 0.0) + float(value.detach().float().mean())
+                count += 1
+        self.updates += 1
+        metrics = {k: v / count for k, v in sums.items() if math.isfinite(v)}
+        metrics["rows"] = float(num_rows)
+        metrics["value_target_mean"] = float(rows.get("value_target")[mask].mean())
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {"updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.updates = int(state.get("updates", 0))

@@ -1,0 +1,174 @@
+"""Rollouts of the whole population into annotated experience TensorDicts."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+from lightmarl.data import schema
+from lightmarl.envs.pettingzoo import ParallelVecEnv
+from lightmarl.policies.multi_agent import MultiAgentPolicy
+
+
+@dataclass
+class EpisodeStats:
+    """Running episode statistics of one binding (means over the last ``window`` episodes)."""
+
+    returns: deque
+    lengths: deque
+    finished: int = 0
+
+    @property
+    def mean_return(self) -> float:
+        return sum(self.returns) / len(self.returns) if self.returns else float("nan")
+
+    @property
+    def mean_length(self) -> float:
+        return sum(self.lengths) / len(self.lengths) if self.lengths else float("nan")
+
+
+class RolloutCollector:
+    """Steps a :class:`ParallelVecEnv` with a :class:`MultiAgentPolicy` for ``rollout_steps`` steps.
+
+    Each call to :meth:`collect` returns experience with root batch ``[num_envs, rollout_steps]``
+    and, per group, rows ``[num_envs, rollout_steps, agents_in_group]`` carrying the
+    observation, action, log-prob, validity and the annotations of
+    :mod:`lightmarl.data.schema`; ``("next", group, ...)`` holds reward, done, terminated,
+    truncated and the next observation, as TorchRL's value estimators expect. Episodes
+    continue across calls (envs are never reset between rollouts).
+
+    Args:
+        env: the vectorized env.
+        policy: the population's policy.
+        rollout_steps: env steps per env copy in one rollout.
+        exploration: ``RANDOM`` samples actions (training); ``DETERMINISTIC`` takes the mode.
+        stats_window: episodes per binding kept for the running means.
+        device: where the policy runs; experience is returned there.
+    """
+
+    def __init__(
+        self,
+        env: ParallelVecEnv,
+        policy: MultiAgentPolicy,
+        rollout_steps: int,
+        exploration: ExplorationType = ExplorationType.RANDOM,
+        stats_window: int = 100,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if rollout_steps < 1:
+            raise ValueError(f"rollout_steps: expected a positive integer, got {rollout_steps!r}")
+        self.env = env
+        self.policy = policy
+        self.table = policy.table
+        self.rollout_steps = rollout_steps
+        self.exploration = exploration
+        self.device = torch.device(device)
+        self.num_envs = env.num_envs
+        self.stats = {b: EpisodeStats(deque(maxlen=stats_window), deque(maxlen=stats_window)) for b in self.table.ids}
+        self._groups = list(env.spec.groups.values())
+        self._episode_id = torch.arange(self.num_envs, dtype=torch.int64)
+        self._next_episode_id = self.num_envs
+        self._episode_return = {g.name: torch.zeros(self.num_envs, g.num_agents) for g in self._groups}
+        self._episode_steps = {g.name: torch.zeros(self.num_envs, g.num_agents, dtype=torch.int64) for g in self._groups}
+        self._started = False
+        self.frames = 0  # env steps of every copy, summed
+
+    def _observation_td(self) -> TensorDict:
+        current = self.env.current
+        return TensorDict(
+            {g.name: TensorDict(current[g.name], batch_size=[self.num_envs, g.num_agents]) for g in self._groups},
+            batch_size=[self.num_envs],
+        ).to(self.device)
+
+    @torch.no_grad()
+    def collect(self) -> TensorDict:
+        if not self._started:
+            self.env.reset()
+            self._started = True
+        steps: list[TensorDict] = []
+        nexts: list[dict] = []
+        episode_ids: list[torch.Tensor] = []
+        with set_exploration_type(self.exploration):
+            for _ in range(self.rollout_steps):
+                td = self._observation_td()
+                self.policy(td)
+                actions = {g.name: td.get((g.name, schema.ACTION)).cpu() for g in self._groups}
+                nxt, ended = self.env.step(actions)
+                steps.append(td)
+                nexts.append(nxt)
+                episode_ids.append(self._episode_id.clone())
+                self._track_episodes(td, nxt, ended)
+        self.frames += self.num_envs * self.rollout_steps
+        return self._assemble(steps, nexts, torch.stack(episode_ids, dim=1))
+
+    def _track_episodes(self, td: TensorDict, nxt: dict, ended: torch.Tensor) -> None:
+        for g in self._groups:
+            valid = td.get((g.name, schema.VALID)).cpu()
+            self._episode_return[g.name] += nxt[g.name]["reward"] * valid
+            self._episode_steps[g.name] += valid.long()
+        if not ended.any():
+            return
+        env_ids = torch.nonzero(ended).flatten()
+        for g in self._groups:
+            binding_of_agent = self.table.groups[g.name].binding_of_agent
+            returns = self._episode_return[g.name][env_ids]
+            lengths = self._episode_steps[g.name][env_ids]
+            for binding, agents in self.table.groups[g.name].agents_of_binding.items():
+                stats = self.stats[self.table.ids[binding]]
+                # One sample per (episode, binding): the binding's agents' mean return.
+                for r, n in zip(returns[:, agents].mean(-1).tolist(), lengths[:, agents].max(-1).values.tolist()):
+                    stats.returns.append(r)
+                    stats.lengths.append(n)
+                    stats.finished += 1
+            del binding_of_agent
+            self._episode_return[g.name][env_ids] = 0
+            self._episode_steps[g.name][env_ids] = 0
+        new_ids = torch.arange(self._next_episode_id, self._next_episode_id + len(env_ids))
+        self._episode_id[env_ids] = new_ids
+        self._next_episode_id += len(env_ids)
+
+    def _assemble(self, steps: list[TensorDict], nexts: list[dict], episode_ids: torch.Tensor) -> TensorDict:
+        experience = torch.stack(steps, dim=1)  # [E, T] root, [E, T, A] groups
+        E, T = self.num_envs, self.rollout_steps
+        next_groups = {}
+        for g in self._groups:
+            name = g.name
+            A = g.num_agents
+            stacked = {k: torch.stack([n[name][k] for n in nexts], dim=1) for k in nexts[0][name]}
+            next_groups[name] = TensorDict(
+                {
+                    schema.OBSERVATION: stacked["observation"],
+                    schema.REWARD: stacked["reward"].unsqueeze(-1),
+                    schema.DONE: stacked["done"].unsqueeze(-1),
+                    schema.TERMINATED: stacked["terminated"].unsqueeze(-1),
+                    schema.TRUNCATED: stacked["truncated"].unsqueeze(-1),
+                    **({schema.ACTION_MASK: stacked["action_mask"]} if "action_mask" in stacked else {}),
+                },
+                batch_size=[E, T, A],
+            )
+            index = self.table.groups[name]
+            binding = index.binding_of_agent.expand(E, T, A)
+            rows = experience.get(name)
+            rows.set(schema.BINDING_ID, binding)
+            rows.set(schema.LOSS_PROFILE_ID, self.table.profile_of_binding[binding])
+            rows.set(schema.IS_TRAINABLE_AGENT, self.table.trainable[binding])
+            rows.set(schema.AGENT_ID, torch.tensor(g.agent_ids).expand(E, T, A))
+            rows.set(schema.EPISODE_ID, episode_ids.unsqueeze(-1).expand(E, T, A))
+            rows.set(schema.ENV_INDEX, torch.arange(E).view(E, 1, 1).expand(E, T, A))
+        experience.set("next", TensorDict(next_groups, batch_size=[E, T]).to(self.device))
+        return experience
+
+    def episode_summary(self) -> dict[str, dict[str, float]]:
+        """binding -> ``{"episode_return", "episode_length", "episodes"}`` over the recent window."""
+        return {
+            b: {"episode_return": s.mean_return, "episode_length": s.mean_length, "episodes": float(s.finished)}
+            for b, s in self.stats.items()
+            if s.returns
+        }
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,8 @@
+"""How the population acts: the policy contract, neural and scripted policies."""
+
+from lightmarl.policies.base import NoOpPolicy, Policy, ScriptedPolicy, UniformRandomPolicy
+from lightmarl.policies.mlp import MLPActorCritic
+from lightmarl.policies.multi_agent import MultiAgentPolicy
+from lightmarl.policies.registry import PolicyRegistry
+
+__all__ = ["MLPActorCritic", "MultiAgentPolicy", "NoOpPolicy", "Policy", "PolicyRegistry", "ScriptedPolicy", "UniformRandomPolicy"]

@@ -1,0 +1,5 @@
+"""How it runs at scale: the LightningModule, rollout data and gradient stepping."""
+
+from lightmarl.training.module import MARLModule
+
+__all__ = ["MARLModule"]

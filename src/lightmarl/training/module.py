@@ -1,0 +1,277 @@
+"""The LightningModule that runs a population: collect, learn, evaluate."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+import torch
+from lightning.pytorch import LightningModule
+from lightning.pytorch.utilities import rank_zero_info
+from torch import nn
+
+from lightmarl.algorithms import PPO, Algorithm, IndependentMARLTrainer
+from lightmarl.data.collector import RolloutCollector
+from lightmarl.envs.pettingzoo import PettingZooEnvConfig
+from lightmarl.errors import ConfigError
+from lightmarl.evaluation.episodes import evaluate_episodes
+from lightmarl.policies.multi_agent import MultiAgentPolicy
+from lightmarl.policies.registry import CHECKPOINT_KEY, PolicyRegistry
+from lightmarl.population import BindingTable, PolicyBindingConfig
+from lightmarl.training.rollouts import tick_loader
+from lightmarl.training.stepper import LightningStepper
+
+
+class MARLModule(LightningModule):
+    """A population of bindings acting in vectorized PettingZoo envs, trained with manual optimization.
+
+    Each training batch is one rollout of ``env.num_envs x rollout_steps`` env steps per
+    process; ``training_step`` hands it to the MARLTrainer, whose UnitTrainers (one per
+    trainable binding) take their own optimizer steps. ``validate`` / ``test`` play
+    evaluation episodes and report metrics per binding.
+
+    Args:
+        env: the env and how many copies each process steps.
+        policy_bindings: the population (default: one trainable ``main`` binding with
+            ``lightmarl.policies.MLPActorCritic``).
+        agent_binding_map: binding id per agent (default: every agent -> the first binding).
+        loss_profiles: profile name -> losses that may use its rows (default: one profile
+            ``default`` allowing every loss).
+        algorithm: learning algorithm of every trainable binding (default: ``PPO()``).
+        rollout_steps: env steps per env copy per training batch.
+        max_frames: training budget in env steps summed over env copies and processes.
+        iterations_per_epoch: training batches per Lightning epoch (checkpoints and
+            validation run at epoch ends).
+        eval_episodes: episodes per validation / test run.
+        eval_num_envs: env copies played at once during evaluation (default: ``env.num_envs``).
+        eval_seed: base seed of evaluation env copies (same start states every evaluation).
+        eval_deterministic: evaluate the policies' mode actions instead of sampling.
+        stats_window: training episodes per binding in the running episode statistics.
+    """
+
+    def __init__(
+        self,
+        env: PettingZooEnvConfig | None = None,
+        policy_bindings: list[PolicyBindingConfig] | None = None,
+        agent_binding_map: list[str] | None = None,
+        loss_profiles: dict[str, list[str]] | None = None,
+        algorithm: Algorithm | None = None,
+        rollout_steps: int = 25,
+        max_frames: int = 200_000,
+        iterations_per_epoch: int = 10,
+        eval_episodes: int = 32,
+        eval_num_envs: int | None = None,
+        eval_seed: int = 10_000,
+        eval_deterministic: bool = True,
+        stats_window: int = 100,
+    ) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        for name, value in (
+            ("rollout_steps", rollout_steps),
+            ("max_frames", max_frames),
+            ("iterations_per_epoch", iterations_per_epoch),
+            ("eval_episodes", eval_episodes),
+        ):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"model.{name}: expected a positive integer, got {value!r}")
+        self.env_config = env or PettingZooEnvConfig()
+        self.algorithm = algorithm or PPO()
+        self.rollout_steps = rollout_steps
+        self.max_frames = max_frames
+        self.iterations_per_epoch = iterations_per_epoch
+        self.eval_episodes = eval_episodes
+        self.eval_num_envs = eval_num_envs
+        self.eval_seed = eval_seed
+        self.eval_deterministic = eval_deterministic
+        self.stats_window = stats_window
+
+        # Everything below validates the recipe before any training starts.
+        self.env_spec = self.env_config.spec()
+        self.table = BindingTable(policy_bindings, self.env_spec, agent_binding_map, loss_profiles)
+        registry = PolicyRegistry()
+        policies = {
+            b: registry.get(self.table.binding(b), self.env_spec.groups[self.table.group_of_binding[b]])
+            for b in self.table.active_ids
+        }
+        for binding_id in self.table.trainable_ids:
+            if binding_id in policies:
+                self.algorithm.check_policy(binding_id, policies[binding_id])
+        for binding in self.table.bindings:
+            if not binding.trainable and binding.id in policies:
+                policies[binding.id].requires_grad_(False)
+        self.population = MultiAgentPolicy(policies, self.table)
+        self.marl_trainer: IndependentMARLTrainer | None = None
+        self._collector: RolloutCollector | None = None
+        self.frames = 0
+        self.iterations = 0
+
+    @property
+    def policies(self) -> nn.ModuleDict:
+        return self.population.policies
+
+    # -- set-up -------------------------------------------------------------------------------
+    def _base_seed(self) -> int:
+        return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+    @property
+    def frames_per_iteration(self) -> int:
+        """Env steps per training batch, summed over processes."""
+        world = self._trainer.world_size if self._trainer is not None else 1
+        return self.env_config.num_envs * self.rollout_steps * world
+
+    @property
+    def total_iterations(self) -> int:
+        return math.ceil(self.max_frames / self.frames_per_iteration)
+
+    def setup(self, stage: str) -> None:
+        if stage != "fit":
+            return
+        try:
+            self.table.require_trainable()
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+        if self.marl_trainer is None:
+            algorithms = dict.fromkeys(self.table.trainable_ids, self.algorithm)
+            self.marl_trainer = IndependentMARLTrainer(self.table, dict(self.policies.items()), algorithms)
+            rank_zero_info(
+                "lightmarl: "
+                + ", ".join(
+                    f"binding {b!r} learns with {getattr(u, 'flavour', type(u).__name__)}"
+                    for b, u in self.marl_trainer.unit_trainers.items()
+                )
+                + f"; {self.total_iterations} iterations of {self.frames_per_iteration} frames"
+            )
+
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        assert self.marl_trainer is not None, "configure_optimizers runs after setup('fit')"
+        return self.marl_trainer.make_optimizers()
+
+    def on_fit_start(self) -> None:
+        assert self.marl_trainer is not None
+        self.marl_trainer.to(self.device)
+        rank, num_envs = self.global_rank, self.env_config.num_envs
+        # Per-rank env seeds: seed + num_envs * rank + i.
+        env = self.env_config.make_vector(seed=self._base_seed() + num_envs * rank)
+        self._collector = RolloutCollector(
+            env, self.population, self.rollout_steps, stats_window=self.stats_window, device=self.device
+        )
+
+    def on_fit_end(self) -> None:
+        if self._collector is not None:
+            self._collector.close()
+            self._collector = None
+
+    def on_exception(self, exception: BaseException) -> None:
+        self.on_fit_end()
+
+    # -- data -----------------------------------------------------------------------------
+    def train_dataloader(self):
+        return tick_loader(self.iterations_per_epoch, lambda: self.total_iterations - self.iterations)
+
+    def val_dataloader(self):
+        return tick_loader()
+
+    def test_dataloader(self):
+        return tick_loader()
+
+    # -- training -------------------------------------------------------------------------
+    def training_step(self, batch: int, batch_idx: int) -> None:
+        assert self.marl_trainer is not None and self._collector is not None
+        started = time.perf_counter()
+        self.population.eval()
+        experience = self._collector.collect()
+        collected = time.perf_counter()
+        self.population.train()
+        optimizers = self.optimizers()
+        optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
+        for unit, optimizer in zip(self.marl_trainer.unit_trainers.values(), optimizers):
+            if hasattr(unit, "set_progress"):
+                unit.set_progress(optimizer, self.iterations / self.total_iterations)
+        metrics = self.marl_trainer.update(experience, optimizers, LightningStepper(self))
+        self.iterations += 1
+        self.frames += self.frames_per_iteration
+
+        logs: dict[str, float] = {}
+        for binding, values in metrics.items():
+            for name, value in values.items():
+                logs[f"train/{binding}/{name}"] = value
+        for binding, stats in self._collector.episode_summary().items():
+            for name, value in stats.items():
+                logs[f"collect/{binding}/{name}"] = value
+        now = time.perf_counter()
+        logs["time/fps"] = self.frames_per_iteration / max(now - started, 1e-9)
+        logs["time/collect_s"] = collected - started
+        logs["time/update_s"] = now - collected
+        logs["counters/frames"] = float(self.frames)
+        logs["counters/iterations"] = float(self.iterations)
+        self.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
+        progress = {"fps": logs["time/fps"]}
+        first = self.table.trainable_ids[0]
+        if f"collect/{first}/episode_return" in logs:
+            progress["return"] = logs[f"collect/{first}/episode_return"]
+        self.log_dict(progress, prog_bar=True, logger=False, on_step=True, on_epoch=False, batch_size=1)
+        if self.iterations >= self.total_iterations:
+            self.trainer.should_stop = True
+
+    # -- evaluation -----------------------------------------------------------------------
+    def _evaluate(self, prefix: str) -> None:
+        self.population.eval()
+        rank = self.global_rank
+        results = evaluate_episodes(
+            self.population,
+            self.env_config,
+            num_episodes=self.eval_episodes,
+            seed=self.eval_seed + 1_000 * rank,
+            num_envs=self.eval_num_envs,
+            deterministic=self.eval_deterministic,
+            device=self.device,
+        )
+        logs = {f"{prefix}/{b}/{name}": value for b, stats in results.items() for name, value in stats.items()}
+        self.log_dict(logs, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._evaluate("eval")
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._evaluate("test")
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[CHECKPOINT_KEY] = {
+            "frames": self.frames,
+            "iterations": self.iterations,
+            "env": {"env_fn": self.env_config.env_fn, "env_kwargs": dict(self.env_config.env_kwargs)},
+            "bindings": {
+                b.id: {
+                    "class_path": b.class_path
+                    or self._trace_class_path(b.id),
+                    "policy_kwargs": dict(b.policy_kwargs) if b.class_path else self._trace_kwargs(b.id),
+                    "group": self.table.group_of_binding.get(b.id),
+                    "trainable": b.trainable,
+                }
+                for b in self.table.bindings
+                if b.id in self.policies
+            },
+            "trainers": self.marl_trainer.state_dict() if self.marl_trainer is not None else {},
+        }
+
+    def _trace_class_path(self, binding_id: str) -> str:
+        cls = type(self.policies[binding_id])
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    def _trace_kwargs(self, binding_id: str) -> dict[str, Any]:
+        return dict(getattr(self.policies[binding_id], "init_kwargs", {}))
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint.get(CHECKPOINT_KEY, {})
+        self.frames = int(state.get("frames", 0))
+        self.iterations = int(state.get("iterations", 0))
+        self._pending_trainer_state = state.get("trainers", {})
+
+    def on_train_start(self) -> None:
+        pending = getattr(self, "_pending_trainer_state", None)
+        if pending and self.marl_trainer is not None:
+            self.marl_trainer.load_state_dict(pending)
