@@ -21,7 +21,7 @@ from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.registry import CHECKPOINT_KEY, PolicyRegistry
 from lightmarl.population import BindingTable, PolicyBindingConfig
 from lightmarl.training.rollouts import tick_loader
-from lightmarl.training.stepper import LightningStepper
+from lightmarl.training.stepper import LightningStepper, assert_ranks_in_sync
 
 
 class MARLModule(LightningModule):
@@ -96,9 +96,6 @@ class MARLModule(LightningModule):
             b: registry.get(self.table.binding(b), self.env_spec.groups[self.table.group_of_binding[b]])
             for b in self.table.active_ids
         }
-        for binding_id in self.table.trainable_ids:
-            if binding_id in policies:
-                self.algorithm.check_policy(binding_id, policies[binding_id])
         for binding in self.table.bindings:
             if not binding.trainable and binding.id in policies:
                 policies[binding.id].requires_grad_(False)
@@ -131,6 +128,9 @@ class MARLModule(LightningModule):
             return
         try:
             self.table.require_trainable()
+            for binding_id in self.table.trainable_ids:
+                if binding_id in self.policies:
+                    self.algorithm.check_policy(binding_id, self.policies[binding_id])
         except ValueError as err:
             raise ConfigError(str(err)) from err
         if self.marl_trainer is None:
@@ -166,6 +166,9 @@ class MARLModule(LightningModule):
 
     def on_exception(self, exception: BaseException) -> None:
         self.on_fit_end()
+
+    def on_train_epoch_end(self) -> None:
+        assert_ranks_in_sync(self)  # DDP only: raises if ranks' parameters or iterations differ
 
     # -- data -----------------------------------------------------------------------------
     def train_dataloader(self):

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from lightmarl.algorithms import PPO, IndependentMARLTrainer, PlainStepper, loss_row_mask
+from lightmarl.data import schema
+from lightmarl.data.collector import RolloutCollector
+from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, UniformRandomPolicy
+from lightmarl.population import BindingTable, PolicyBinding
+
+
+def population(spread_config, npc_trainable=False, profiles=None, npc_profile="default"):
+    spec = spread_config.spec()
+    group = spec.groups["agent"]
+    table = BindingTable(
+        [
+            PolicyBinding("learner", class_path="x.y", loss_profile="default"),
+            PolicyBinding("npc", class_path="x.y", trainable=npc_trainable, loss_profile=npc_profile),
+        ],
+        spec,
+        ["learner", "npc", "learner"],
+        profiles,
+    )
+    policies = {"learner": MLPActorCritic(group), "npc": MLPActorCritic(group)}
+    if not npc_trainable:
+        policies["npc"].requires_grad_(False)
+    return table, policies
+
+
+def test_row_mask_is_valid_and_profile_and_trainable_and_binding(spread_config):
+    table, policies = population(spread_config, profiles={"default": ["ppo"], "bc": ["distill"]}, npc_profile="bc")
+    exp = RolloutCollector(spread_config.make_vector(0), MultiAgentPolicy(policies, table), 3).collect()
+    rows = exp["agent"]
+    rows[schema.VALID][0, 0, 0] = False
+    own = loss_row_mask(rows, table, "ppo", binding_id="learner")
+    assert own[1, 1].tolist() == [True, False, True]
+    assert not own[0, 0, 0]
+    # The npc's rows carry profile "bc": a distill loss may read them, unless restricted to trainable rows.
+    assert loss_row_mask(rows, table, "distill", binding_id=None, trainable_only=False)[1, 1].tolist() == [
+        False,
+        True,
+        False,
+    ]
+    assert not loss_row_mask(rows, table, "distill", binding_id=None).any()
+
+
+def test_update_changes_the_learner_and_leaves_the_frozen_binding_bit_identical(spread_config):
+    table, policies = population(spread_config)
+    frozen_before = copy.deepcopy(policies["npc"].state_dict())
+    learner_before = copy.deepcopy(policies["learner"].state_dict())
+    collector = RolloutCollector(spread_config.make_vector(0), MultiAgentPolicy(policies, table), 10)
+    trainer = IndependentMARLTrainer(table, policies, {"learner": PPO(minibatch_size=8, epochs=2)})
+    assert list(trainer.unit_trainers) == ["learner"]
+    optimizers = trainer.make_optimizers()
+    for _ in range(2):
+        metrics = trainer.update(collector.collect(), optimizers, PlainStepper())
+    learner = metrics["learner"]
+    assert learner["rows"] == 4 * 10 * 2  # only the learner's two agents
+    assert all(torch.isfinite(torch.tensor(v)) for v in learner.values())
+    for key, value in policies["npc"].state_dict().items():
+        assert torch.equal(value, frozen_before[key]), key
+    changed = [k for k, v in policies["learner"].state_dict().items() if not torch.equal(v, learner_before[k])]
+    assert changed, "the learner's parameters did not change"
+
+
+def test_rows_outside_the_mask_produce_no_gradient(spread_config):
+    table, policies = population(spread_config)
+    exp = RolloutCollector(spread_config.make_vector(0), MultiAgentPolicy(policies, table), 5).collect()
+
+    def learner_gradient(experience):
+        trainer = IndependentMARLTrainer(table, policies, {"learner": PPO(minibatch_size=1000, epochs=1)})
+        grads = []
+
+        class Capture(PlainStepper):
+            def step(self, optimizer, parameters, max_grad_norm):
+                grads.append(torch.cat([p.grad.flatten() for p in parameters]).clone())
+                optimizer.zero_grad()  # measure only: leave the weights as they are
+
+        trainer.update(experience, trainer.make_optimizers(), Capture())
+        return grads[0]
+
+    before = learner_gradient(exp)
+    # Change everything the npc (agent 1) did: the learner's gradient must not move.
+    scrambled = exp.clone()
+    scrambled["agent", "action"][..., 1] = (scrambled["agent", "action"][..., 1] + 1) % 5
+    scrambled["agent", "action_log_prob"][..., 1] -= 3.0
+    scrambled["next", "agent", "reward"][..., 1, :] += 100.0
+    assert torch.allclose(learner_gradient(scrambled), before, atol=1e-6)
+    # ... while changing the learner's own rewards does move it.
+    own = exp.clone()
+    own["next", "agent", "reward"][..., 0, :] += 1.0
+    assert not torch.allclose(learner_gradient(own), before, atol=1e-6)
+
+
+def test_ppo_needs_a_critic_and_says_which_binding(spread_config):
+    group = spread_config.spec().groups["agent"]
+    with pytest.raises(ValueError, match=r"binding 'npc': algorithm PPO needs .* critic"):
+        PPO().check_policy("npc", UniformRandomPolicy(group))
+    with pytest.raises(ValueError, match=r"binding 'x'.*critic=False"):
+        PPO().check_policy("x", MLPActorCritic(group, critic="none"))
+
+
+def test_critic_kind_selects_mappo_or_ippo(spread_config):
+    table, policies = population(spread_config)
+    assert PPO().make_unit_trainer("learner", policies["learner"], table).flavour == "MAPPO"
+    group = spread_config.spec().groups["agent"]
+    assert PPO().make_unit_trainer("learner", MLPActorCritic(group, critic="local"), table).flavour == "IPPO"
+
+
+@pytest.mark.parametrize("field", ["lr", "epochs", "minibatch_size", "clip_epsilon"])
+def test_bad_hyperparameters_are_named(field):
+    with pytest.raises(ValueError, match=f"algorithm.{field}"):
+        PPO(**{field: 0})

@@ -1,0 +1,118 @@
+"""Every recipe through the real CLI on a tiny budget, and bad recipes failing early and clearly."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from lightmarl.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = sorted((ROOT / "recipes").rglob("*.yaml"))
+TINY = [
+    "--model.env.num_envs=4",
+    "--model.rollout_steps=10",
+    "--model.max_frames=120",  # 3 iterations: the 25-step episodes end once
+    "--model.iterations_per_epoch=1",
+    "--model.eval_episodes=2",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+]
+
+
+def lightmarl_script() -> str:
+    script = Path(sys.executable).with_name("lightmarl")
+    return str(script) if script.exists() else shutil.which("lightmarl") or "lightmarl"
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([lightmarl_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_there_are_recipes():
+    assert {p.name for p in RECIPES} >= {"quickstart.yaml", "ippo_simple_spread.yaml"}
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(ROOT / "recipes")))
+def test_recipe_fits_and_validates_through_the_cli(recipe, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # recipes write under ./runs
+    main(["fit", "--config", str(recipe), *TINY])
+    checkpoints = list(tmp_path.rglob("last.ckpt"))
+    assert len(checkpoints) == 1, "the recipe must keep a last checkpoint"
+    checkpoint = torch.load(checkpoints[0], map_location="cpu", weights_only=False)
+    assert checkpoint["lightmarl"]["frames"] == 120 and checkpoint["lightmarl"]["iterations"] == 3
+    assert list(tmp_path.rglob("config.yaml")), "the resolved config is saved"
+    metrics = list(tmp_path.rglob("metrics.csv"))
+    header = metrics[0].read_text().splitlines()[0]
+    assert "train/main/loss_objective" in header and "time/fps" in header and "collect/main/episode_return" in header
+    assert list(tmp_path.rglob("events.out.tfevents.*")), "TensorBoard events are written"
+    main(["validate", "--config", str(recipe), "--ckpt_path", "last", *TINY])
+
+
+def test_print_config_shows_overrides(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(ROOT / "recipes/quickstart.yaml"), "--model.algorithm.init_args.lr=0.5", "--print_config"])
+    assert exit_info.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["model"]["algorithm"]["init_args"]["lr"] == 0.5
+    assert printed["seed_everything"] == 0
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("--model.bogus=1", "bogus"),
+        ("--model.max_frames=lots", "model.max_frames"),
+        ("--model.env.env_fn=nosuchpackage.parallel_env", "env.env_fn: cannot import 'nosuchpackage.parallel_env'"),
+        ("--model.agent_binding_map=[main,ghost,main]", "unknown binding 'ghost'"),
+    ],
+)
+def test_bad_recipes_fail_before_training_with_the_field_named(override, expected, tmp_path):
+    result = run_cli("fit", "--config", str(ROOT / "recipes/quickstart.yaml"), override, cwd=tmp_path)
+    assert result.returncode != 0
+    assert expected in result.stderr, result.stderr[-2000:]
+    assert not (tmp_path / "runs" / "quickstart" / "checkpoints").exists(), "nothing may train"
+
+
+def test_console_script_trains_and_validates(tmp_path):
+    fit = run_cli("fit", "--config", str(ROOT / "recipes/quickstart.yaml"), *TINY, cwd=tmp_path)
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    validate = run_cli("validate", "--config", str(ROOT / "recipes/quickstart.yaml"), "--ckpt_path", "last", *TINY, cwd=tmp_path)
+    assert validate.returncode == 0, validate.stderr[-3000:]
+    assert "eval/main/episode_return" in validate.stdout
+    config = yaml.safe_load(next(tmp_path.rglob("config.yaml")).read_text())
+    assert "class_path: __main__" not in next(tmp_path.rglob("config.yaml")).read_text()
+    assert config["model"]["policy_bindings"][0]["id"] == "main"
+
+
+def test_validate_a_scripted_population_without_a_checkpoint(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    main(
+        [
+            "validate",
+            "--config",
+            str(ROOT / "recipes/quickstart.yaml"),
+            "--model.policy_bindings=[{id: random, class_path: lightmarl.policies.UniformRandomPolicy}]",
+            *TINY,
+        ]
+    )
+    assert "eval/random/episode_return" in capsys.readouterr().out
+
+
+def test_fit_without_a_trainable_binding_is_refused(tmp_path):
+    result = run_cli(
+        "fit",
+        "--config",
+        str(ROOT / "recipes/quickstart.yaml"),
+        "--model.policy_bindings=[{id: random, class_path: lightmarl.policies.UniformRandomPolicy, trainable: false}]",
+        *TINY,
+        cwd=tmp_path,
+    )
+    assert result.returncode != 0
+    assert "trainable: true" in result.stderr
