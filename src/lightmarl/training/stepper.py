@@ -7,6 +7,7 @@ import contextlib
 import torch
 import torch.distributed as dist
 from lightning.pytorch import LightningModule
+from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 
@@ -50,3 +51,40 @@ class LightningStepper:
             torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+
+
+def assert_ranks_in_sync(module: LightningModule, atol: float = 1e-6) -> float:
+    """Check that every rank holds rank 0's parameters and iteration count; raise on every rank if not.
+
+    A collective (every rank must call it) costing one broadcast of the parameters and one
+    tiny all-gather: meant for epoch ends, not every step. Returns the largest absolute
+    difference between a rank's parameters and rank 0's (0.0 in a single process).
+    """
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return 0.0
+    params = [p.detach().reshape(-1).double() for p in module.parameters()]
+    local = torch.cat(params) if params else torch.zeros(0, dtype=torch.float64, device=module.device)
+    counters = torch.tensor([float(getattr(module, "iterations", 0)), float(local.numel())], dtype=torch.float64)
+    counters = counters.to(local.device)
+    gathered = [torch.empty_like(counters) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, counters)
+    iterations = [int(t[0]) for t in gathered]
+    sizes = [int(t[1]) for t in gathered]
+    max_diff = float("nan")
+    if len(set(sizes)) == 1:  # same parameter layout everywhere: compare values with rank 0's
+        reference = local.clone()
+        dist.broadcast(reference, src=0)
+        diff = (local - reference).abs().max() if local.numel() else torch.zeros((), dtype=torch.float64)
+        diff = diff.reshape(1).to(local.device)
+        dist.all_reduce(diff, op=dist.ReduceOp.MAX)
+        max_diff = float(diff.item())
+    if len(set(iterations)) > 1 or not max_diff <= atol:  # also catches NaN
+        raise RuntimeError(
+            "lightmarl: DDP ranks out of sync: "
+            f"iterations per rank {iterations}, parameters per rank {sizes}, "
+            f"max |param - rank 0's| = {max_diff:.3g} (tolerance {atol:g})"
+        )
+    rank_zero_info(
+        f"lightmarl: {len(sizes)} ranks in sync at iteration {iterations[0]} (max |param - rank 0's| = {max_diff:.3g})"
+    )
+    return max_diff
