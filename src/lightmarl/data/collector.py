@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import cast
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from lightmarl.data import schema
@@ -132,7 +133,7 @@ class RolloutCollector:
         self._next_episode_id += len(env_ids)
 
     def _assemble(self, steps: list[TensorDict], nexts: list[dict], episode_ids: torch.Tensor) -> TensorDict:
-        experience = torch.stack(steps, dim=1)  # [E, T] root, [E, T, A] groups
+        experience = cast(TensorDictBase, torch.stack(steps, dim=1))  # [E, T] root, [E, T, A] groups
         E, T = self.num_envs, self.rollout_steps
         next_groups = {}
         for g in self._groups:

@@ -57,7 +57,7 @@ class PettingZooEnvConfig:
         make = self.constructor()
         try:
             env = make()
-        except Exception as err:  # noqa: BLE001 - any constructor failure is a config error
+        except Exception as err:
             raise ValueError(f"env: {self.env_fn}(**{self.env_kwargs!r}) raised {type(err).__name__}: {err}") from err
         if not hasattr(env, "possible_agents") or not hasattr(env, "step"):
             raise ValueError(f"env.env_fn: {self.env_fn!r} did not return a PettingZoo env (got {type(env).__name__})")
@@ -78,7 +78,7 @@ class PettingZooEnvConfig:
     def make_vector(self, seed: int, num_envs: int | None = None) -> ParallelVecEnv:
         make = self.constructor()
         count = self.num_envs if num_envs is None else num_envs
-        envs = []
+        envs: list[Any] = []
         for _ in range(count):
             envs.append(self.make_one() if not envs else make())
         return ParallelVecEnv(envs, env_spec_of(envs[0], name=self.name), seeds=[seed + i for i in range(count)])
@@ -254,10 +254,10 @@ class ParallelVecEnv:
         # Observations for the next step: the new ones, except in envs that were reset.
         ended = torch.from_numpy(episode_end)
         current = {}
-        for g, arrays in next_td.items():
-            obs = {"observation": arrays["observation"].clone(), "valid": torch.from_numpy(live_next[g])}
-            if "action_mask" in arrays:
-                obs["action_mask"] = arrays["action_mask"].clone()
+        for g, tensors in next_td.items():
+            obs = {"observation": tensors["observation"].clone(), "valid": torch.from_numpy(live_next[g])}
+            if "action_mask" in tensors:
+                obs["action_mask"] = tensors["action_mask"].clone()
             if reset_arrays is not None:
                 reset = self._to_torch({g: reset_arrays[g]})[g]
                 for key in obs:
@@ -276,5 +276,5 @@ class ParallelVecEnv:
         for env in self.envs:
             try:
                 env.close()
-            except Exception:  # noqa: BLE001 - closing must not mask the original error
+            except Exception:
                 log.debug("closing env copy failed", exc_info=True)

@@ -91,6 +91,7 @@ def space_signature(observation_space, action_space) -> tuple:
         obs_space = obs_space.spaces["observation"]
     if not isinstance(obs_space, spaces.Box):
         raise ValueError(f"unsupported observation space {observation_space!r}: expected Box or Dict(observation=Box)")
+    action: tuple
     if isinstance(action_space, spaces.Discrete):
         action = ("discrete", int(action_space.n), (), (), ())
     elif isinstance(action_space, spaces.Box):

@@ -67,8 +67,8 @@ def evaluate_episodes(
                         break
                     finished += 1
                     for g in groups:
-                        for binding, agents in table.groups[g.name].agents_of_binding.items():
-                            results[table.ids[binding]].append(
+                        for index, agents in table.groups[g.name].agents_of_binding.items():
+                            results[table.ids[index]].append(
                                 (float(returns[g.name][e, agents].mean()), int(lengths[g.name][e, agents].max()))
                             )
                         returns[g.name][e] = 0

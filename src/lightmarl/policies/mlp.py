@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
-from torch.distributions import Categorical
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
+from torch.distributions import Categorical
 from torchrl.modules import MLP, MaskedCategorical, MultiAgentMLP, ProbabilisticActor, TanhNormal
 from torchrl.modules.distributions import NormalParamExtractor
 

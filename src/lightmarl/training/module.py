@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Any
+from typing import Any, cast
 
 import torch
 from lightning.pytorch import LightningModule
@@ -17,6 +17,7 @@ from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs.pettingzoo import PettingZooEnvConfig
 from lightmarl.errors import ConfigError
 from lightmarl.evaluation.episodes import evaluate_episodes
+from lightmarl.policies.base import Policy
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.registry import CHECKPOINT_KEY, PolicyRegistry
 from lightmarl.population import BindingTable, PolicyBindingConfig
@@ -130,12 +131,13 @@ class MARLModule(LightningModule):
             self.table.require_trainable()
             for binding_id in self.table.trainable_ids:
                 if binding_id in self.policies:
-                    self.algorithm.check_policy(binding_id, self.policies[binding_id])
+                    self.algorithm.check_policy(binding_id, cast(Policy, self.policies[binding_id]))
         except ValueError as err:
             raise ConfigError(str(err)) from err
         if self.marl_trainer is None:
             algorithms = dict.fromkeys(self.table.trainable_ids, self.algorithm)
-            self.marl_trainer = IndependentMARLTrainer(self.table, dict(self.policies.items()), algorithms)
+            policies = {b: cast(Policy, p) for b, p in self.policies.items()}
+            self.marl_trainer = IndependentMARLTrainer(self.table, policies, algorithms)
             rank_zero_info(
                 "lightmarl: "
                 + ", ".join(
@@ -188,8 +190,12 @@ class MARLModule(LightningModule):
         experience = self._collector.collect()
         collected = time.perf_counter()
         self.population.train()
-        optimizers = self.optimizers()
-        optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
+        lightning_optimizers = self.optimizers()
+        # LightningOptimizer wraps (and steps like) a torch optimizer.
+        optimizers = cast(
+            list[torch.optim.Optimizer],
+            lightning_optimizers if isinstance(lightning_optimizers, list) else [lightning_optimizers],
+        )
         for unit, optimizer in zip(self.marl_trainer.unit_trainers.values(), optimizers):
             if hasattr(unit, "set_progress"):
                 unit.set_progress(optimizer, self.iterations / self.total_iterations)
