@@ -78,13 +78,6 @@ class RolloutCollector:
         self._started = False
         self.frames = 0  # env steps of every copy, summed
 
-    def _observation_td(self) -> TensorDict:
-        current = self.env.current
-        return TensorDict(
-            {g.name: TensorDict(current[g.name], batch_size=[self.num_envs, g.num_agents]) for g in self._groups},
-            batch_size=[self.num_envs],
-        ).to(self.device)
-
     @torch.no_grad()
     def collect(self) -> TensorDict:
         if not self._started:
@@ -95,7 +88,7 @@ class RolloutCollector:
         episode_ids: list[torch.Tensor] = []
         with set_exploration_type(self.exploration):
             for _ in range(self.rollout_steps):
-                td = self._observation_td()
+                td = self.env.observation_td().to(self.device)
                 self.policy(td)
                 actions = {g.name: td.get((g.name, schema.ACTION)).cpu() for g in self._groups}
                 nxt, ended = self.env.step(actions)
@@ -157,7 +150,6 @@ class RolloutCollector:
             rows.set(schema.BINDING_ID, binding)
             rows.set(schema.LOSS_PROFILE_ID, self.table.profile_of_binding[binding])
             rows.set(schema.IS_TRAINABLE_AGENT, self.table.trainable[binding])
-            rows.set(schema.AGENT_ID, torch.tensor(g.agent_ids).expand(E, T, A))
             rows.set(schema.EPISODE_ID, episode_ids.unsqueeze(-1).expand(E, T, A))
             rows.set(schema.ENV_INDEX, torch.arange(E).view(E, 1, 1).expand(E, T, A))
         experience.set("next", TensorDict(next_groups, batch_size=[E, T]).to(self.device))

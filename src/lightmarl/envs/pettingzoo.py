@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tensordict import TensorDict
 
 from lightmarl._imports import import_object
 from lightmarl.envs.spec import EnvSpec, GroupSpec, default_group_name, space_signature
@@ -144,6 +145,7 @@ class ParallelVecEnv:
         # agent name -> (group name, position in group)
         self._slot = {a: (g.name, i) for g in spec.groups.values() for i, a in enumerate(g.agents)}
         self.current: dict[str, dict[str, torch.Tensor]] = {}
+        self._agent_ids = {g.name: torch.tensor(g.agent_ids, dtype=torch.int64) for g in spec.groups.values()}
         self._closed = False
 
     def _empty_obs(self) -> dict[str, dict[str, np.ndarray]]:
@@ -265,6 +267,17 @@ class ParallelVecEnv:
             current[g] = obs
         self.current = current
         return next_td, ended
+
+    def observation_td(self) -> TensorDict:
+        """What the policies see now: per group ``observation``, ``valid``, ``agent_id``
+        (index in ``possible_agents``, so scripted policies can tell agents apart) and
+        ``action_mask`` where the env has one; root batch ``[num_envs]``."""
+        groups = {}
+        for g in self.spec.groups.values():
+            entries = dict(self.current[g.name])
+            entries["agent_id"] = self._agent_ids[g.name].expand(self.num_envs, g.num_agents)
+            groups[g.name] = TensorDict(entries, batch_size=[self.num_envs, g.num_agents])
+        return TensorDict(groups, batch_size=[self.num_envs])
 
     def render(self, index: int = 0) -> np.ndarray | None:
         return self.envs[index].render()

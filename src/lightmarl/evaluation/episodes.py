@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from lightmarl.data import schema
@@ -52,10 +51,7 @@ def evaluate_episodes(
         mode = ExplorationType.DETERMINISTIC if deterministic else ExplorationType.RANDOM
         with set_exploration_type(mode):
             while finished < num_episodes:
-                td = TensorDict(
-                    {g.name: TensorDict(env.current[g.name], batch_size=[count, g.num_agents]) for g in groups},
-                    batch_size=[count],
-                ).to(device)
+                td = env.observation_td().to(device)
                 policy(td)
                 nxt, ended = env.step({g.name: td.get((g.name, schema.ACTION)).cpu() for g in groups})
                 for g in groups:
