@@ -59,7 +59,15 @@ def test_recipe_fits_and_validates_through_the_cli(recipe, tmp_path, monkeypatch
 
 def test_print_config_shows_overrides(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(ROOT / "recipes/quickstart.yaml"), "--model.algorithm.init_args.lr=0.5", "--print_config"])
+        main(
+            [
+                "fit",
+                "--config",
+                str(ROOT / "recipes/quickstart.yaml"),
+                "--model.algorithm.init_args.lr=0.5",
+                "--print_config",
+            ]
+        )
     assert exit_info.value.code == 0
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["model"]["algorithm"]["init_args"]["lr"] == 0.5
@@ -85,7 +93,9 @@ def test_bad_recipes_fail_before_training_with_the_field_named(override, expecte
 def test_console_script_trains_and_validates(tmp_path):
     fit = run_cli("fit", "--config", str(ROOT / "recipes/quickstart.yaml"), *TINY, cwd=tmp_path)
     assert fit.returncode == 0, fit.stderr[-3000:]
-    validate = run_cli("validate", "--config", str(ROOT / "recipes/quickstart.yaml"), "--ckpt_path", "last", *TINY, cwd=tmp_path)
+    validate = run_cli(
+        "validate", "--config", str(ROOT / "recipes/quickstart.yaml"), "--ckpt_path", "last", *TINY, cwd=tmp_path
+    )
     assert validate.returncode == 0, validate.stderr[-3000:]
     assert "eval/main/episode_return" in validate.stdout
     config = yaml.safe_load(next(tmp_path.rglob("config.yaml")).read_text())

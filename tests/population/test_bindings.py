@@ -36,7 +36,11 @@ def test_map_builds_cached_row_indices(spread_config):
         ([{"id": "a"}], None, r"exactly one of class_path / policy_uri"),
         ([{"id": "a", "class_path": CLS, "policy_uri": "x.ckpt"}], None, r"exactly one of"),
         ([{"id": "a", "class_path": CLS}], ["a", "a"], r"one binding id per agent \(3 agents"),
-        ([{"id": "a", "class_path": CLS}], ["a", "a", "ghost"], r"agent 'agent_2' is mapped to unknown binding 'ghost'"),
+        (
+            [{"id": "a", "class_path": CLS}],
+            ["a", "a", "ghost"],
+            r"agent 'agent_2' is mapped to unknown binding 'ghost'",
+        ),
         ([{"id": "a", "class_path": CLS, "loss_profile": "nope"}], None, r"loss_profile: 'nope' is not a loss profile"),
         ([{"id": "", "class_path": CLS}], None, r"\.id: expected a non-empty string"),
         ([{"id": "a", "class_path": CLS, "bogus": 1}], None, r"invalid binding"),

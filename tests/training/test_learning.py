@@ -21,7 +21,11 @@ def train(max_frames: int, tmp_path) -> MARLModule:
     module = MARLModule(
         env=SPREAD,
         policy_bindings=[
-            {"id": "main", "class_path": "lightmarl.policies.MLPActorCritic", "policy_kwargs": {"critic": "centralized"}}
+            {
+                "id": "main",
+                "class_path": "lightmarl.policies.MLPActorCritic",
+                "policy_kwargs": {"critic": "centralized"},
+            }
         ],
         algorithm=PPO(lr=3e-3, epochs=4, minibatch_size=400),
         max_frames=max_frames,

@@ -26,7 +26,9 @@ class GradientStepper(Protocol):
 
     def backward(self, loss: torch.Tensor) -> None: ...
 
-    def step(self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None) -> None:
+    def step(
+        self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None
+    ) -> None:
         """Synchronise gradients (if distributed), clip them, step and zero them."""
 
 
@@ -36,7 +38,9 @@ class PlainStepper:
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
 
-    def step(self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None) -> None:
+    def step(
+        self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None
+    ) -> None:
         if max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
         optimizer.step()

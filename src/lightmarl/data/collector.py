@@ -74,7 +74,9 @@ class RolloutCollector:
         self._episode_id = torch.arange(self.num_envs, dtype=torch.int64)
         self._next_episode_id = self.num_envs
         self._episode_return = {g.name: torch.zeros(self.num_envs, g.num_agents) for g in self._groups}
-        self._episode_steps = {g.name: torch.zeros(self.num_envs, g.num_agents, dtype=torch.int64) for g in self._groups}
+        self._episode_steps = {
+            g.name: torch.zeros(self.num_envs, g.num_agents, dtype=torch.int64) for g in self._groups
+        }
         self._started = False
         self.frames = 0  # env steps of every copy, summed
 

@@ -5,4 +5,12 @@ from lightmarl.policies.mlp import MLPActorCritic
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.registry import PolicyRegistry
 
-__all__ = ["MLPActorCritic", "MultiAgentPolicy", "NoOpPolicy", "Policy", "PolicyRegistry", "ScriptedPolicy", "UniformRandomPolicy"]
+__all__ = [
+    "MLPActorCritic",
+    "MultiAgentPolicy",
+    "NoOpPolicy",
+    "Policy",
+    "PolicyRegistry",
+    "ScriptedPolicy",
+    "UniformRandomPolicy",
+]

@@ -10,4 +10,12 @@ from lightmarl.population.bindings import (
     default_bindings,
 )
 
-__all__ = ["DEFAULT_BINDING_ID", "BindingTable", "GroupBindingIndex", "PolicyBinding", "PolicyBindingConfig", "as_binding", "default_bindings"]
+__all__ = [
+    "DEFAULT_BINDING_ID",
+    "BindingTable",
+    "GroupBindingIndex",
+    "PolicyBinding",
+    "PolicyBindingConfig",
+    "as_binding",
+    "default_bindings",
+]

@@ -261,8 +261,7 @@ class MARLModule(LightningModule):
             "env": {"env_fn": self.env_config.env_fn, "env_kwargs": dict(self.env_config.env_kwargs)},
             "bindings": {
                 b.id: {
-                    "class_path": b.class_path
-                    or self._trace_class_path(b.id),
+                    "class_path": b.class_path or self._trace_class_path(b.id),
                     "policy_kwargs": dict(b.policy_kwargs) if b.class_path else self._trace_kwargs(b.id),
                     "group": self.table.group_of_binding.get(b.id),
                     "trainable": b.trainable,

@@ -9,6 +9,7 @@ import torch.distributed as dist
 from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 
 class LightningStepper:
@@ -24,19 +25,21 @@ class LightningStepper:
     def __init__(self, module: LightningModule) -> None:
         self.module = module
 
-    def _ddp_model(self) -> nn.Module | None:
+    def _ddp_model(self) -> DistributedDataParallel | None:
         trainer = self.module._trainer
         if trainer is None or trainer.world_size <= 1:
             return None
         model = getattr(trainer.strategy, "model", None)
-        return model if hasattr(model, "no_sync") else None
+        return model if isinstance(model, DistributedDataParallel) else None
 
     def backward(self, loss: torch.Tensor) -> None:
         ddp = self._ddp_model()
         with ddp.no_sync() if ddp is not None else contextlib.nullcontext():
             self.module.manual_backward(loss)
 
-    def step(self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None) -> None:
+    def step(
+        self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None
+    ) -> None:
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
             flat = torch.cat([g.reshape(-1) for g in grads])
