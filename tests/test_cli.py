@@ -37,6 +37,11 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([lightmarl_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
+def trainable_bindings(recipe: Path) -> list[str]:
+    bindings = yaml.safe_load(recipe.read_text())["model"].get("policy_bindings") or [{"id": "main"}]
+    return [b["id"] for b in bindings if b.get("trainable", True)]
+
+
 def test_there_are_recipes():
     assert {p.name for p in RECIPES} >= {"quickstart.yaml", "ippo_simple_spread.yaml"}
 
@@ -51,8 +56,10 @@ def test_recipe_fits_and_validates_through_the_cli(recipe, tmp_path, monkeypatch
     assert checkpoint["lightmarl"]["frames"] == 120 and checkpoint["lightmarl"]["iterations"] == 3
     assert list(tmp_path.rglob("config.yaml")), "the resolved config is saved"
     metrics = list(tmp_path.rglob("metrics.csv"))
-    header = metrics[0].read_text().splitlines()[0]
-    assert "train/main/loss_objective" in header and "time/fps" in header and "collect/main/episode_return" in header
+    header = metrics[0].read_text().splitlines()[0].split(",")
+    assert "time/fps" in header
+    for binding in trainable_bindings(recipe):
+        assert f"train/{binding}/loss_objective" in header and f"collect/{binding}/episode_return" in header
     assert list(tmp_path.rglob("events.out.tfevents.*")), "TensorBoard events are written"
     main(["validate", "--config", str(recipe), "--ckpt_path", "last", *TINY])
 

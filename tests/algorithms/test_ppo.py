@@ -114,3 +114,28 @@ def test_critic_kind_selects_mappo_or_ippo(spread_config):
 def test_bad_hyperparameters_are_named(field):
     with pytest.raises(ValueError, match=f"algorithm.{field}"):
         PPO(**{field: 0})
+
+
+def test_co_trained_bindings_step_on_their_own_schedules(spread_config):
+    table, policies = population(spread_config, npc_trainable=True)
+    collector = RolloutCollector(spread_config.make_vector(0), MultiAgentPolicy(policies, table), 5)
+    trainer = IndependentMARLTrainer(
+        table, policies, {"learner": PPO(minibatch_size=10), "npc": PPO(minibatch_size=10, update_every=2)}
+    )
+    optimizers = trainer.make_optimizers()
+    assert len(optimizers) == 2
+    assert {id(p) for p in optimizers[0].param_groups[0]["params"]}.isdisjoint(
+        id(p) for p in optimizers[1].param_groups[0]["params"]
+    )
+    stepped = []
+    for iteration in range(4):
+        npc_before = copy.deepcopy(policies["npc"].state_dict())
+        metrics = trainer.update(collector.collect(), optimizers, PlainStepper(), iteration=iteration)
+        npc_changed = any(not torch.equal(v, npc_before[k]) for k, v in policies["npc"].state_dict().items())
+        stepped.append((sorted(metrics), npc_changed))
+    assert stepped == [
+        (["learner", "npc"], True),
+        (["learner"], False),
+        (["learner", "npc"], True),
+        (["learner"], False),
+    ]

@@ -62,3 +62,8 @@ def test_mappo_quickstart_budget_closes_a_third_of_the_gap_to_the_scripted_optim
     trained, baseline = evaluation_gap(train(150_000, tmp_path))
     # A scripted policy that sends each agent to its own landmark scores about -9.
     assert trained > baseline + 0.33 * (baseline - -9.0), (trained, baseline)
+
+
+def test_algorithm_overrides_must_name_trainable_bindings():
+    with pytest.raises(ValueError, match=r"model.algorithms: 'ghost' is not a trainable binding"):
+        MARLModule(env=SPREAD, algorithms={"ghost": PPO()})

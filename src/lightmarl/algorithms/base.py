@@ -95,6 +95,8 @@ class UnitTrainer(ABC):
 
     #: names of the losses this trainer runs; loss profiles refer to them.
     loss_names: tuple[str, ...] = ()
+    #: learn on every k-th training iteration only.
+    update_every: int = 1
 
     def __init__(self, binding_id: str, policy: Policy, table: BindingTable) -> None:
         self.binding_id = binding_id

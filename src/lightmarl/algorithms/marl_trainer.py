@@ -41,11 +41,18 @@ class IndependentMARLTrainer:
         experience: TensorDictBase,
         optimizers: list[torch.optim.Optimizer],
         stepper: GradientStepper,
+        iteration: int = 0,
     ) -> dict[str, dict[str, float]]:
-        """One learning step of every UnitTrainer on its rows of ``experience``."""
+        """One learning step of every UnitTrainer due at ``iteration`` on its rows of ``experience``.
+
+        A UnitTrainer with ``update_every = k`` learns on iterations 0, k, 2k, ... and skips
+        the others (its rows are simply not used), e.g. to let one co-trained binding adapt
+        to a slower-moving partner.
+        """
         return {
             binding_id: unit.update(experience, optimizer, stepper)
             for (binding_id, unit), optimizer in zip(self.unit_trainers.items(), optimizers)
+            if iteration % unit.update_every == 0
         }
 
     def to(self, device: torch.device) -> IndependentMARLTrainer:

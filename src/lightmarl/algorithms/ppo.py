@@ -43,6 +43,7 @@ class PPO(Algorithm):
         max_grad_norm: clip the gradient norm to this (``None``: no clipping).
         normalize_advantage: standardise advantages over the binding's valid rows of a rollout.
         anneal_lr: decay the learning rate linearly to 0 over the frame budget.
+        update_every: learn on every k-th training iteration only (1: every iteration).
     """
 
     def __init__(
@@ -59,6 +60,7 @@ class PPO(Algorithm):
         max_grad_norm: float | None = 1.0,
         normalize_advantage: bool = True,
         anneal_lr: bool = False,
+        update_every: int = 1,
     ) -> None:
         for name, value, ok in (
             ("lr", lr, lr > 0),
@@ -67,6 +69,7 @@ class PPO(Algorithm):
             ("gamma", gamma, 0 <= gamma <= 1),
             ("lmbda", lmbda, 0 <= lmbda <= 1),
             ("clip_epsilon", clip_epsilon, clip_epsilon > 0),
+            ("update_every", update_every, update_every >= 1),
         ):
             if not ok:
                 raise ValueError(f"algorithm.{name}: invalid value {value!r}")
@@ -82,6 +85,7 @@ class PPO(Algorithm):
         self.max_grad_norm = max_grad_norm
         self.normalize_advantage = normalize_advantage
         self.anneal_lr = anneal_lr
+        self.update_every = update_every
 
     def check_policy(self, binding_id: str, policy: Policy) -> None:
         actor = getattr(policy, "actor", None)
@@ -132,6 +136,7 @@ class PPOUnitTrainer(UnitTrainer):
         )
         self.loss.make_value_estimator(ValueEstimators.GAE, gamma=config.gamma, lmbda=config.lmbda)
         self.loss.loss_mask_key = (g, "loss_mask")
+        self.update_every = config.update_every
         self.updates = 0
 
     def parameters(self) -> list[nn.Parameter]:

@@ -41,6 +41,8 @@ class MARLModule(LightningModule):
         loss_profiles: profile name -> losses that may use its rows (default: one profile
             ``default`` allowing every loss).
         algorithm: learning algorithm of every trainable binding (default: ``PPO()``).
+        algorithms: per-binding overrides of ``algorithm`` (binding id -> algorithm), e.g. two
+            co-trained bindings with different learning rates or update schedules.
         rollout_steps: env steps per env copy per training batch.
         max_frames: training budget in env steps summed over env copies and processes.
         iterations_per_epoch: training batches per Lightning epoch (checkpoints and
@@ -61,6 +63,7 @@ class MARLModule(LightningModule):
         agent_binding_map: list[str] | None = None,
         loss_profiles: dict[str, list[str]] | None = None,
         algorithm: Algorithm | None = None,
+        algorithms: dict[str, Algorithm] | None = None,
         rollout_steps: int = 25,
         max_frames: int = 200_000,
         iterations_per_epoch: int = 10,
@@ -83,6 +86,7 @@ class MARLModule(LightningModule):
                 raise ValueError(f"model.{name}: expected a positive integer, got {value!r}")
         self.env_config = env or PettingZooEnvConfig()
         self.algorithm = algorithm or PPO()
+        self.algorithms = dict(algorithms or {})
         self.rollout_steps = rollout_steps
         self.max_frames = max_frames
         self.iterations_per_epoch = iterations_per_epoch
@@ -96,6 +100,12 @@ class MARLModule(LightningModule):
         # Everything below validates the recipe before any training starts.
         self.env_spec = self.env_config.spec()
         self.table = BindingTable(policy_bindings, self.env_spec, agent_binding_map, loss_profiles)
+        for binding_id in self.algorithms:
+            if binding_id not in self.table.index or not self.table.binding(binding_id).trainable:
+                raise ValueError(
+                    f"model.algorithms: {binding_id!r} is not a trainable binding; "
+                    f"trainable bindings are {self.table.trainable_ids}"
+                )
         registry = PolicyRegistry()
         policies = {
             b: registry.get(self.table.binding(b), self.env_spec.groups[self.table.group_of_binding[b]])
@@ -128,6 +138,9 @@ class MARLModule(LightningModule):
     def total_iterations(self) -> int:
         return math.ceil(self.max_frames / self.frames_per_iteration)
 
+    def algorithm_of(self, binding_id: str) -> Algorithm:
+        return self.algorithms.get(binding_id, self.algorithm)
+
     def setup(self, stage: str) -> None:
         if self.cpu_threads is not None:
             torch.set_num_threads(self.cpu_threads)
@@ -137,11 +150,11 @@ class MARLModule(LightningModule):
             self.table.require_trainable()
             for binding_id in self.table.trainable_ids:
                 if binding_id in self.policies:
-                    self.algorithm.check_policy(binding_id, cast(Policy, self.policies[binding_id]))
+                    self.algorithm_of(binding_id).check_policy(binding_id, cast(Policy, self.policies[binding_id]))
         except ValueError as err:
             raise ConfigError(str(err)) from err
         if self.marl_trainer is None:
-            algorithms = dict.fromkeys(self.table.trainable_ids, self.algorithm)
+            algorithms = {b: self.algorithm_of(b) for b in self.table.trainable_ids}
             policies = {b: cast(Policy, p) for b, p in self.policies.items()}
             self.marl_trainer = IndependentMARLTrainer(self.table, policies, algorithms)
             rank_zero_info(
@@ -205,7 +218,7 @@ class MARLModule(LightningModule):
         for unit, optimizer in zip(self.marl_trainer.unit_trainers.values(), optimizers):
             if hasattr(unit, "set_progress"):
                 unit.set_progress(optimizer, self.iterations / self.total_iterations)
-        metrics = self.marl_trainer.update(experience, optimizers, LightningStepper(self))
+        metrics = self.marl_trainer.update(experience, optimizers, LightningStepper(self), iteration=self.iterations)
         self.iterations += 1
         self.frames += self.frames_per_iteration
 
