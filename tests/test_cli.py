@@ -48,7 +48,8 @@ def test_there_are_recipes():
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(ROOT / "recipes")))
 def test_recipe_fits_and_validates_through_the_cli(recipe, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # recipes write under ./runs
+    monkeypatch.chdir(tmp_path)  # recipes write under ./runs and read ./assets, like a checkout
+    (tmp_path / "assets").symlink_to(ROOT / "assets")
     main(["fit", "--config", str(recipe), *TINY])
     checkpoints = list(tmp_path.rglob("last.ckpt"))
     assert len(checkpoints) == 1, "the recipe must keep a last checkpoint"
@@ -135,3 +136,19 @@ def test_fit_without_a_trainable_binding_is_refused(tmp_path):
     )
     assert result.returncode != 0
     assert "trainable: true" in result.stderr
+
+
+def test_frozen_npc_from_a_checkpoint_plays_and_never_changes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "assets").symlink_to(ROOT / "assets")
+    main(["fit", "--config", str(ROOT / "recipes/npc_frozen.yaml"), *TINY])
+    after = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
+    source = torch.load(
+        ROOT / "assets/checkpoints/simple_spread_mappo_150k.ckpt", map_location="cpu", weights_only=False
+    )
+    npc = {k.removeprefix("population.policies.npc."): v for k, v in after["state_dict"].items() if ".npc." in k}
+    teacher = {k.removeprefix("population.policies.main."): v for k, v in source["state_dict"].items()}
+    assert npc.keys() == teacher.keys()
+    assert all(torch.equal(npc[k], teacher[k]) for k in npc)
+    student_rows = after["lightmarl"]["bindings"]
+    assert student_rows["npc"]["trainable"] is False and student_rows["student"]["trainable"] is True

@@ -94,15 +94,6 @@ def test_registry_builds_by_class_path_and_checks_kwargs(spread_config):
         registry.get(PolicyBinding("d", class_path="torch.nn.Linear"), group)
 
 
-def test_registry_reports_missing_checkpoint(spread_config, tmp_path):
-    group = spread_config.spec().groups["agent"]
-    with pytest.raises(ValueError, match=r"policy_uri: no checkpoint file"):
-        PolicyRegistry().get(PolicyBinding("npc", policy_uri=str(tmp_path / "none.ckpt")), group)
-    torch.save({"state_dict": {}}, tmp_path / "plain.ckpt")
-    with pytest.raises(ValueError, match=r"has no binding 'npc' \(not a lightmarl checkpoint\)"):
-        PolicyRegistry().get(PolicyBinding("npc", policy_uri=str(tmp_path / "plain.ckpt")), group)
-
-
 def test_policy_built_for_other_spaces_is_rejected(spread_config):
     from lightmarl.envs import PettingZooEnvConfig
 

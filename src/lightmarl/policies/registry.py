@@ -1,9 +1,10 @@
-"""Turning a :class:`PolicyBinding` into a policy module: by class path or from a saved run."""
+"""Turning a :class:`PolicyBinding` into a policy module: by class path or from saved weights."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import torch
 
@@ -20,10 +21,18 @@ class PolicyRegistry:
     """Builds (and caches) the policy of each binding.
 
     ``class_path`` bindings are built as ``cls(group, **policy_kwargs)``. ``policy_uri``
-    bindings name a lightmarl checkpoint and one of its bindings, ``path/to/run.ckpt#binding``
-    (without ``#binding``: the binding with the same id); the policy is rebuilt from the
-    class and kwargs stored in the checkpoint and its weights are loaded.
-    Every policy is then checked against the env with ``initialize_to_environment``.
+    bindings load saved weights; two forms:
+
+    * ``path/to/run.ckpt#binding``: a lightmarl (Lightning) checkpoint and one of its
+      bindings (without ``#binding``: the binding with the same id). The policy is rebuilt
+      from the class and kwargs stored in the checkpoint.
+    * ``path/to/weights.pt?class_path=package.PolicyClass``: a plain ``state_dict`` file
+      (``torch.save(policy.state_dict(), path)``); the class comes from the URI and its
+      kwargs from the binding's ``policy_kwargs``.
+
+    Every policy is then checked against the env with ``initialize_to_environment``, and
+    remembers where it came from in ``policy.origin`` (class path and kwargs), so that a
+    checkpoint of a run that loaded it can be loaded again.
     """
 
     def __init__(self) -> None:
@@ -42,7 +51,7 @@ class PolicyRegistry:
     def _build(self, binding: PolicyBinding, group: GroupSpec) -> Policy:
         if binding.class_path is not None:
             return build_policy(binding.class_path, binding.policy_kwargs, group, field=f"binding {binding.id!r}")
-        return load_policy_from_uri(str(binding.policy_uri), binding.id, group)
+        return load_policy_from_uri(str(binding.policy_uri), binding.id, group, binding.policy_kwargs)
 
 
 def build_policy(class_path: str, kwargs: dict[str, Any], group: GroupSpec, *, field: str) -> Policy:
@@ -50,33 +59,61 @@ def build_policy(class_path: str, kwargs: dict[str, Any], group: GroupSpec, *, f
     if not (isinstance(cls, type) and issubclass(cls, Policy)):
         raise ValueError(f"{field}.class_path: {class_path!r} is not a lightmarl.policies.Policy subclass")
     try:
-        return cls(group, **kwargs)
+        policy = cls(group, **kwargs)
     except TypeError as err:
         raise ValueError(f"{field}.policy_kwargs: {cls.__name__}{tuple(kwargs)} rejected the arguments: {err}") from err
+    policy.origin = {"class_path": class_path, "policy_kwargs": dict(kwargs)}
+    return policy
 
 
-def load_policy_from_uri(uri: str, binding_id: str, group: GroupSpec) -> Policy:
-    path_text, _, source_id = uri.partition("#")
-    source_id = source_id or binding_id
-    path = Path(path_text)
+def load_policy_from_uri(uri: str, binding_id: str, group: GroupSpec, policy_kwargs: dict[str, Any]) -> Policy:
     field = f"binding {binding_id!r}.policy_uri"
+    location, _, fragment = uri.partition("#")
+    path_text, _, query = location.partition("?")
+    path = Path(path_text)
     if not path.is_file():
-        raise ValueError(f"{field}: no checkpoint file at {str(path)!r}")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    described = checkpoint.get(CHECKPOINT_KEY, {}).get("bindings", {}) if isinstance(checkpoint, dict) else {}
+        raise ValueError(f"{field}: no file at {str(path)!r}")
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is a config error
+        raise ValueError(f"{field}: {str(path)!r} is not a torch file: {err}") from err
+    if isinstance(saved, dict) and CHECKPOINT_KEY in saved:
+        return _from_checkpoint(saved, path, fragment or binding_id, group, field)
+    if isinstance(saved, dict) and saved and all(isinstance(v, torch.Tensor) for v in saved.values()):
+        class_path = parse_qs(query).get("class_path", [None])[0]
+        if class_path is None:
+            raise ValueError(
+                f"{field}: {str(path)!r} is a plain state_dict; name its policy class in the URI, "
+                f"e.g. '{path_text}?class_path=lightmarl.policies.MLPActorCritic'"
+            )
+        policy = build_policy(class_path, policy_kwargs, group, field=field)
+        _load_weights(policy, saved, field, f"{class_path}{policy_kwargs}")
+        return policy
+    raise ValueError(f"{field}: {str(path)!r} is neither a lightmarl checkpoint nor a state_dict of tensors")
+
+
+def _from_checkpoint(checkpoint: dict, path: Path, source_id: str, group: GroupSpec, field: str) -> Policy:
+    described = checkpoint[CHECKPOINT_KEY].get("bindings", {})
     if source_id not in described:
-        raise ValueError(
-            f"{field}: checkpoint {str(path)!r} has no binding {source_id!r}"
-            + (f"; it has {sorted(described)}" if described else " (not a lightmarl checkpoint)")
-        )
+        raise ValueError(f"{field}: checkpoint {str(path)!r} has no binding {source_id!r}; it has {sorted(described)}")
     entry = described[source_id]
     policy = build_policy(entry["class_path"], entry["policy_kwargs"], group, field=f"{field} ({source_id})")
-    prefix = f"policies.{source_id}."
+    prefix = f"population.policies.{source_id}."
     state = {k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
-    missing, unexpected = policy.load_state_dict(state, strict=False)
+    _load_weights(policy, state, field, f"binding {source_id!r} of {str(path)!r}")
+    return policy
+
+
+def _load_weights(policy: Policy, state: dict[str, torch.Tensor], field: str, source: str) -> None:
+    try:
+        missing, unexpected = policy.load_state_dict(state, strict=False)
+    except (RuntimeError, ValueError) as err:  # shape mismatches (TensorDictParams raise ValueError)
+        raise ValueError(
+            f"{field}: the weights of {source} do not fit group {policy.group.name!r} "
+            f"(shapes differ: {str(err).splitlines()[0][:200]})"
+        ) from None
     if missing or unexpected:
         raise ValueError(
-            f"{field}: weights of {source_id!r} do not fit {entry['class_path']} for group {group.name!r} "
+            f"{field}: the weights of {source} do not fit {type(policy).__name__} "
             f"(missing {missing}, unexpected {unexpected})"
         )
-    return policy

@@ -272,25 +272,17 @@ class MARLModule(LightningModule):
             "frames": self.frames,
             "iterations": self.iterations,
             "env": {"env_fn": self.env_config.env_fn, "env_kwargs": dict(self.env_config.env_kwargs)},
+            # Self-describing: `policy_uri: this.ckpt#binding` rebuilds a policy from here alone.
             "bindings": {
-                b.id: {
-                    "class_path": b.class_path or self._trace_class_path(b.id),
-                    "policy_kwargs": dict(b.policy_kwargs) if b.class_path else self._trace_kwargs(b.id),
-                    "group": self.table.group_of_binding.get(b.id),
-                    "trainable": b.trainable,
+                binding_id: {
+                    **cast(Policy, policy).origin,
+                    "group": self.table.group_of_binding.get(binding_id),
+                    "trainable": self.table.binding(binding_id).trainable,
                 }
-                for b in self.table.bindings
-                if b.id in self.policies
+                for binding_id, policy in self.policies.items()
             },
             "trainers": self.marl_trainer.state_dict() if self.marl_trainer is not None else {},
         }
-
-    def _trace_class_path(self, binding_id: str) -> str:
-        cls = type(self.policies[binding_id])
-        return f"{cls.__module__}.{cls.__qualname__}"
-
-    def _trace_kwargs(self, binding_id: str) -> dict[str, Any]:
-        return dict(getattr(self.policies[binding_id], "init_kwargs", {}))
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get(CHECKPOINT_KEY, {})
