@@ -75,7 +75,7 @@ def load_policy_from_uri(uri: str, binding_id: str, group: GroupSpec, policy_kwa
         raise ValueError(f"{field}: no file at {str(path)!r}")
     try:
         saved = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is a config error
+    except Exception as err:  # any unreadable file is a config error
         raise ValueError(f"{field}: {str(path)!r} is not a torch file: {err}") from err
     if isinstance(saved, dict) and CHECKPOINT_KEY in saved:
         return _from_checkpoint(saved, path, fragment or binding_id, group, field)
