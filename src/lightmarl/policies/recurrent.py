@@ -1,0 +1,181 @@
+"""Recurrent (GRU / LSTM) actor-critic policies.
+
+The recurrent state of every row lives in the rollout: before each step the collector writes
+``(group, "recurrent_state")`` (``[*batch, layers, hidden]``; LSTMs stack hidden and cell
+state as ``[*batch, 2, layers, hidden]``) and ``(group, "is_init")`` (the row starts an
+episode, so the state is reset to zeros); the policy writes the state after the step to
+``(group, "next_recurrent_state")``. Training replays whole rollouts in *sequence mode*:
+each (env, agent) sequence restarts from the state stored at its first step and is reset
+wherever ``is_init`` is set, so the state seen in training is the one seen at collection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Literal
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torch.distributions import Categorical
+from torchrl.modules import MLP, MultiAgentMLP, ProbabilisticActor
+
+from lightmarl.data import schema
+from lightmarl.envs.spec import GroupSpec
+from lightmarl.policies.base import Policy
+
+RECURRENT_STATE = "recurrent_state"
+NEXT_RECURRENT_STATE = "next_recurrent_state"
+IS_INIT = "is_init"
+
+
+class RecurrentCore(nn.Module):
+    """Observation -> MLP -> GRU/LSTM -> action logits, in step or sequence mode.
+
+    Step mode (collection): ``observation [*B, D]``, ``state [*B, S, layers, H]``.
+    Sequence mode (training): ``observation [N, T, A, D]`` with time at dim 1 and agents at
+    dim 2 (the experience layout), ``state [N, T, A, S, layers, H]`` of which only ``t = 0``
+    is used, ``is_init [N, T, A]``.
+    """
+
+    def __init__(
+        self, obs_dim: int, num_actions: int, hidden_size: int, cell: str, pre_sizes: Sequence[int], layers: int
+    ) -> None:
+        super().__init__()
+        self.cell = cell
+        self.layers = layers
+        self.hidden_size = hidden_size
+        self.encoder = MLP(
+            obs_dim, hidden_size, num_cells=list(pre_sizes), activation_class=nn.Tanh, activate_last_layer=True
+        )
+        rnn = nn.LSTM if cell == "lstm" else nn.GRU
+        self.rnn = rnn(hidden_size, hidden_size, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden_size, num_actions)
+        self.sequence_mode = False
+
+    @property
+    def state_slots(self) -> int:
+        return 2 if self.cell == "lstm" else 1
+
+    def _run(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # x [M, T, H]; state [M, S, layers, H] -> torch's [layers, M, H] per slot.
+        slots = state.permute(1, 2, 0, 3).contiguous()
+        if self.cell == "lstm":
+            out, (h, c) = self.rnn(x, (slots[0], slots[1]))
+            new = torch.stack([h, c])
+        else:
+            out, h = self.rnn(x, slots[0])
+            new = h.unsqueeze(0)
+        return out, new.permute(2, 0, 1, 3)
+
+    def forward(
+        self, observation: torch.Tensor, is_init: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.sequence_mode:
+            batch = observation.shape[:-1]
+            state = torch.where(is_init.reshape(*batch, 1, 1, 1), torch.zeros_like(state), state)
+            out, new = self._run(
+                self.encoder(observation).reshape(-1, 1, self.hidden_size), state.reshape(-1, *state.shape[-3:])
+            )
+            return self.head(out[:, 0]).reshape(*batch, -1), new.reshape(state.shape)
+        n, t, a = observation.shape[:3]
+        features = self.encoder(observation).permute(0, 2, 1, 3).reshape(n * a, t, self.hidden_size)
+        resets = is_init.permute(0, 2, 1).reshape(n * a, t)
+        current = state[:, 0].reshape(n * a, *state.shape[-3:])
+        outputs = []
+        # Runs of steps without a reset go through the RNN in one call.
+        start = 0
+        boundaries = sorted({0, *torch.nonzero(resets[:, 1:].any(0)).flatten().add(1).tolist(), t})
+        for stop in boundaries[1:]:
+            reset = resets[:, start].reshape(-1, 1, 1, 1)
+            current = torch.where(reset, torch.zeros_like(current), current)
+            out, current = self._run(features[:, start:stop], current)
+            outputs.append(out)
+            start = stop
+        logits = self.head(torch.cat(outputs, dim=1))
+        return logits.reshape(n, a, t, -1).permute(0, 2, 1, 3), state
+
+
+class RecurrentActorCritic(Policy):
+    """A GRU or LSTM actor (discrete actions) with a feed-forward critic.
+
+    Args:
+        group: the agent group this policy acts for.
+        hidden_size: width of the recurrent layer (and of the encoder's output).
+        cell: ``gru`` or ``lstm``.
+        layers: stacked recurrent layers.
+        encoder_sizes: hidden widths of the MLP before the recurrent layer.
+        critic: ``centralized`` (all agents' observations, MAPPO) or ``local`` (IPPO).
+        critic_sizes: hidden widths of the critic MLP.
+    """
+
+    has_critic = True
+    is_recurrent = True
+
+    def __init__(
+        self,
+        group: GroupSpec,
+        hidden_size: int = 64,
+        cell: Literal["gru", "lstm"] = "gru",
+        layers: int = 1,
+        encoder_sizes: Sequence[int] = (64,),
+        critic: Literal["centralized", "local"] = "local",
+        critic_sizes: Sequence[int] = (64, 64),
+    ) -> None:
+        super().__init__(group)
+        if group.action_kind != "discrete" or len(group.observation_shape) != 1:
+            raise ValueError(
+                f"RecurrentActorCritic supports flat observations and discrete actions; group {group.name!r} has "
+                f"observations {group.observation_shape} and {group.action_kind} actions"
+            )
+        if cell not in ("gru", "lstm"):
+            raise ValueError(f"policy_kwargs.cell: {cell!r} is not one of ['gru', 'lstm']")
+        if critic not in ("centralized", "local"):
+            raise ValueError(f"policy_kwargs.critic: {critic!r} is not one of ['centralized', 'local']")
+        self.critic_kind = critic
+        obs_dim = group.observation_shape[0]
+        self.core = RecurrentCore(obs_dim, group.num_actions, hidden_size, cell, encoder_sizes, layers)
+        self.state_shape = (self.core.state_slots, layers, hidden_size)
+        self.actor = ProbabilisticActor(
+            TensorDictModule(
+                self.core,
+                in_keys=[self.key(schema.OBSERVATION), self.key(IS_INIT), self.key(RECURRENT_STATE)],
+                out_keys=[self.key(schema.LOGITS), self.key(NEXT_RECURRENT_STATE)],
+            ),
+            in_keys={"logits": self.key(schema.LOGITS)},
+            out_keys=[self.key(schema.ACTION)],
+            distribution_class=Categorical,
+            return_log_prob=True,
+            log_prob_key=self.key(schema.ACTION_LOG_PROB),
+        )
+        value = self.key(schema.STATE_VALUE)
+        obs = self.key(schema.OBSERVATION)
+        if critic == "centralized":
+            net: nn.Module = MultiAgentMLP(
+                n_agent_inputs=obs_dim,
+                n_agent_outputs=1,
+                n_agents=group.num_agents,
+                centralized=True,
+                share_params=True,
+                num_cells=list(critic_sizes),
+            )
+        else:
+            net = MLP(obs_dim, 1, num_cells=list(critic_sizes))
+        self.critic = TensorDictModule(net, in_keys=[obs], out_keys=[value])
+
+    def initial_state(self, *batch: int) -> torch.Tensor:
+        return torch.zeros(*batch, *self.state_shape, device=self.core.head.weight.device)
+
+    @contextlib.contextmanager
+    def sequence_mode(self) -> Iterator[None]:
+        """Inside, the actor reads whole ``[N, T, A]`` rollouts (training) instead of one step."""
+        self.core.sequence_mode = True
+        try:
+            yield
+        finally:
+            self.core.sequence_mode = False
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return self.actor(tensordict)
