@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -179,3 +179,62 @@ class RecurrentActorCritic(Policy):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         return self.actor(tensordict)
+
+
+class RecurrentStates:
+    """Carries the recurrent state of every (env, agent) row between steps.
+
+    One state tensor per group that has recurrent bindings (their state shapes must agree);
+    rows of non-recurrent bindings carry zeros. :meth:`prepare` writes the state and
+    ``is_init`` into the policy's input before a step; :meth:`advance` keeps the policy's
+    ``next_recurrent_state`` for the next step.
+
+    Args:
+        policies: binding id -> policy (the population's).
+        group_of_binding: binding id -> group name.
+        num_envs: env copies stepped together.
+        agents_per_group: group name -> number of agents.
+    """
+
+    def __init__(
+        self,
+        policies: dict[str, nn.Module],
+        group_of_binding: dict[str, str],
+        num_envs: int,
+        agents_per_group: dict[str, int],
+    ) -> None:
+        shapes: dict[str, tuple[tuple[int, ...], str]] = {}
+        for binding_id, policy in policies.items():
+            if not getattr(policy, "is_recurrent", False) or binding_id not in group_of_binding:
+                continue
+            group = group_of_binding[binding_id]
+            shape = tuple(cast(RecurrentActorCritic, policy).state_shape)
+            if group in shapes and shapes[group][0] != shape:
+                raise ValueError(
+                    f"recurrent bindings {shapes[group][1]!r} and {binding_id!r} control agents of group {group!r} "
+                    f"with different state shapes {shapes[group][0]} and {shape}; give them the same hidden_size, "
+                    "cell and layers"
+                )
+            shapes.setdefault(group, (shape, binding_id))
+        self.states = {g: torch.zeros(num_envs, agents_per_group[g], *shape) for g, (shape, _) in shapes.items()}
+        self._episode_start = torch.ones(num_envs, dtype=torch.bool)
+
+    def __bool__(self) -> bool:
+        return bool(self.states)
+
+    def prepare(self, observation: TensorDictBase) -> None:
+        """Write ``recurrent_state`` and ``is_init`` into a ``[num_envs]`` observation TensorDict."""
+        for group, state in self.states.items():
+            rows = observation.get(group)
+            rows.set(RECURRENT_STATE, state.to(rows.device))
+            rows.set(IS_INIT, self._episode_start.to(rows.device).unsqueeze(-1).expand(rows.batch_size).clone())
+
+    def advance(self, acted: TensorDictBase, episode_end: torch.Tensor) -> None:
+        """Keep the state after the step; envs whose episode ended start the next one from zeros."""
+        for group in self.states:
+            self.states[group] = acted.get((group, NEXT_RECURRENT_STATE)).detach().cpu()
+        self._episode_start = episode_end.clone()
+
+    def restart_all(self) -> None:
+        """Reset every row at the next step (e.g. after the agent -> binding map changed)."""
+        self._episode_start[:] = True
