@@ -1,4 +1,4 @@
-"""Collection speed on mpe2 ``simple_spread_v3`` (N=3, 25-step episodes), one process.
+"""Collection speed on mpe2 ``simple_spread_v3`` (N=3, 25-step episodes), in one process and with env workers.
 
 Compares, on the same envs, seeds and number of env copies:
 
@@ -8,15 +8,21 @@ Compares, on the same envs, seeds and number of env copies:
   ``PettingZooEnvConfig.make_vector`` with an ``MLPActorCritic`` policy (one binding);
 * ``lightmarl, 2 bindings``: the same with agents mapped ``["a", "b", "a"]``, ``b`` a
   ``UniformRandomPolicy`` (the multi-binding gather/scatter path);
+* ``lightmarl, W worker processes``: the ``lightmarl`` path with ``num_workers=W`` (default 2):
+  the env copies stepped by a :class:`~lightmarl.envs.workers.ProcessVecEnv`, the policy in
+  this process;
+* ``raw, W processes``: the raw loop split over W processes, synchronised once per 25 steps --
+  the ceiling for the worker path on this machine at this moment;
 * ``torchrl``: TorchRL's ``PettingZooWrapper`` in a ``SerialEnv``, ``rollout()`` with random actions.
 
 The paths take turns, one ``collect()`` / ``rollout()`` each, until each has run
 ``--seconds``; this is repeated ``--repeats`` times. The best repeat is reported, and the
 ratio to raw is the median of same-repeat ratios, so that load from other processes on a
-shared machine does not decide the ratios. Run from the
-repository root with the project's virtualenv::
+shared machine does not decide the ratios; the worker path is also compared with the
+in-process collector the same way. Run from the repository root with the project's virtualenv::
 
     python benchmarks/collector_speed.py --num-envs 1 16 32 --seconds 5
+    python benchmarks/collector_speed.py --num-envs 16 32 --paths raw lightmarl workers --workers 2
 
 The result is a Markdown table on stdout (see ``benchmarks/README.md``).
 """
@@ -24,13 +30,16 @@ The result is a Markdown table on stdout (see ``benchmarks/README.md``).
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import os
 import platform
+import resource
+import signal
 import statistics
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -79,8 +88,50 @@ def raw_runner(num_envs: int, seed: int) -> Runner:
     return Runner("raw PettingZoo loop", run, close)
 
 
-def collector_runner(num_envs: int, seed: int, two_bindings: bool) -> Runner:
-    vec = ENV_CONFIG.make_vector(seed, num_envs=num_envs)
+def _raw_loop_process(conn, num_envs: int, seed: int) -> None:
+    """One process of ``raw_processes_runner``: a raw loop over its envs on every ``"go"``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    runner = raw_runner(num_envs, seed)
+    conn.send("ready")
+    while conn.recv() == "go":
+        conn.send(runner.run())
+    runner.close()
+
+
+def raw_processes_runner(num_envs: int, seed: int, processes: int) -> Runner:
+    """The raw loop split over ``processes`` processes (copy ``i`` seeded ``seed + i`` as above),
+    synchronised once per unit of work: the ceiling for collection with env workers."""
+    ctx = mp.get_context("spawn")
+    sizes = [num_envs // processes + (k < num_envs % processes) for k in range(processes)]
+    conns, procs, start = [], [], 0
+    for size in sizes:
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_raw_loop_process, args=(child, size, seed + start), daemon=True)
+        proc.start()
+        child.close()
+        conns.append(parent)
+        procs.append(proc)
+        start += size
+    for conn in conns:
+        assert conn.recv() == "ready"
+
+    def run() -> int:
+        for conn in conns:
+            conn.send("go")
+        return sum(conn.recv() for conn in conns)
+
+    def close() -> None:
+        for conn in conns:
+            conn.send("stop")
+        for proc in procs:
+            proc.join(10)
+
+    return Runner(f"raw PettingZoo loop, {processes} processes", run, close)
+
+
+def collector_runner(num_envs: int, seed: int, two_bindings: bool, num_workers: int = 0) -> Runner:
+    config = ENV_CONFIG if not num_workers else replace(ENV_CONFIG, num_envs=num_envs, num_workers=num_workers)
+    vec = config.make_vector(seed, num_envs=num_envs)
     mlp = {"class_path": "lightmarl.policies.MLPActorCritic", "policy_kwargs": {"hidden_sizes": HIDDEN_SIZES}}
     if two_bindings:
         bindings = [
@@ -91,7 +142,7 @@ def collector_runner(num_envs: int, seed: int, two_bindings: bool) -> Runner:
         name = "lightmarl collector, 2 bindings"
     else:
         table = BindingTable([PolicyBinding(id="main", **mlp)], vec.spec)
-        name = "lightmarl collector"
+        name = f"lightmarl collector, {num_workers} worker processes" if num_workers else "lightmarl collector"
     registry = PolicyRegistry()
     policies = {b: registry.get(table.binding(b), vec.spec.groups[table.group_of_binding[b]]) for b in table.active_ids}
     collector = RolloutCollector(vec, MultiAgentPolicy(policies, table), rollout_steps=ROLLOUT_STEPS)
@@ -140,15 +191,26 @@ def interleaved_rates(runners: list[Runner], seconds: float) -> list[float]:
     return [s / t for s, t in zip(steps, elapsed)]
 
 
-def benchmark(num_envs: int, seed: int, seconds: float, repeats: int) -> dict[str, list[float]]:
+PATHS = ("raw", "lightmarl", "bindings", "workers", "raw-workers", "torchrl")
+
+
+def benchmark(
+    num_envs: int, seed: int, seconds: float, repeats: int, paths: tuple[str, ...] = PATHS, workers: int = 2
+) -> dict[str, list[float]]:
     """Env-steps/s of every runner (raw first), one entry per repeat."""
-    runners = [
-        raw_runner(num_envs, seed),
-        collector_runner(num_envs, seed, two_bindings=False),
-        collector_runner(num_envs, seed, two_bindings=True),
-        torchrl_runner(num_envs, seed),
-    ]
+    makers: dict[str, Callable[[], Runner]] = {
+        "raw": lambda: raw_runner(num_envs, seed),
+        "lightmarl": lambda: collector_runner(num_envs, seed, two_bindings=False),
+        "bindings": lambda: collector_runner(num_envs, seed, two_bindings=True),
+        "workers": lambda: collector_runner(num_envs, seed, two_bindings=False, num_workers=min(workers, num_envs)),
+        "raw-workers": lambda: raw_processes_runner(num_envs, seed, min(workers, num_envs)),
+        "torchrl": lambda: torchrl_runner(num_envs, seed),
+    }
+    runners: list[Runner] = []
     try:
+        for path in ("raw", *(p for p in PATHS if p in paths and p != "raw")):
+            if path not in ("workers", "raw-workers") or workers > 0:
+                runners.append(makers[path]())
         for runner in runners:
             runner.run()  # warm-up: first reset, lazy imports, allocator
         runs = [interleaved_rates(runners, seconds) for _ in range(repeats)]
@@ -176,6 +238,49 @@ def markdown_table(results: dict[int, dict[str, list[float]]], num_agents: int) 
     return "\n".join(lines)
 
 
+def worker_table(results: dict[int, dict[str, list[float]]]) -> str:
+    """The worker path against the in-process collector: median of same-repeat ratios."""
+    lines = [
+        "| envs | path | × in-process collector (median) | per run |",
+        "| ---: | --- | ---: | ---: |",
+    ]
+    for num_envs, rates in results.items():
+        base = rates.get("lightmarl collector")
+        for name, runs in rates.items():
+            if base is None or "worker processes" not in name:
+                continue
+            ratios = [r / b for r, b in zip(runs, base)]
+            per_run = ", ".join(f"{r:.2f}" for r in ratios)
+            lines.append(f"| {num_envs} | {name} | {statistics.median(ratios):.2f} | {per_run} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """(CPU seconds used by the whole machine, by this process and its descendants) so far (Linux)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    machine = (sum(fields[:8]) - fields[3] - fields[4]) / tick  # all but idle and iowait
+    parents, times = {}, {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat[1])
+            times[int(entry)] = (int(stat[11]) + int(stat[12])) / tick
+    ours, frontier = {os.getpid()}, [os.getpid()]
+    while frontier:
+        pid = frontier.pop()
+        children = [c for c, p in parents.items() if p == pid and c not in ours]
+        ours.update(children)
+        frontier += children
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return machine, sum(times.get(p, 0.0) for p in ours) + reaped.ru_utime + reaped.ru_stime
+
+
 def load_average() -> str:
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -187,6 +292,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved runs per path; the best is reported")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--paths", nargs="+", choices=PATHS, default=list(PATHS), help="paths to measure (raw always runs)"
+    )
+    parser.add_argument("--workers", type=int, default=2, help="worker processes of the 'workers' path (0: skip it)")
     return parser.parse_args()
 
 
@@ -196,15 +305,28 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     num_agents = len(ENV_CONFIG.spec().possible_agents)
     load_before = load_average()
-    results = {e: benchmark(e, args.seed, args.seconds, args.repeats) for e in args.num_envs}
+    machine_before, ours_before = cpu_seconds()
+    wall_before = time.perf_counter()
+    paths = tuple(args.paths)
+    results = {e: benchmark(e, args.seed, args.seconds, args.repeats, paths, args.workers) for e in args.num_envs}
     print(
         f"mpe2 simple_spread_v3 (N=3, max_cycles=25), {ROLLOUT_STEPS} steps per collect()/rollout(), "
         f"{args.repeats} interleaved runs × {args.seconds:g} s per path, torch threads {args.threads}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}"
     )
+    machine_after, ours_after = cpu_seconds()
+    wall = time.perf_counter() - wall_before
+    others = max(0.0, (machine_after - machine_before) - (ours_after - ours_before)) / wall
     print(f"load average (1/5/15 min): before {load_before}, after {load_average()}")
+    print(
+        f"CPU used during the run: this benchmark {(ours_after - ours_before) / wall:.2f} cores, "
+        f"other processes {others:.2f} cores (of {os.cpu_count()})"
+    )
     print(f"agent-steps/s = env-steps/s × {num_agents} (every agent acts at every step of simple_spread)\n")
     print(markdown_table(results, num_agents))
+    workers = worker_table(results)
+    if workers:
+        print(f"\n{workers}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lightmarl.data import schema
@@ -69,3 +70,61 @@ def test_episode_statistics_per_binding(spread_config):
     rewards = exp["next", "agent", "reward"][..., 1, 0]
     expected = torch.cat([rewards[:, :5].sum(1), rewards[:, 5:].sum(1)]).mean()
     assert abs(summary["npc"]["episode_return"] - float(expected)) < 1e-4
+
+
+class ConstantPolicy(UniformRandomPolicy):
+    """Plays `value` everywhere, so the experience shows which binding acted in each row."""
+
+    def __init__(self, group, value: int) -> None:
+        super().__init__(group)
+        self.value = value
+
+    def act(self, observation, action_mask=None):
+        return torch.full(observation.shape[:-1], self.value, dtype=torch.int64)
+
+
+def per_env_collector(spread_config, agent_map, steps=6):
+    spec = spread_config.spec()
+    group = spec.groups["agent"]
+    table = BindingTable(
+        [
+            PolicyBinding("learner", class_path="x.y", loss_profile="rl"),
+            PolicyBinding("npc", class_path="x.y", trainable=False, loss_profile="frozen"),
+        ],
+        spec,
+        agent_map,
+        {"rl": ["ppo"], "frozen": []},
+    )
+    population = MultiAgentPolicy({"learner": ConstantPolicy(group, 1), "npc": ConstantPolicy(group, 4)}, table)
+    return RolloutCollector(spread_config.make_vector(seed=0), population, steps)
+
+
+def test_per_env_map_annotates_and_acts_per_env_copy(spread_config):
+    agent_map = {
+        "default": ["learner", "npc", "learner"],
+        "per_env": {1: ["npc", "npc", "npc"], 3: ["learner", "learner", "npc"]},
+    }
+    collector = per_env_collector(spread_config, agent_map, steps=10)
+    exp = collector.collect()
+    rows = exp["agent"]
+    expected = torch.tensor([[0, 1, 0], [1, 1, 1], [0, 1, 0], [0, 0, 1]])  # learner 0, npc 1
+    for key in (schema.BINDING_ID, schema.LOSS_PROFILE_ID):
+        assert torch.equal(rows[key], expected.unsqueeze(1).expand(4, 10, 3))
+    assert torch.equal(rows[schema.IS_TRAINABLE_AGENT], (expected == 0).unsqueeze(1).expand(4, 10, 3))
+    # The per-env map is played, not only annotated: each row's action is its binding's constant.
+    assert torch.equal(rows[schema.ACTION], torch.where(expected == 0, 1, 4).unsqueeze(1).expand(4, 10, 3))
+    # Episode statistics count each (episode, binding) pair of the copies where the binding plays.
+    summary = collector.episode_summary()
+    assert summary["learner"]["episodes"] == 2 * 3  # 2 episodes in copies 0, 2, 3
+    assert summary["npc"]["episodes"] == 2 * 4
+    rewards = exp["next", "agent", "reward"][..., 0]  # [E, T, A]
+    learner = expected == 0
+    per_copy = (rewards * learner.unsqueeze(1)).sum(-1) / learner.sum(-1, keepdim=True)  # [E, T]
+    copies = [0, 2, 3]  # all copies end together (max_cycles=5): one sample per copy, in copy order
+    want = [float(per_copy[e, :5].sum()) for e in copies] + [float(per_copy[e, 5:].sum()) for e in copies]
+    torch.testing.assert_close(torch.tensor(list(collector.stats["learner"].returns)), torch.tensor(want))
+
+
+def test_per_env_index_beyond_the_env_copies_fails_before_the_first_step(spread_config):
+    with pytest.raises(ValueError, match=r"per_env: env index 4 is out of range; each process steps 4 env copies"):
+        per_env_collector(spread_config, {"per_env": {4: ["npc", "npc", "npc"]}})

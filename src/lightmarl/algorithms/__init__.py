@@ -1,16 +1,20 @@
 """How the population learns: algorithms, UnitTrainers and the MARLTrainer."""
 
 from lightmarl.algorithms.base import Algorithm, GradientStepper, PlainStepper, UnitTrainer, loss_row_mask
+from lightmarl.algorithms.distillation import Distillation, KickstarterLoss, SlicedClonerLoss
 from lightmarl.algorithms.marl_trainer import IndependentMARLTrainer
 from lightmarl.algorithms.ppo import PPO, PPOUnitTrainer
 
 __all__ = [
     "PPO",
     "Algorithm",
+    "Distillation",
     "GradientStepper",
     "IndependentMARLTrainer",
+    "KickstarterLoss",
     "PPOUnitTrainer",
     "PlainStepper",
+    "SlicedClonerLoss",
     "UnitTrainer",
     "loss_row_mask",
 ]

@@ -8,7 +8,7 @@ all-reduce gradients under DDP, while plain Python scripts use :class:`PlainStep
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 import torch
@@ -137,7 +137,18 @@ class Algorithm(ABC):
     """
 
     @abstractmethod
-    def make_unit_trainer(self, binding_id: str, policy: Policy, table: BindingTable) -> UnitTrainer: ...
+    def make_unit_trainer(
+        self,
+        binding_id: str,
+        policy: Policy,
+        table: BindingTable,
+        population: Mapping[str, Policy] | None = None,
+    ) -> UnitTrainer:
+        """Build the learner of ``binding_id``.
+
+        ``population`` (binding id -> policy, every binding that plays) lets a loss read other
+        bindings' policies, e.g. a distillation teacher; losses that need it fail without it.
+        """
 
     def check_policy(self, binding_id: str, policy: Policy) -> None:
         """Fail before training when ``policy`` lacks an output this algorithm needs."""

@@ -18,7 +18,7 @@ class IndependentMARLTrainer:
 
     Args:
         table: the population.
-        policies: binding id -> policy.
+        policies: binding id -> policy, for every binding that plays (teachers included).
         algorithms: binding id -> algorithm, for every trainable binding that controls an agent.
     """
 
@@ -29,7 +29,7 @@ class IndependentMARLTrainer:
             if binding_id not in table.group_of_binding:
                 continue  # maps to no agent in this env: nothing to learn from
             self.unit_trainers[binding_id] = algorithms[binding_id].make_unit_trainer(
-                binding_id, policies[binding_id], table
+                binding_id, policies[binding_id], table, population=policies
             )
 
     def make_optimizers(self) -> list[torch.optim.Optimizer]:

@@ -8,7 +8,8 @@ The losses are TorchRL's :class:`~torchrl.objectives.multiagent.MAPPOLoss` /
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Mapping
+from typing import Literal, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -17,6 +18,7 @@ from torchrl.objectives import ValueEstimators
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
 from lightmarl.algorithms.base import Algorithm, GradientStepper, UnitTrainer, loss_row_mask, unique_parameters
+from lightmarl.algorithms.distillation import CLONE_LOSS, Distillation, KickstarterLoss, SlicedClonerLoss
 from lightmarl.data import schema
 from lightmarl.policies.base import Policy
 from lightmarl.population import BindingTable
@@ -28,7 +30,10 @@ class PPO(Algorithm):
     """Clipped PPO on the binding's rows of each rollout: GAE, then epochs x minibatches.
 
     The critic decides the flavour: a policy with ``critic: centralized`` trains with
-    ``MAPPOLoss`` (MAPPO), one with ``critic: local`` with ``IPPOLoss`` (IPPO).
+    ``MAPPOLoss`` (MAPPO), one with ``critic: local`` with ``IPPOLoss`` (IPPO). With
+    ``distillation`` the binding also learns from a teacher binding (kickstarting or sliced
+    cloning, see :class:`~lightmarl.algorithms.Distillation`), in the same optimizer steps.
+    Loss names for ``loss_profiles``: ``ppo``, plus ``distill`` / ``clone``.
 
     Args:
         lr: Adam learning rate.
@@ -44,6 +49,7 @@ class PPO(Algorithm):
         normalize_advantage: standardise advantages over the binding's valid rows of a rollout.
         anneal_lr: decay the learning rate linearly to 0 over the frame budget.
         update_every: learn on every k-th training iteration only (1: every iteration).
+        distillation: learn from a teacher binding as well (``None``: plain PPO).
     """
 
     def __init__(
@@ -61,6 +67,7 @@ class PPO(Algorithm):
         normalize_advantage: bool = True,
         anneal_lr: bool = False,
         update_every: int = 1,
+        distillation: Distillation | None = None,
     ) -> None:
         for name, value, ok in (
             ("lr", lr, lr > 0),
@@ -86,6 +93,7 @@ class PPO(Algorithm):
         self.normalize_advantage = normalize_advantage
         self.anneal_lr = anneal_lr
         self.update_every = update_every
+        self.distillation = distillation
 
     def check_policy(self, binding_id: str, policy: Policy) -> None:
         actor = getattr(policy, "actor", None)
@@ -96,19 +104,38 @@ class PPO(Algorithm):
                 "(for MLPActorCritic set policy_kwargs.critic to 'centralized' or 'local')"
             )
 
-    def make_unit_trainer(self, binding_id: str, policy: Policy, table: BindingTable) -> PPOUnitTrainer:
+    def make_unit_trainer(
+        self,
+        binding_id: str,
+        policy: Policy,
+        table: BindingTable,
+        population: Mapping[str, Policy] | None = None,
+    ) -> PPOUnitTrainer:
         self.check_policy(binding_id, policy)
-        return PPOUnitTrainer(binding_id, policy, table, self)
+        return PPOUnitTrainer(binding_id, policy, table, self, population)
 
 
 class PPOUnitTrainer(UnitTrainer):
-    """Runs :class:`PPO` for one binding."""
+    """Runs :class:`PPO` (and its distillation loss, if any) for one binding."""
 
-    loss_names = (LOSS_NAME,)
+    loss_names: tuple[str, ...] = (LOSS_NAME,)
 
-    def __init__(self, binding_id: str, policy: Policy, table: BindingTable, config: PPO) -> None:
+    def __init__(
+        self,
+        binding_id: str,
+        policy: Policy,
+        table: BindingTable,
+        config: PPO,
+        population: Mapping[str, Policy] | None = None,
+    ) -> None:
         super().__init__(binding_id, policy, table)
         self.config = config
+        self.distillation = config.distillation
+        self.distill_loss: KickstarterLoss | SlicedClonerLoss | None = None
+        if self.distillation is not None:
+            self.distill_loss = self.distillation.make_loss(binding_id, policy, table, population)
+            self.loss_names = (LOSS_NAME, self.distillation.loss_name)
+        self.fraction_done = 0.0
         centralized = getattr(policy, "critic_kind", "local") == "centralized"
         loss_class = MAPPOLoss if centralized else IPPOLoss
         self.flavour = "MAPPO" if centralized else "IPPO"
@@ -147,10 +174,13 @@ class PPOUnitTrainer(UnitTrainer):
 
     def to(self, device: torch.device) -> PPOUnitTrainer:
         self.loss.to(device)
+        if self.distill_loss is not None:
+            self.distill_loss.to(device)
         return self
 
     def set_progress(self, optimizer: torch.optim.Optimizer, fraction_done: float) -> None:
-        """Linear learning-rate annealing, when enabled."""
+        """Linear learning-rate annealing, when enabled; the budget fraction also drives distillation schedules."""
+        self.fraction_done = fraction_done
         if self.config.anneal_lr:
             for group in optimizer.param_groups:
                 group["lr"] = self.config.lr * max(0.0, 1.0 - fraction_done)
@@ -164,17 +194,24 @@ class PPOUnitTrainer(UnitTrainer):
         rows = data.get(g)
         mask = loss_row_mask(rows, self.table, LOSS_NAME, binding_id=self.binding_id)
         num_rows = int(mask.sum())
-        if num_rows == 0:
+        distill_rows = 0
+        if self.distill_loss is not None:
+            distill_mask = self.distillation_rows(rows)
+            distill_rows = int(distill_mask.sum())
+            data.set(self.distill_loss.tensor_keys.mask, distill_mask)
+            self.distill_loss.coeff = self.distillation_coeff()
+        if num_rows == 0 and distill_rows == 0:
             return {}
-        with torch.no_grad():
-            self.loss.value_estimator(data)
-        advantage = rows.get("advantage")
-        if self.config.normalize_advantage:
-            valid_adv = advantage[mask]
-            std = valid_adv.std() if num_rows > 1 else torch.ones((), device=advantage.device)
-            advantage = (advantage - valid_adv.mean()) / (std + 1e-8)
-            rows.set("advantage", advantage)
-        rows.set("loss_mask", mask)
+        if num_rows:
+            with torch.no_grad():
+                self.loss.value_estimator(data)
+            advantage = rows.get("advantage")
+            if self.config.normalize_advantage:
+                valid_adv = advantage[mask]
+                std = valid_adv.std() if num_rows > 1 else torch.ones((), device=advantage.device)
+                advantage = (advantage - valid_adv.mean()) / (std + 1e-8)
+                rows.set("advantage", advantage)
+            rows.set("loss_mask", mask)
 
         flat = data.reshape(-1)
         num_samples = flat.shape[0]
@@ -187,9 +224,12 @@ class PPOUnitTrainer(UnitTrainer):
             order = torch.randperm(num_samples, device=flat.device)
             for i in range(num_minibatches):
                 batch = flat[order[i * minibatch : (i + 1) * minibatch]]
-                out = self.loss(batch)
+                # No PPO rows (e.g. a profile that only clones): the PPO loss would average over nothing.
+                out = dict(self.loss(batch).items()) if num_rows else {}
+                if self.distill_loss is not None:
+                    out.update(self.distill_loss(batch).items())
                 loss = sum(v for k, v in out.items() if k.startswith("loss_"))
-                stepper.backward(loss)
+                stepper.backward(cast(torch.Tensor, loss))
                 stepper.step(optimizer, params, self.config.max_grad_norm)
                 for key, value in out.items():
                     if value.numel() and value.dtype.is_floating_point:
@@ -198,8 +238,24 @@ class PPOUnitTrainer(UnitTrainer):
         self.updates += 1
         metrics = {k: v / count for k, v in sums.items() if math.isfinite(v)}
         metrics["rows"] = float(num_rows)
-        metrics["value_target_mean"] = float(rows.get("value_target")[mask].mean())
+        if num_rows:
+            metrics["value_target_mean"] = float(rows.get("value_target")[mask].mean())
+        if self.distillation is not None:
+            metrics[f"{self.distillation.loss_name}_rows"] = float(distill_rows)
         return metrics
+
+    def distillation_rows(self, rows: TensorDictBase) -> torch.Tensor:
+        """Rows the distillation loss learns from: the student's own (``kl``) or the teacher's (``clone``)."""
+        assert self.distillation is not None
+        if self.distillation.mode == "kl":
+            return loss_row_mask(rows, self.table, self.distillation.loss_name, binding_id=self.binding_id)
+        # The teacher's rows are not trainable rows: clone reads them through its own profile gate.
+        return loss_row_mask(rows, self.table, CLONE_LOSS, binding_id=self.distillation.teacher, trainable_only=False)
+
+    def distillation_coeff(self) -> float:
+        """The distillation weight for the coming update (by this binding's update count or budget spent)."""
+        assert self.distillation is not None
+        return self.distillation.coefficient(self.updates, self.fraction_done)
 
     def state_dict(self) -> dict:
         return {"updates": self.updates}

@@ -11,7 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from lightmarl.data import schema
-from lightmarl.envs.pettingzoo import ParallelVecEnv
+from lightmarl.envs.pettingzoo import VecEnv
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 
 
@@ -33,7 +33,7 @@ class EpisodeStats:
 
 
 class RolloutCollector:
-    """Steps a :class:`ParallelVecEnv` with a :class:`MultiAgentPolicy` for ``rollout_steps`` steps.
+    """Steps a vectorized env (:class:`VecEnv`) with a :class:`MultiAgentPolicy` for ``rollout_steps`` steps.
 
     Each call to :meth:`collect` returns experience with root batch ``[num_envs, rollout_steps]``
     and, per group, rows ``[num_envs, rollout_steps, agents_in_group]`` carrying the
@@ -53,7 +53,7 @@ class RolloutCollector:
 
     def __init__(
         self,
-        env: ParallelVecEnv,
+        env: VecEnv,
         policy: MultiAgentPolicy,
         rollout_steps: int,
         exploration: ExplorationType = ExplorationType.RANDOM,
@@ -69,6 +69,7 @@ class RolloutCollector:
         self.exploration = exploration
         self.device = torch.device(device)
         self.num_envs = env.num_envs
+        self.table.check_num_envs(self.num_envs)  # per-env map indices, before the first env step
         self.stats = {b: EpisodeStats(deque(maxlen=stats_window), deque(maxlen=stats_window)) for b in self.table.ids}
         self._groups = list(env.spec.groups.values())
         self._episode_id = torch.arange(self.num_envs, dtype=torch.int64)
@@ -110,17 +111,19 @@ class RolloutCollector:
             return
         env_ids = torch.nonzero(ended).flatten()
         for g in self._groups:
-            binding_of_agent = self.table.groups[g.name].binding_of_agent
             returns = self._episode_return[g.name][env_ids]
             lengths = self._episode_steps[g.name][env_ids]
-            for binding, agents in self.table.groups[g.name].agents_of_binding.items():
+            binding_of = self.table.bindings_of_envs(g.name, self.num_envs)[env_ids]  # [ended envs, agents]
+            for binding in binding_of.unique().tolist():
+                mine = binding_of == binding
+                played = mine.any(-1)
+                # One sample per (episode, binding): the mean return of the binding's agents in that episode.
+                mean_return = (returns * mine).sum(-1)[played] / mine.sum(-1)[played]
+                length = lengths.masked_fill(~mine, 0).max(-1).values[played]
                 stats = self.stats[self.table.ids[binding]]
-                # One sample per (episode, binding): the binding's agents' mean return.
-                for r, n in zip(returns[:, agents].mean(-1).tolist(), lengths[:, agents].max(-1).values.tolist()):
-                    stats.returns.append(r)
-                    stats.lengths.append(n)
-                    stats.finished += 1
-            del binding_of_agent
+                stats.returns.extend(mean_return.tolist())
+                stats.lengths.extend(length.tolist())
+                stats.finished += int(played.sum())
             self._episode_return[g.name][env_ids] = 0
             self._episode_steps[g.name][env_ids] = 0
         new_ids = torch.arange(self._next_episode_id, self._next_episode_id + len(env_ids))
@@ -146,8 +149,8 @@ class RolloutCollector:
                 },
                 batch_size=[E, T, A],
             )
-            index = self.table.groups[name]
-            binding = index.binding_of_agent.expand(E, T, A)
+            # Annotations follow the map each env copy plays (per-env overrides included).
+            binding = self.table.bindings_of_envs(name, E).unsqueeze(1).expand(E, T, A)
             rows = experience.get(name)
             rows.set(schema.BINDING_ID, binding)
             rows.set(schema.LOSS_PROFILE_ID, self.table.profile_of_binding[binding])

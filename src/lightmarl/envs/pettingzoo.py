@@ -1,17 +1,17 @@
-"""PettingZoo parallel envs, built from a recipe and stepped as a lean in-process vector.
+"""PettingZoo parallel envs, built from a recipe and stepped as a lean vector.
 
 The vector writes straight into NumPy arrays laid out ``[num_envs, agents_in_group, ...]``
 per group and hands torch views of them to the collector; it skips TorchRL's per-step
 spec checks and TensorDict churn, which cost ~4x in speed on small envs
-(see ``benchmarks/README.md``).
+(see ``benchmarks/README.md``). ``num_workers >= 1`` steps the copies in worker processes
+instead (:mod:`lightmarl.envs.workers`), with the same stepping code and trajectories.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -19,8 +19,7 @@ from tensordict import TensorDict
 
 from lightmarl._imports import import_object
 from lightmarl.envs.spec import EnvSpec, GroupSpec, default_group_name, space_signature
-
-log = logging.getLogger(__name__)
+from lightmarl.envs.workers import EnvSlice, GroupLayout, ProcessVecEnv, empty_current, empty_next
 
 
 @dataclass
@@ -32,15 +31,27 @@ class PettingZooEnvConfig:
             (e.g. ``mpe2.simple_spread_v3.parallel_env``, or your own class).
         env_kwargs: keyword arguments passed to ``env_fn``.
         num_envs: env copies stepped together by each training process.
+        num_workers: ``0`` steps the copies in the training process (:class:`ParallelVecEnv`);
+            ``k >= 1`` splits them over ``k`` worker processes
+            (:class:`~lightmarl.envs.workers.ProcessVecEnv`, same trajectories). At most
+            ``num_envs``; a vector asked for fewer copies gets at most one worker per copy.
     """
 
     env_fn: str = "mpe2.simple_spread_v3.parallel_env"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     num_envs: int = 16
+    num_workers: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_envs, int) or self.num_envs < 1:
             raise ValueError(f"env.num_envs: expected a positive integer, got {self.num_envs!r}")
+        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
+            raise ValueError(f"env.num_workers: expected an integer >= 0, got {self.num_workers!r}")
+        if self.num_workers > self.num_envs:
+            raise ValueError(
+                f"env.num_workers: {self.num_workers} workers for {self.num_envs} env copies; "
+                "each worker needs at least one copy (num_workers <= num_envs)"
+            )
 
     @property
     def name(self) -> str:
@@ -76,13 +87,21 @@ class PettingZooEnvConfig:
         finally:
             env.close()
 
-    def make_vector(self, seed: int, num_envs: int | None = None) -> ParallelVecEnv:
-        make = self.constructor()
+    def make_vector(self, seed: int, num_envs: int | None = None) -> VecEnv:
+        """``num_envs`` (default ``self.num_envs``) copies, copy ``i`` reset with ``seed + i``:
+        in this process, or in ``min(num_workers, num_envs)`` worker processes."""
         count = self.num_envs if num_envs is None else num_envs
+        seeds = [seed + i for i in range(count)]
+        if self.num_workers > 0:
+            # Validates the env here (clear errors before any process starts); workers build
+            # their copies from the import path and kwargs.
+            spec = self.spec()
+            return ProcessVecEnv(self.env_fn, dict(self.env_kwargs), spec, seeds, min(self.num_workers, count))
+        make = self.constructor()
         envs: list[Any] = []
         for _ in range(count):
             envs.append(self.make_one() if not envs else make())
-        return ParallelVecEnv(envs, env_spec_of(envs[0], name=self.name), seeds=[seed + i for i in range(count)])
+        return ParallelVecEnv(envs, env_spec_of(envs[0], name=self.name), seeds=seeds)
 
 
 def env_spec_of(env: Any, name: str) -> EnvSpec:
@@ -122,12 +141,60 @@ def env_spec_of(env: Any, name: str) -> EnvSpec:
     return EnvSpec(name=name, possible_agents=agents, groups=groups)
 
 
+def observation_td(
+    spec: EnvSpec,
+    current: dict[str, dict[str, torch.Tensor]],
+    num_envs: int,
+    agent_ids: dict[str, torch.Tensor],
+) -> TensorDict:
+    """The policies' view of ``current``: see :meth:`ParallelVecEnv.observation_td`.
+
+    ``agent_ids`` is a cache (group name -> ids tensor) the caller keeps between calls.
+    """
+    groups = {}
+    for g in spec.groups.values():
+        entries = dict(current[g.name])
+        ids = agent_ids.get(g.name)
+        if ids is None:
+            ids = agent_ids[g.name] = torch.tensor(g.agent_ids, dtype=torch.int64)
+        entries["agent_id"] = ids.expand(num_envs, g.num_agents)
+        groups[g.name] = TensorDict(entries, batch_size=[num_envs, g.num_agents])
+    return TensorDict(groups, batch_size=[num_envs])
+
+
+@runtime_checkable
+class VecEnv(Protocol):
+    """What the collector and evaluation need from a vector of env copies.
+
+    Implemented by :class:`ParallelVecEnv` (in-process) and
+    :class:`~lightmarl.envs.workers.ProcessVecEnv` (worker processes); both reset copy ``i``
+    with ``seeds[i]`` and produce the same trajectories for the same actions.
+    """
+
+    spec: EnvSpec
+    num_envs: int
+    seeds: list[int]
+    current: dict[str, dict[str, torch.Tensor]]
+
+    def reset(self) -> dict[str, dict[str, torch.Tensor]]: ...
+
+    def step(self, actions: dict[str, torch.Tensor]) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]: ...
+
+    def observation_td(self) -> TensorDict: ...
+
+    def render(self, index: int = 0) -> Any: ...
+
+    def close(self) -> None: ...
+
+
 class ParallelVecEnv:
     """``num_envs`` PettingZoo parallel envs stepped in one process, with auto-reset.
 
     ``reset()`` and ``step()`` return, per group, tensors shaped ``[num_envs, agents_in_group, ...]``.
     An env whose agents are all gone (or all done) is reset inside ``step``: the step
     reports the episode's final observation, and :attr:`current` holds the reset one.
+    The stepping itself is :class:`~lightmarl.envs.workers.EnvSlice`, shared with the
+    worker processes of :class:`~lightmarl.envs.workers.ProcessVecEnv`.
 
     Args:
         envs: the env copies (already constructed).
@@ -142,53 +209,20 @@ class ParallelVecEnv:
         self.spec = spec
         self.seeds = seeds
         self.num_envs = len(envs)
-        # agent name -> (group name, position in group)
-        self._slot = {a: (g.name, i) for g in spec.groups.values() for i, a in enumerate(g.agents)}
+        self._groups = GroupLayout.of(spec)
+        self._block = EnvSlice(envs, self._groups, seeds, 0, spec.name, spec.possible_agents)
         self.current: dict[str, dict[str, torch.Tensor]] = {}
-        self._agent_ids = {g.name: torch.tensor(g.agent_ids, dtype=torch.int64) for g in spec.groups.values()}
+        self._agent_ids: dict[str, torch.Tensor] = {}
         self._closed = False
-
-    def _empty_obs(self) -> dict[str, dict[str, np.ndarray]]:
-        out = {}
-        for g in self.spec.groups.values():
-            arrays = {
-                "observation": np.zeros((self.num_envs, g.num_agents, *g.observation_shape), dtype=np.float32),
-                "valid": np.zeros((self.num_envs, g.num_agents), dtype=bool),
-            }
-            if g.has_action_mask:
-                arrays["action_mask"] = np.zeros((self.num_envs, g.num_agents, g.num_actions), dtype=bool)
-            out[g.name] = arrays
-        return out
-
-    def _write_obs(self, arrays: dict[str, dict[str, np.ndarray]], e: int, observations: dict, live) -> None:
-        for agent, obs in observations.items():
-            try:
-                group, i = self._slot[agent]
-            except KeyError:
-                raise RuntimeError(
-                    f"env {self.spec.name!r} (copy {e}, seed {self.seeds[e]}) returned an observation for "
-                    f"unknown agent {agent!r}; possible_agents are {list(self.spec.possible_agents)}"
-                ) from None
-            target = arrays[group]
-            if isinstance(obs, dict):
-                if "action_mask" in target:
-                    target["action_mask"][e, i] = obs["action_mask"]
-                obs = obs["observation"]
-            target["observation"][e, i] = obs
-        for agent in live:
-            group, i = self._slot[agent]
-            arrays[group]["valid"][e, i] = True
 
     @staticmethod
     def _to_torch(arrays: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, torch.Tensor]]:
         return {g: {k: torch.from_numpy(v) for k, v in d.items()} for g, d in arrays.items()}
 
     def reset(self) -> dict[str, dict[str, torch.Tensor]]:
-        arrays = self._empty_obs()
-        for e, env in enumerate(self.envs):
-            observations, _ = env.reset(seed=self.seeds[e])
-            self._write_obs(arrays, e, observations, env.agents)
-        self.current = self._to_torch(arrays)
+        current = empty_current(self._groups, self.num_envs)
+        self._block.reset(current)
+        self.current = self._to_torch(current)
         return self.current
 
     def step(self, actions: dict[str, torch.Tensor]) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]:
@@ -204,80 +238,18 @@ class ParallelVecEnv:
             ``[num_envs]`` bool tensor of envs that were reset.
         """
         action_arrays = {g: a.numpy() for g, a in actions.items()}
-        nxt = self._empty_obs()
-        for arrays in nxt.values():
-            shape = arrays["valid"].shape
-            arrays["reward"] = np.zeros(shape, dtype=np.float32)
-            arrays["terminated"] = np.zeros(shape, dtype=bool)
-            arrays["truncated"] = np.zeros(shape, dtype=bool)
-        live_next = {g: np.zeros_like(arrays["valid"]) for g, arrays in nxt.items()}
-        reset_arrays = None
+        nxt = empty_next(self._groups, self.num_envs)
+        current = empty_current(self._groups, self.num_envs)
         episode_end = np.zeros(self.num_envs, dtype=bool)
-        for e, env in enumerate(self.envs):
-            acting = list(env.agents)  # env.step mutates env.agents
-            joint = {}
-            for agent in acting:
-                group, i = self._slot[agent]
-                value = action_arrays[group][e, i]
-                joint[agent] = value.item() if value.ndim == 0 else value
-            try:
-                observations, rewards, terminations, truncations, _ = env.step(joint)
-            except Exception as err:
-                raise RuntimeError(
-                    f"env {self.spec.name!r} (copy {e}, seed {self.seeds[e]}) raised in step(): "
-                    f"{type(err).__name__}: {err}"
-                ) from err
-            self._write_obs(nxt, e, observations, ())
-            for agent in acting:
-                group, i = self._slot[agent]
-                arrays = nxt[group]
-                arrays["reward"][e, i] = rewards.get(agent, 0.0)
-                arrays["terminated"][e, i] = terminations.get(agent, False)
-                arrays["truncated"][e, i] = truncations.get(agent, False)
-            if env.agents and not all(terminations.get(a, False) or truncations.get(a, False) for a in env.agents):
-                for agent in env.agents:
-                    group, i = self._slot[agent]
-                    live_next[group][e, i] = True
-                continue
-            # Episode over: mark everyone who was present done, and reset this copy.
-            episode_end[e] = True
-            for agent in acting:
-                group, i = self._slot[agent]
-                if not (nxt[group]["terminated"][e, i] or nxt[group]["truncated"][e, i]):
-                    nxt[group]["truncated"][e, i] = True
-            if reset_arrays is None:
-                reset_arrays = self._empty_obs()
-            observations, _ = env.reset()
-            self._write_obs(reset_arrays, e, observations, env.agents)
-        for arrays in nxt.values():
-            arrays["done"] = arrays["terminated"] | arrays["truncated"]
-            del arrays["valid"]  # validity belongs to the acting step: see ``current``
-        next_td = self._to_torch(nxt)
-        # Observations for the next step: the new ones, except in envs that were reset.
-        ended = torch.from_numpy(episode_end)
-        current = {}
-        for g, tensors in next_td.items():
-            obs = {"observation": tensors["observation"].clone(), "valid": torch.from_numpy(live_next[g])}
-            if "action_mask" in tensors:
-                obs["action_mask"] = tensors["action_mask"].clone()
-            if reset_arrays is not None:
-                reset = self._to_torch({g: reset_arrays[g]})[g]
-                for key in obs:
-                    obs[key][ended] = reset[key][ended]
-            current[g] = obs
-        self.current = current
-        return next_td, ended
+        self._block.step(action_arrays, nxt, current, episode_end)
+        self.current = self._to_torch(current)
+        return self._to_torch(nxt), torch.from_numpy(episode_end)
 
     def observation_td(self) -> TensorDict:
         """What the policies see now: per group ``observation``, ``valid``, ``agent_id``
         (index in ``possible_agents``, so scripted policies can tell agents apart) and
         ``action_mask`` where the env has one; root batch ``[num_envs]``."""
-        groups = {}
-        for g in self.spec.groups.values():
-            entries = dict(self.current[g.name])
-            entries["agent_id"] = self._agent_ids[g.name].expand(self.num_envs, g.num_agents)
-            groups[g.name] = TensorDict(entries, batch_size=[self.num_envs, g.num_agents])
-        return TensorDict(groups, batch_size=[self.num_envs])
+        return observation_td(self.spec, self.current, self.num_envs, self._agent_ids)
 
     def render(self, index: int = 0) -> np.ndarray | None:
         return self.envs[index].render()
@@ -286,8 +258,4 @@ class ParallelVecEnv:
         if self._closed:
             return
         self._closed = True
-        for env in self.envs:
-            try:
-                env.close()
-            except Exception:
-                log.debug("closing env copy failed", exc_info=True)
+        self._block.close()

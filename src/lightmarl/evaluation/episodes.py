@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from lightmarl.data import schema
 from lightmarl.envs.pettingzoo import PettingZooEnvConfig
 from lightmarl.policies.multi_agent import MultiAgentPolicy
+
+log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
@@ -23,7 +27,8 @@ def evaluate_episodes(
     """Play ``num_episodes`` episodes and report metrics grouped by binding.
 
     Env copy ``i`` is reset with ``seed + i``, so two calls with the same seed see the same
-    start states: scores of different policies (or checkpoints) are comparable.
+    start states: scores of different policies (or checkpoints) are comparable. Copy ``i``
+    plays the map of training env copy ``i`` (its ``per_env`` override, if any).
 
     Args:
         policy: the population to evaluate.
@@ -41,6 +46,13 @@ def evaluate_episodes(
     count = num_envs or min(num_episodes, env_config.num_envs)
     env = env_config.make_vector(seed=seed, num_envs=count)
     table = policy.table
+    unplayed = [i for i in table.per_env_maps if i >= count]
+    if unplayed:
+        log.warning(
+            "evaluation plays %d env copies: the agent_binding_map.per_env overrides of copies %s are not played",
+            count,
+            unplayed,
+        )
     groups = list(env.spec.groups.values())
     returns = {g.name: torch.zeros(count, g.num_agents) for g in groups}
     lengths = {g.name: torch.zeros(count, g.num_agents, dtype=torch.int64) for g in groups}
@@ -63,7 +75,9 @@ def evaluate_episodes(
                         break
                     finished += 1
                     for g in groups:
-                        for index, agents in table.groups[g.name].agents_of_binding.items():
+                        binding_of = table.bindings_of_envs(g.name, count)[e]
+                        for index in binding_of.unique().tolist():
+                            agents = binding_of == index
                             results[table.ids[index]].append(
                                 (float(returns[g.name][e, agents].mean()), int(lengths[g.name][e, agents].max()))
                             )
@@ -73,6 +87,8 @@ def evaluate_episodes(
         env.close()
     summary = {}
     for binding, episodes in results.items():
+        if not episodes:  # plays only in env copies that finished no counted episode
+            continue
         r = torch.tensor([x[0] for x in episodes])
         summary[binding] = {
             "episode_return": float(r.mean()),

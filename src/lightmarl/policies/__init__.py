@@ -4,6 +4,7 @@ from lightmarl.policies.base import NoOpPolicy, Policy, ScriptedPolicy, UniformR
 from lightmarl.policies.mlp import MLPActorCritic
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.registry import PolicyRegistry
+from lightmarl.policies.scripted import SpreadToLandmarkPolicy
 
 __all__ = [
     "MLPActorCritic",
@@ -12,5 +13,6 @@ __all__ = [
     "Policy",
     "PolicyRegistry",
     "ScriptedPolicy",
+    "SpreadToLandmarkPolicy",
     "UniformRandomPolicy",
 ]

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from abc import abstractmethod
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 from torch import nn
+from torch.distributions import Categorical
+from torchrl.envs.utils import ExplorationType, exploration_type
 
 from lightmarl.data import schema
 from lightmarl.envs.spec import GroupSpec
@@ -32,6 +37,8 @@ class Policy(nn.Module):
     def __init__(self, group: GroupSpec) -> None:
         super().__init__()
         self.group = group
+        #: how to rebuild this policy: ``{"class_path", "policy_kwargs"}`` (set by the registry).
+        self.origin: dict[str, Any] = {}
 
     def key(self, name: str) -> tuple[str, str]:
         """The nested key of entry ``name`` of this policy's group."""
@@ -63,29 +70,122 @@ class Policy(nn.Module):
 
 
 class ScriptedPolicy(Policy):
-    """A hand-written policy: implement :meth:`act` and nothing else.
+    """A hand-written policy: implement :meth:`act`, or :meth:`action_logits`, and nothing else.
+
+    ``act`` returns actions directly (a deterministic script, or one that samples itself).
+    ``action_logits`` gives a distribution over discrete actions instead: ``forward`` then
+    samples from it (``ExplorationType.RANDOM``, as during collection) or takes its mode
+    (any other exploration type, as in deterministic evaluation), writes the ``logits`` next
+    to the action and reports the action's real log-probability, and the script can serve
+    as a distillation teacher (:class:`lightmarl.algorithms.Distillation`). Both hooks may
+    take ``agent_id`` (each row's index in the env's ``possible_agents``) to tell agents apart;
+    scripts written without that argument keep working.
 
     Example:
-        >>> class AlwaysFirstAction(ScriptedPolicy):
-        ...     def act(self, observation, action_mask=None):
-        ...         return torch.zeros(observation.shape[:-1], dtype=torch.int64)
+        >>> class AlwaysUp(ScriptedPolicy):
+        ...     def act(self, observation, action_mask=None, agent_id=None):
+        ...         return torch.full(observation.shape[:-1], 4, dtype=torch.int64)
+        >>> class MostlyUp(ScriptedPolicy):
+        ...     def action_logits(self, observation, action_mask=None, agent_id=None):
+        ...         logits = torch.zeros(*observation.shape[:-1], self.group.num_actions)
+        ...         return logits.index_fill(-1, torch.tensor([4]), 2.0)
     """
 
-    @abstractmethod
-    def act(self, observation: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Actions for ``observation`` (``[*batch, obs...]``) -> ``[*batch]`` ints or ``[*batch, *action_shape]``."""
+    _act_takes_agent_id: bool = True
+    _logits_take_agent_id: bool = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._act_takes_agent_id = _accepts_keyword(cls.act, "agent_id")
+        cls._logits_take_agent_id = _accepts_keyword(cls.action_logits, "agent_id")
+
+    def __init__(self, group: GroupSpec) -> None:
+        super().__init__(group)
+        if type(self).act is ScriptedPolicy.act and not self.has_distribution:
+            raise TypeError(f"{type(self).__name__} is a ScriptedPolicy without act() or action_logits(): define one")
+        if self.has_distribution and group.action_kind != "discrete":
+            raise ValueError(
+                f"{type(self).__name__} defines action_logits, which needs discrete actions; group "
+                f"{group.name!r} has {group.action_kind} actions (define act() instead)"
+            )
+
+    @property
+    def has_distribution(self) -> bool:
+        """Whether the script defines :meth:`action_logits` (and so can teach)."""
+        return type(self).action_logits is not ScriptedPolicy.action_logits
+
+    def act(
+        self, observation: torch.Tensor, action_mask: torch.Tensor | None = None, agent_id: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Actions for ``observation`` (``[*batch, obs...]``) -> ``[*batch]`` ints or ``[*batch, *action_shape]``.
+
+        ``agent_id`` (``[*batch]``, or ``None`` outside an env) is each row's index in
+        ``possible_agents``. The default takes the mode of :meth:`action_logits`.
+        """
+        logits = self._logits(observation, action_mask, agent_id)
+        if logits is None:
+            raise NotImplementedError(f"{type(self).__name__}.action_logits returned None and act() is not defined")
+        return masked_logits(logits, action_mask).argmax(-1)
+
+    def action_logits(
+        self, observation: torch.Tensor, action_mask: torch.Tensor | None = None, agent_id: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
+        """Unnormalised log-probabilities ``[*batch, num_actions]`` of the discrete actions, or ``None``.
+
+        ``None`` (the default) marks a deterministic script: :meth:`act` decides and the
+        script cannot be a distillation teacher. Illegal actions (``action_mask`` False) are
+        masked out by the caller; the script need not do it.
+        """
+        del observation, action_mask, agent_id
+        return None
 
     def action_log_prob(self, action: torch.Tensor) -> torch.Tensor:
-        """Log-probability of the chosen actions; deterministic scripts report 0."""
+        """Log-probability of the chosen actions of :meth:`act`; deterministic scripts report 0."""
         return torch.zeros(action.shape[: action.ndim - len(self.group.action_shape)])
+
+    def _logits(
+        self, observation: torch.Tensor, action_mask: torch.Tensor | None, agent_id: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        if self._logits_take_agent_id:
+            return self.action_logits(observation, action_mask, agent_id=agent_id)
+        return self.action_logits(observation, action_mask)
+
+    def _act(
+        self, observation: torch.Tensor, action_mask: torch.Tensor | None, agent_id: torch.Tensor | None
+    ) -> torch.Tensor:
+        if self._act_takes_agent_id:
+            return self.act(observation, action_mask, agent_id=agent_id)
+        return self.act(observation, action_mask)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         observation = tensordict.get(self.key(schema.OBSERVATION))
         mask = tensordict.get(self.key(schema.ACTION_MASK), None)
-        action = self.act(observation, mask).to(self.group.action_dtype)
+        agent_id = tensordict.get(self.key(schema.AGENT_ID), None)
+        logits = self._logits(observation, mask, agent_id) if self.has_distribution else None
+        if logits is None:
+            action = self._act(observation, mask, agent_id).to(self.group.action_dtype)
+            log_prob = self.action_log_prob(action)
+        else:
+            dist = Categorical(logits=masked_logits(logits, mask))
+            # Same rule as TorchRL's ProbabilisticActor: sample only under RANDOM; no context = deterministic.
+            action = dist.sample() if exploration_type() == ExplorationType.RANDOM else dist.mode
+            log_prob = dist.log_prob(action)
+            tensordict.set(self.key(schema.LOGITS), logits)
         tensordict.set(self.key(schema.ACTION), action)
-        tensordict.set(self.key(schema.ACTION_LOG_PROB), self.action_log_prob(action))
+        tensordict.set(self.key(schema.ACTION_LOG_PROB), log_prob)
         return tensordict
+
+
+def masked_logits(logits: torch.Tensor, action_mask: torch.Tensor | None) -> torch.Tensor:
+    """``logits`` with illegal actions pushed to the dtype's minimum (finite: no NaN in softmax or KL)."""
+    if action_mask is None:
+        return logits
+    return logits.masked_fill(~action_mask.bool(), torch.finfo(logits.dtype).min)
+
+
+def _accepts_keyword(function: Callable[..., Any], name: str) -> bool:
+    parameters = inspect.signature(function).parameters.values()
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 class UniformRandomPolicy(ScriptedPolicy):
@@ -100,7 +200,9 @@ class UniformRandomPolicy(ScriptedPolicy):
         super().__init__(group)
         self._generator = None if seed is None else torch.Generator().manual_seed(seed)
 
-    def act(self, observation: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def act(
+        self, observation: torch.Tensor, action_mask: torch.Tensor | None = None, agent_id: torch.Tensor | None = None
+    ) -> torch.Tensor:
         batch = observation.shape[: observation.ndim - len(self.group.observation_shape)]
         if self.group.action_kind == "continuous":
             low = torch.tensor(self.group.action_low).view(self.group.action_shape)
@@ -120,7 +222,9 @@ class UniformRandomPolicy(ScriptedPolicy):
 class NoOpPolicy(ScriptedPolicy):
     """Always the env's no-op: discrete action 0, or the zero vector for continuous actions."""
 
-    def act(self, observation: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def act(
+        self, observation: torch.Tensor, action_mask: torch.Tensor | None = None, agent_id: torch.Tensor | None = None
+    ) -> torch.Tensor:
         batch = observation.shape[: observation.ndim - len(self.group.observation_shape)]
         if self.group.action_kind == "continuous":
             return torch.zeros(*batch, *self.group.action_shape)

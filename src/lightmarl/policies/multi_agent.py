@@ -2,63 +2,241 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
+from torch.distributions import Categorical
+from torchrl.envs.utils import ExplorationType, exploration_type
 
 from lightmarl.data import schema
 from lightmarl.envs.spec import EnvSpec
 from lightmarl.policies.base import Policy
+from lightmarl.policies.mlp import MLPActorCritic
 from lightmarl.population import BindingTable
+from lightmarl.population.bindings import GroupBindingIndex
 
 
 class MultiAgentPolicy(nn.Module):
     """Runs every binding's policy once on the rows of the agents it controls.
 
-    Rows are grouped with the index tensors cached in the :class:`BindingTable` (no
-    per-agent Python loop): for each group, each binding gathers its agents' rows,
-    runs one forward, and its actions / log-probs are scattered back in place. A
-    binding that controls a whole group skips the gather and scatter.
+    Rows are grouped with the index tensors cached in the :class:`BindingTable`
+    (:meth:`BindingTable.row_index`; no per-agent Python loop). For each group:
+
+    - a binding that controls every row runs on the group as is (no gather / scatter);
+    - otherwise each binding gathers its rows with ``index_select``, runs one forward, and its
+      actions / log-probs are copied back in place (``index_copy_``) into outputs allocated
+      once per group. With the same map in every env copy rows are selected along the agent
+      dim; with a per-env map they are flat positions over ``[*batch, agents]``.
+    - when every binding of the group is a discrete :class:`MLPActorCritic` of the same
+      shape (and ``stack_same_shape``), their actors run as one stacked forward instead:
+      rows padded to ``[bindings, rows]``, one ``baddbmm`` per layer with the bindings'
+      weights stacked, one categorical sample. Per-call overhead of a TorchRL actor is far
+      above the cost of a few hundred rows, so B separate forwards cost about B times one;
+      the stacked forward costs about one (see ``benchmarks/README.md``).
 
     Args:
         policies: binding id -> policy.
         table: the population's binding table.
+        stack_same_shape: run same-shaped discrete ``MLPActorCritic`` actors as one stacked
+            forward (same distribution of outputs; ``False`` forwards each policy on its own).
     """
 
     #: entries copied back from each binding's forward into the group's rows.
     OUTPUT_KEYS = (schema.ACTION, schema.ACTION_LOG_PROB)
 
-    def __init__(self, policies: dict[str, Policy], table: BindingTable) -> None:
+    def __init__(self, policies: dict[str, Policy], table: BindingTable, stack_same_shape: bool = True) -> None:
         super().__init__()
-        missing = [b for b in table.active_ids if b not in policies]
-        if missing:
-            raise ValueError(f"no policy was built for bindings {missing}")
         self.policies = nn.ModuleDict(policies)
         self.table = table
+        self.stack_same_shape = stack_same_shape
+        self._stacks: dict[tuple[int, ...], _StackedMLPActors | None] = {}
+        self._table_version = -1
+        self._check_table()
 
     @property
     def env_spec(self) -> EnvSpec:
         return self.table.env_spec
 
+    def _check_table(self) -> None:
+        """Every binding the map uses has a policy built for its group (re-checked after a map change)."""
+        missing = [b for b in self.table.active_ids if b not in self.policies]
+        if missing:
+            raise ValueError(f"no policy was built for bindings {missing}")
+        for binding_id in self.table.active_ids:
+            group = getattr(self.policies[binding_id], "group", None)
+            wanted = self.table.group_of_binding[binding_id]
+            if group is not None and group.name != wanted:
+                raise ValueError(
+                    f"agent_binding_map: binding {binding_id!r} now controls agents of group {wanted!r}, but its "
+                    f"policy was built for group {group.name!r}"
+                )
+        self._stacks.clear()
+        self._table_version = self.table.version
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """``tensordict``: root batch ``[*batch]``, group entries ``[*batch, agents_in_group]``."""
-        for group_name, index in self.table.groups.items():
-            group = self.env_spec.groups[group_name]
+        if self._table_version != self.table.version:
+            self._check_table()
+        for group_name in self.env_spec.groups:
+            rows = tensordict.get(group_name)
+            batch_shape = tuple(rows.batch_size[:-1])
+            index = self.table.row_index(group_name, batch_shape)
             if len(index.agents_of_binding) == 1:
                 (binding,) = index.agents_of_binding
-                self.policies[self.table.ids[binding]](tensordict)
+                self._policy(binding)(tensordict)
                 continue
-            rows = tensordict.get(group_name)
-            batch = rows.batch_size
-            out = {
-                schema.ACTION: torch.zeros(*batch, *group.action_shape, dtype=group.action_dtype),
-                schema.ACTION_LOG_PROB: torch.zeros(batch),
-            }
-            for binding, agents in index.agents_of_binding.items():
-                sub = TensorDict({group_name: rows[..., agents]}, batch_size=tensordict.batch_size)
-                result = self.policies[self.table.ids[binding]](sub).get(group_name)
-                for key in self.OUTPUT_KEYS:
-                    out[key][..., agents] = result.get(key).to(out[key].dtype)
-            for key, value in out.items():
-                rows.set(key, value)
+            stack = self._stack_for(tuple(index.agents_of_binding)) if self.stack_same_shape else None
+            if stack is not None and stack.mode() is not None:
+                stack.forward(rows, self.table.row_index(group_name, batch_shape, flat=True))
+            else:
+                self._grouped_forward(tensordict, rows, group_name, index)
         return tensordict
+
+    def _policy(self, binding: int) -> nn.Module:
+        return self.policies[self.table.ids[binding]]
+
+    def _stack_for(self, bindings: tuple[int, ...]) -> _StackedMLPActors | None:
+        policies = [self._policy(b) for b in bindings]
+        # Keyed by the policy objects too, so a policy swapped into ``policies`` is picked up.
+        key = tuple(id(p) for p in policies)
+        if key not in self._stacks:
+            self._stacks[key] = _StackedMLPActors.build(policies)
+        return self._stacks[key]
+
+    def _grouped_forward(
+        self, tensordict: TensorDictBase, rows: TensorDictBase, group_name: str, index: GroupBindingIndex
+    ) -> None:
+        group = self.env_spec.groups[group_name]
+        batch = rows.batch_size
+        if index.flat:
+            dim, sub_root = 0, ()
+            leaves = {k: v.reshape(batch.numel(), *v.shape[len(batch) :]) for k, v in rows.items()}
+        else:
+            dim, sub_root = len(batch) - 1, tuple(tensordict.batch_size)
+            leaves = dict(rows.items())
+        device = leaves[schema.OBSERVATION].device
+        action = torch.empty(*batch, *group.action_shape, dtype=group.action_dtype, device=device)
+        log_prob = torch.empty(batch, device=device)
+        # index_copy_ on views writes through to the [*batch, agents] outputs.
+        flat_action = action.view(-1, *group.action_shape) if index.flat else action
+        flat_log_prob = log_prob.view(-1) if index.flat else log_prob
+        for binding, positions in index.agents_of_binding.items():
+            picked = {k: v.index_select(dim, positions) for k, v in leaves.items()}
+            sub_batch = (*sub_root, len(positions)) if index.flat else (*batch[:-1], len(positions))
+            sub = TensorDict({group_name: TensorDict(picked, batch_size=sub_batch)}, batch_size=sub_root)
+            result = self._policy(binding)(sub).get(group_name)
+            flat_action.index_copy_(dim, positions, result.get(schema.ACTION).to(action.dtype))
+            flat_log_prob.index_copy_(dim, positions, result.get(schema.ACTION_LOG_PROB).to(log_prob.dtype))
+        rows.set(schema.ACTION, action)
+        rows.set(schema.ACTION_LOG_PROB, log_prob)
+
+
+class _StackedMLPActors:
+    """The actors of same-shaped discrete :class:`MLPActorCritic` bindings as one batched forward.
+
+    Weights are stacked ``[bindings, ...]`` (re-stacked when a parameter changes in place, as
+    an optimizer step does; every call when gradients are on, so they flow to each binding).
+    The action rule follows TorchRL's: sample under ``ExplorationType.RANDOM``, argmax under
+    ``DETERMINISTIC`` / ``MODE`` or when no exploration type is set.
+    """
+
+    def __init__(self, policies: list[MLPActorCritic], nets: list[nn.Sequential]) -> None:
+        self.group = policies[0].group
+        self.linears = [[m for m in net if isinstance(m, nn.Linear)] for net in nets]
+        # Parameter-free layers (activations) are shared: each is applied to all bindings at once.
+        self.layers: list[nn.Module | int] = []
+        count = 0
+        for module in nets[0]:
+            if isinstance(module, nn.Linear):
+                self.layers.append(count)
+                count += 1
+            else:
+                self.layers.append(module)
+        self.default_mode = policies[0].actor.module[1].default_interaction_type
+        self._params = [p for net in nets for p in net.parameters()]
+        self._key: tuple[tuple[int, int], ...] | None = None
+        self._weights: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    @staticmethod
+    def signature(policy: nn.Module) -> tuple[Hashable, ...] | None:
+        """What must match for two policies to share a stacked forward; ``None``: cannot be stacked."""
+        if type(policy).forward is not MLPActorCritic.forward or not isinstance(policy, MLPActorCritic):
+            return None
+        actor = policy.actor
+        if policy.group.action_kind != "discrete" or len(actor.module) != 2:
+            return None
+        net, dist = actor.module[0].module, actor.module[1]
+        if dist.distribution_class is not Categorical or dist.distribution_kwargs or not isinstance(net, nn.Sequential):
+            return None
+        layers: list[Hashable] = []
+        for m in net:
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                layers.append(("linear", m.in_features, m.out_features, m.weight.dtype, m.weight.device))
+            elif isinstance(m, (nn.Tanh, nn.ReLU, nn.ELU, nn.GELU)):
+                layers.append((type(m), repr(m)))
+            else:
+                return None
+        return (policy.group.name, tuple(layers), dist.default_interaction_type)
+
+    @classmethod
+    def build(cls, policies: list[nn.Module]) -> _StackedMLPActors | None:
+        signatures = [cls.signature(p) for p in policies]
+        if signatures[0] is None or any(s != signatures[0] for s in signatures):
+            return None
+        mlps = [p for p in policies if isinstance(p, MLPActorCritic)]
+        return cls(mlps, [p.actor.module[0].module for p in mlps])
+
+    def mode(self) -> str | None:
+        """``"sample"``, ``"argmax"``, or ``None`` for a rule the stacked forward does not implement."""
+        mode = exploration_type() or self.default_mode
+        if mode == ExplorationType.RANDOM:
+            return "sample"
+        if mode in (ExplorationType.DETERMINISTIC, ExplorationType.MODE):
+            return "argmax"
+        return None
+
+    def weights(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per linear layer: ``([bindings, in, out], [bindings, 1, out])``."""
+        grad = torch.is_grad_enabled()
+        key = tuple((id(p), p._version) for p in self._params)
+        if grad or key != self._key:
+            self._weights = [
+                (
+                    torch.stack([ls[i].weight for ls in self.linears]).transpose(1, 2),
+                    torch.stack([ls[i].bias for ls in self.linears]).unsqueeze(1),
+                )
+                for i in range(len(self.linears[0]))
+            ]
+            self._key = None if grad else key
+        return self._weights
+
+    def forward(self, rows: TensorDictBase, index: GroupBindingIndex) -> None:
+        layout = index.padded
+        observation = rows.get(schema.OBSERVATION)
+        flat_obs = observation.reshape(-1, observation.shape[-1])
+        x = flat_obs.index_select(0, layout.gather.view(-1)).view(*layout.gather.shape, -1)
+        weights = self.weights()
+        for layer in self.layers:
+            if isinstance(layer, int):
+                w, b = weights[layer]
+                x = torch.baddbmm(b, x, w)
+            else:
+                x = layer(x)
+        logits = x.reshape(-1, x.shape[-1])
+        if layout.slots is not None:
+            logits = logits.index_select(0, layout.slots)
+        log_p = logits.log_softmax(-1)
+        if self.mode() == "sample":
+            action = torch.multinomial(log_p.exp(), 1)
+        else:
+            action = log_p.argmax(-1, keepdim=True)
+        log_prob = log_p.gather(-1, action)
+        batch = rows.batch_size
+        out_action = torch.empty(batch.numel(), dtype=torch.int64, device=flat_obs.device)
+        out_log_prob = torch.empty(batch.numel(), dtype=log_p.dtype, device=flat_obs.device)
+        out_action.index_copy_(0, layout.scatter, action.view(-1))
+        out_log_prob.index_copy_(0, layout.scatter, log_prob.view(-1))
+        rows.set(schema.ACTION, out_action.view(batch))
+        rows.set(schema.ACTION_LOG_PROB, out_log_prob.view(batch))

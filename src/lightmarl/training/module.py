@@ -20,7 +20,7 @@ from lightmarl.evaluation.episodes import evaluate_episodes
 from lightmarl.policies.base import Policy
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.registry import CHECKPOINT_KEY, PolicyRegistry
-from lightmarl.population import BindingTable, PolicyBindingConfig
+from lightmarl.population import BindingTable, PerEnvAgentBindingMap, PolicyBindingConfig
 from lightmarl.training.rollouts import tick_loader
 from lightmarl.training.stepper import LightningStepper, assert_ranks_in_sync
 
@@ -37,7 +37,10 @@ class MARLModule(LightningModule):
         env: the env and how many copies each process steps.
         policy_bindings: the population (default: one trainable ``main`` binding with
             ``lightmarl.policies.MLPActorCritic``).
-        agent_binding_map: binding id per agent (default: every agent -> the first binding).
+        agent_binding_map: binding id per agent (default: every agent -> the first binding), or
+            ``{default: [...], per_env: {env_index: [...]}}`` to override it in some env copies.
+        policy_mapping_fn: import path of ``fn(agent_name) -> binding_id``, instead of
+            ``agent_binding_map``.
         loss_profiles: profile name -> losses that may use its rows (default: one profile
             ``default`` allowing every loss).
         algorithm: learning algorithm of every trainable binding (default: ``PPO()``).
@@ -60,7 +63,8 @@ class MARLModule(LightningModule):
         self,
         env: PettingZooEnvConfig | None = None,
         policy_bindings: list[PolicyBindingConfig] | None = None,
-        agent_binding_map: list[str] | None = None,
+        agent_binding_map: list[str] | PerEnvAgentBindingMap | None = None,
+        policy_mapping_fn: str | None = None,
         loss_profiles: dict[str, list[str]] | None = None,
         algorithm: Algorithm | None = None,
         algorithms: dict[str, Algorithm] | None = None,
@@ -99,7 +103,9 @@ class MARLModule(LightningModule):
 
         # Everything below validates the recipe before any training starts.
         self.env_spec = self.env_config.spec()
-        self.table = BindingTable(policy_bindings, self.env_spec, agent_binding_map, loss_profiles)
+        self.table = BindingTable(
+            policy_bindings, self.env_spec, agent_binding_map, loss_profiles, policy_mapping_fn=policy_mapping_fn
+        )
         for binding_id in self.algorithms:
             if binding_id not in self.table.index or not self.table.binding(binding_id).trainable:
                 raise ValueError(

@@ -1,0 +1,728 @@
+"""Env copies stepped in worker processes, results exchanged through shared memory.
+
+:class:`ProcessVecEnv` has the interface of :class:`~lightmarl.envs.pettingzoo.ParallelVecEnv`
+but splits its ``num_envs`` copies over ``num_workers`` processes; each worker steps its
+contiguous slice of copies serially with the same code as the in-process vector
+(:class:`EnvSlice`), so both produce the same trajectories for the same seeds and actions.
+
+Layout and protocol:
+
+* One :class:`~multiprocessing.shared_memory.SharedMemory` block (:class:`SharedArrays`)
+  holds, per group, the actions ``[num_envs, agents, ...]``, the step's results
+  (``observation``, ``action_mask``, ``reward``, ``terminated``, ``truncated``, ``done``),
+  the observations for the next step (``observation``, ``valid``, ``action_mask``) and one
+  root ``ended [num_envs]`` flag. Worker ``k`` writes only the rows of its own copies.
+* A duplex pipe per worker carries small commands (``("step", None)``, ``("reset", None)``,
+  ``("render", index)``, ``("close", None)``) and replies (``("ok", payload)`` or
+  ``("error", (message, traceback))``); observations never go through the pipe.
+* The parent waits on every pending pipe *and* every worker's process sentinel with a
+  timeout, so a worker that dies or hangs raises instead of blocking forever.
+
+Workers ignore SIGINT (Ctrl-C reaches the parent, which shuts them down), exit when their pipe
+closes or their parent process goes away, and never import torch themselves: this module
+imports only NumPy and the standard library at module level, so a worker starts in well under
+a second (importing ``torch`` + ``tensordict`` takes about 5 s on a 2-core machine). The
+parent-side code imports torch lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+import traceback
+import weakref
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.shared_memory import SharedMemory
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lightmarl._imports import import_object
+
+if TYPE_CHECKING:
+    import torch
+    from tensordict import TensorDict
+
+    from lightmarl.envs.spec import EnvSpec
+
+log = logging.getLogger(__name__)
+
+Arrays = dict[str, dict[str, np.ndarray]]  # group name -> key -> [num_envs, agents_in_group, ...]
+
+_ALIGN = 64  # byte alignment of each array in the shared block
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """What a worker needs to know about one group: a torch-free, picklable slice of ``GroupSpec``."""
+
+    name: str
+    agents: tuple[str, ...]
+    observation_shape: tuple[int, ...]
+    has_action_mask: bool
+    num_actions: int
+    action_shape: tuple[int, ...]
+    action_dtype: str  # NumPy dtype name
+
+    @classmethod
+    def of(cls, spec: EnvSpec) -> list[GroupLayout]:
+        return [
+            cls(
+                name=g.name,
+                agents=tuple(g.agents),
+                observation_shape=tuple(g.observation_shape),
+                has_action_mask=g.has_action_mask,
+                num_actions=g.num_actions,
+                action_shape=tuple(g.action_shape),
+                action_dtype="int64" if g.action_kind == "discrete" else "float32",
+            )
+            for g in spec.groups.values()
+        ]
+
+    def current_fields(self, num_envs: int) -> list[tuple[str, str, tuple[int, ...]]]:
+        """``(key, dtype, shape)`` of what the policies see at the next step."""
+        rows = (num_envs, len(self.agents))
+        fields = [("observation", "float32", (*rows, *self.observation_shape)), ("valid", "bool", rows)]
+        if self.has_action_mask:
+            fields.append(("action_mask", "bool", (*rows, self.num_actions)))
+        return fields
+
+    def next_fields(self, num_envs: int) -> list[tuple[str, str, tuple[int, ...]]]:
+        """``(key, dtype, shape)`` of a step's results, in the order ``ParallelVecEnv.step`` returns them."""
+        rows = (num_envs, len(self.agents))
+        fields = [("observation", "float32", (*rows, *self.observation_shape))]
+        if self.has_action_mask:
+            fields.append(("action_mask", "bool", (*rows, self.num_actions)))
+        fields += [("reward", "float32", rows), ("terminated", "bool", rows), ("truncated", "bool", rows)]
+        fields.append(("done", "bool", rows))
+        return fields
+
+    def action_field(self, num_envs: int) -> tuple[str, tuple[int, ...]]:
+        return self.action_dtype, (num_envs, len(self.agents), *self.action_shape)
+
+
+def empty_current(groups: Sequence[GroupLayout], num_envs: int) -> Arrays:
+    return {g.name: {k: np.zeros(s, dtype=d) for k, d, s in g.current_fields(num_envs)} for g in groups}
+
+
+def empty_next(groups: Sequence[GroupLayout], num_envs: int) -> Arrays:
+    return {g.name: {k: np.zeros(s, dtype=d) for k, d, s in g.next_fields(num_envs)} for g in groups}
+
+
+class EnvSlice:
+    """Steps env copies ``start .. start + len(envs) - 1`` of a vector, writing their rows of shared arrays.
+
+    The one implementation of stepping, auto-reset and error messages, used by the in-process
+    ``ParallelVecEnv`` (one slice over every copy) and by each worker of :class:`ProcessVecEnv`.
+    Rows are written, never cleared: the caller hands in zeroed rows.
+
+    Args:
+        envs: the env copies of this slice.
+        groups: the env's groups.
+        seeds: each copy's reset seed (``reset()`` reseeds; auto-resets continue the env's RNG).
+        start: index of ``envs[0]`` in the vector.
+        env_name: the env's name, for messages.
+        possible_agents: every agent name, for messages.
+    """
+
+    def __init__(
+        self,
+        envs: Sequence[Any],
+        groups: Sequence[GroupLayout],
+        seeds: Sequence[int],
+        start: int,
+        env_name: str,
+        possible_agents: Sequence[str],
+    ) -> None:
+        if len(envs) != len(seeds):
+            raise ValueError(f"{len(envs)} envs but {len(seeds)} seeds")
+        self.envs = list(envs)
+        self.seeds = list(seeds)
+        self.start = start
+        self.stop = start + len(self.envs)
+        self.env_name = env_name
+        self.possible_agents = list(possible_agents)
+        # agent name -> (group name, position in group)
+        self.slot = {a: (g.name, i) for g in groups for i, a in enumerate(g.agents)}
+
+    def where(self, e: int) -> str:
+        """``env 'name' (copy e, seed s)``: how messages name env copy ``e`` (a vector index)."""
+        return f"env {self.env_name!r} (copy {e}, seed {self.seeds[e - self.start]})"
+
+    def write_obs(self, arrays: Arrays, e: int, observations: dict, live: Sequence[str]) -> None:
+        slot = self.slot
+        for agent, obs in observations.items():
+            try:
+                group, i = slot[agent]
+            except KeyError:
+                raise RuntimeError(
+                    f"{self.where(e)} returned an observation for unknown agent {agent!r}; "
+                    f"possible_agents are {self.possible_agents}"
+                ) from None
+            target = arrays[group]
+            if isinstance(obs, dict):
+                if "action_mask" in target:
+                    target["action_mask"][e, i] = obs["action_mask"]
+                obs = obs["observation"]
+            target["observation"][e, i] = obs
+        for agent in live:
+            group, i = slot[agent]
+            arrays[group]["valid"][e, i] = True
+
+    def reset(self, current: Arrays) -> None:
+        """Reset every copy with its seed, writing the first observations into ``current``."""
+        for j, env in enumerate(self.envs):
+            e = self.start + j
+            try:
+                observations, _ = env.reset(seed=self.seeds[j])
+            except Exception as err:
+                raise RuntimeError(f"{self.where(e)} raised in reset(): {type(err).__name__}: {err}") from err
+            self.write_obs(current, e, observations, env.agents)
+
+    def step(self, actions: dict[str, np.ndarray], nxt: Arrays, current: Arrays, ended: np.ndarray) -> None:
+        """Step every copy; see ``ParallelVecEnv.step``.
+
+        Writes the step's results into ``nxt`` (final observation where the episode ended),
+        the observations for the next step into ``current`` (the reset ones where it ended) and
+        ``True`` into ``ended`` for copies that were reset.
+        """
+        slot = self.slot
+        for j, env in enumerate(self.envs):
+            e = self.start + j
+            acting = list(env.agents)  # env.step mutates env.agents
+            joint = {}
+            for agent in acting:
+                group, i = slot[agent]
+                value = actions[group][e, i]
+                joint[agent] = value.item() if value.ndim == 0 else value
+            try:
+                observations, rewards, terminations, truncations, _ = env.step(joint)
+            except Exception as err:
+                raise RuntimeError(f"{self.where(e)} raised in step(): {type(err).__name__}: {err}") from err
+            self.write_obs(nxt, e, observations, ())
+            for agent in acting:
+                group, i = slot[agent]
+                arrays = nxt[group]
+                arrays["reward"][e, i] = rewards.get(agent, 0.0)
+                arrays["terminated"][e, i] = terminations.get(agent, False)
+                arrays["truncated"][e, i] = truncations.get(agent, False)
+            if env.agents and not all(terminations.get(a, False) or truncations.get(a, False) for a in env.agents):
+                for agent in env.agents:
+                    group, i = slot[agent]
+                    current[group]["valid"][e, i] = True
+                continue
+            # Episode over: mark everyone who was present done, and reset this copy.
+            ended[e] = True
+            for agent in acting:
+                group, i = slot[agent]
+                if not (nxt[group]["terminated"][e, i] or nxt[group]["truncated"][e, i]):
+                    nxt[group]["truncated"][e, i] = True
+            try:
+                observations, _ = env.reset()
+            except Exception as err:
+                raise RuntimeError(f"{self.where(e)} raised in reset(): {type(err).__name__}: {err}") from err
+            self.write_obs(current, e, observations, env.agents)
+        rows = slice(self.start, self.stop)
+        going_on = ~ended[rows]
+        for group, arrays in nxt.items():
+            np.logical_or(arrays["terminated"][rows], arrays["truncated"][rows], out=arrays["done"][rows])
+            # Observations for the next step: the new ones, except in copies that were reset.
+            for key in ("observation", "action_mask"):
+                if key in arrays:
+                    current[group][key][rows][going_on] = arrays[key][rows][going_on]
+
+    def close(self) -> None:
+        self.close_all(self.envs)
+
+    @staticmethod
+    def close_all(envs: Sequence[Any]) -> None:
+        for env in envs:
+            try:
+                env.close()
+            except Exception:
+                log.debug("closing env copy failed", exc_info=True)
+
+
+class SharedArrays:
+    """Every array a :class:`ProcessVecEnv` exchanges with its workers, in one shared-memory block.
+
+    The layout (offsets) is a function of ``groups`` and ``num_envs`` alone, so a worker that
+    knows them and the block's name sees the same arrays.
+
+    Args:
+        groups: the env's groups.
+        num_envs: env copies in the vector.
+        name: attach to this existing block (workers); ``None`` creates one (the parent).
+    """
+
+    def __init__(self, groups: Sequence[GroupLayout], num_envs: int, name: str | None = None) -> None:
+        fields: list[tuple[str, str, str, str, tuple[int, ...]]] = []  # (section, group, key, dtype, shape)
+        for g in groups:
+            fields += [("current", g.name, k, d, s) for k, d, s in g.current_fields(num_envs)]
+            fields += [("next", g.name, k, d, s) for k, d, s in g.next_fields(num_envs)]
+            dtype, shape = g.action_field(num_envs)
+            fields.append(("actions", g.name, "action", dtype, shape))
+        fields.append(("ended", "", "ended", "bool", (num_envs,)))
+        offsets, size = [], 0
+        for *_, dtype, shape in fields:
+            offsets.append(size)
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            size += -(-nbytes // _ALIGN) * _ALIGN
+        self.shm = SharedMemory(name=name, create=name is None, size=max(size, _ALIGN) if name is None else 0)
+        self.name = self.shm.name
+        self.current: Arrays = {g.name: {} for g in groups}
+        self.next: Arrays = {g.name: {} for g in groups}
+        self.actions: dict[str, np.ndarray] = {}
+        self.ended = np.zeros(0, dtype=bool)
+        for (section, group, key, dtype, shape), offset in zip(fields, offsets):
+            array = np.ndarray(shape, dtype=dtype, buffer=self.shm.buf, offset=offset)
+            if section == "actions":
+                self.actions[group] = array
+            elif section == "ended":
+                self.ended = array
+            else:
+                getattr(self, section)[group][key] = array
+
+    def clear_rows(self, rows: slice, sections: Sequence[str] = ("current", "next")) -> None:
+        for section in sections:
+            for arrays in getattr(self, section).values():
+                for array in arrays.values():
+                    array[rows] = 0
+        self.ended[rows] = False
+
+    def release(self, unlink: bool) -> None:
+        """Drop the views and unmap the block; ``unlink`` (the creator) also removes it."""
+        self.current, self.next, self.actions = {}, {}, {}
+        self.ended = np.zeros(0, dtype=bool)
+        try:
+            self.shm.close()
+        except BufferError:  # a view escaped; the mapping goes when the process does
+            log.debug("shared memory %s still has views", self.name)
+        if unlink:
+            with contextlib.suppress(FileNotFoundError):
+                self.shm.unlink()
+
+
+# -- worker side -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _WorkerArgs:
+    index: int
+    env_fn: str
+    env_kwargs: dict[str, Any]
+    env_name: str
+    possible_agents: tuple[str, ...]
+    groups: tuple[GroupLayout, ...]
+    num_envs: int
+    shm_name: str
+    start: int
+    seeds: tuple[int, ...]
+
+
+def _limit_torch_threads() -> None:
+    torch_module = sys.modules.get("torch")  # imported by the parent's __main__ or by the env, if at all
+    if torch_module is not None:
+        torch_module.set_num_threads(1)
+
+
+def _describe(err: BaseException) -> tuple[str, str]:
+    message = str(err) if isinstance(err, RuntimeError) and str(err).startswith("env ") else None
+    return message or f"{type(err).__name__}: {err}", traceback.format_exc()
+
+
+def _worker_main(conn: Connection, args: _WorkerArgs) -> None:
+    """A worker's life: build its env copies, then answer commands until ``close`` or EOF."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _limit_torch_threads()
+    parent = os.getppid()
+    shared: SharedArrays | None = None
+    envs: list[Any] = []
+    try:
+        try:
+            fn = import_object(args.env_fn, field="env.env_fn")
+            for j, seed in enumerate(args.seeds):
+                try:
+                    envs.append(fn(**args.env_kwargs))
+                except Exception as err:
+                    raise RuntimeError(
+                        f"env {args.env_name!r} (copy {args.start + j}, seed {seed}): "
+                        f"{args.env_fn}(**{args.env_kwargs!r}) raised {type(err).__name__}: {err}"
+                    ) from err
+            block = EnvSlice(envs, args.groups, args.seeds, args.start, args.env_name, args.possible_agents)
+            _limit_torch_threads()  # the env's module may have imported torch
+            shared = SharedArrays(args.groups, args.num_envs, name=args.shm_name)
+        except Exception as err:  # noqa: BLE001 -- whatever it is, the parent must hear of it
+            conn.send(("error", _describe(err)))
+            return
+        conn.send(("ready", os.getpid()))
+        rows = slice(block.start, block.stop)
+        while True:
+            while not conn.poll(1.0):
+                if os.getppid() != parent:  # parent gone (its pipe may live on in a forked process)
+                    return
+            command, arg = conn.recv()
+            if command == "close":
+                return
+            try:
+                payload: Any = None
+                if command == "step":
+                    shared.clear_rows(rows)
+                    block.step(shared.actions, shared.next, shared.current, shared.ended)
+                elif command == "reset":
+                    shared.clear_rows(rows, sections=("current",))
+                    block.reset(shared.current)
+                elif command == "render":
+                    payload = block.envs[arg - block.start].render()
+                else:
+                    raise ValueError(f"unknown command {command!r}")
+                conn.send(("ok", payload))
+            except Exception as err:  # noqa: BLE001 -- reported to the parent, which raises it
+                conn.send(("error", _describe(err)))
+    except (EOFError, OSError):  # the parent closed the pipe or went away
+        pass
+    finally:
+        EnvSlice.close_all(envs)
+        if shared is not None:
+            shared.release(unlink=False)
+
+
+# -- parent side -------------------------------------------------------------------------
+
+
+class _RemoteTraceback(Exception):
+    """The traceback of an exception raised in a worker (chained as the cause)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.text}"""'
+
+
+@dataclass
+class _Worker:
+    index: int
+    process: Any  # multiprocessing.context.SpawnProcess / ForkServerProcess
+    conn: Connection
+    start: int
+    stop: int
+    seeds: tuple[int, ...]
+
+    def describe(self) -> str:
+        copies = f"copy {self.start}" if self.stop - self.start == 1 else f"copies {self.start}..{self.stop - 1}"
+        return f"env worker {self.index} (pid {self.process.pid}, {copies}, seeds {list(self.seeds)})"
+
+
+def _shutdown(workers: list[_Worker], shared: SharedArrays, timeout: float = 5.0) -> None:
+    """Ask every worker to close, join them (terminate / kill stragglers), free the shared block.
+
+    A module-level function holding no reference to the :class:`ProcessVecEnv`, so it can run
+    from ``weakref.finalize`` when the vector is garbage-collected or the interpreter exits.
+    """
+    for w in workers:
+        with contextlib.suppress(OSError, ValueError):
+            w.conn.send(("close", None))
+    deadline = time.monotonic() + timeout
+    for w in workers:
+        w.process.join(max(0.0, deadline - time.monotonic()))
+    for w in workers:
+        if w.process.is_alive():
+            log.warning("%s did not exit within %.0f s of close(); terminating it", w.describe(), timeout)
+            w.process.terminate()
+            w.process.join(1.0)
+        if w.process.is_alive():
+            w.process.kill()
+            w.process.join(1.0)
+        w.conn.close()
+    shared.release(unlink=True)
+
+
+@contextlib.contextmanager
+def _single_threaded_children() -> Iterator[None]:
+    """Children started inside inherit 1-thread BLAS / OpenMP settings (unless the user set them)."""
+    names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    added = [n for n in names if n not in os.environ]
+    for n in added:
+        os.environ[n] = "1"
+    try:
+        yield
+    finally:
+        for n in added:
+            os.environ.pop(n, None)
+
+
+@contextlib.contextmanager
+def _skip_main_reimport(env_fn: str) -> Iterator[None]:
+    """Children started inside do not re-import the parent's ``__main__``.
+
+    ``spawn`` / ``forkserver`` children normally re-run the parent's main script or module
+    (``lightmarl``'s CLI, a benchmark, pytest) so that objects defined there unpickle; the
+    workers need nothing from it (the env comes by import path), and re-running it would
+    import torch, Lightning and the rest in every worker: about 5 s and a few hundred MB
+    each. An ``env_fn`` under ``__main__.`` keeps the re-import. Multiprocessing reads
+    ``__main__.__spec__`` / ``__file__`` only while ``Process.start()`` runs.
+    """
+    main = sys.modules.get("__main__")
+    if main is None or env_fn.startswith("__main__."):
+        yield
+        return
+    missing = object()
+    saved = {attr: main.__dict__.get(attr, missing) for attr in ("__spec__", "__file__")}
+    main.__dict__["__spec__"] = None
+    main.__dict__.pop("__file__", None)
+    try:
+        yield
+    finally:
+        for attr, value in saved.items():
+            if value is missing:
+                main.__dict__.pop(attr, None)
+            else:
+                main.__dict__[attr] = value
+
+
+class ProcessVecEnv:
+    """``num_envs`` PettingZoo parallel envs stepped by ``num_workers`` worker processes, with auto-reset.
+
+    Same interface and results as :class:`~lightmarl.envs.pettingzoo.ParallelVecEnv` (copy
+    ``i`` reset with ``seeds[i]``): ``reset()`` / ``step()`` return per group tensors shaped
+    ``[num_envs, agents_in_group, ...]`` (fresh tensors each call, safe to keep), and an env
+    whose episode ended is reset inside ``step``. Worker ``k`` steps a contiguous slice of the
+    copies; the parent waits for all of them, so the env work of a step runs in parallel while
+    the policy's forward pass runs in the parent between steps.
+
+    Errors: an exception in a worker's env raises :class:`RuntimeError` here naming the env
+    copy and its seed, with the worker's traceback chained; a worker that dies or does not
+    answer within ``timeout`` seconds raises (and shuts the vector down) instead of hanging.
+    :meth:`close` (also run when the vector is garbage-collected or the interpreter exits)
+    joins the workers and frees the shared memory.
+
+    Args:
+        env_fn: import path of the env constructor (workers import it themselves).
+        env_kwargs: its keyword arguments (picklable).
+        spec: the env's :class:`EnvSpec` (built in the parent, e.g. by ``PettingZooEnvConfig.spec()``).
+        seeds: one reset seed per env copy.
+        num_workers: worker processes, ``1 <= num_workers <= len(seeds)``.
+        start_method: ``"spawn"`` (default) or ``"forkserver"``; ``"fork"`` is refused (unsafe
+            once torch has started threads).
+        timeout: seconds to wait for a step / reset / render answer.
+        start_timeout: seconds to wait for the workers to import and build their envs.
+    """
+
+    def __init__(
+        self,
+        env_fn: str,
+        env_kwargs: dict[str, Any],
+        spec: EnvSpec,
+        seeds: Sequence[int],
+        num_workers: int,
+        *,
+        start_method: str = "spawn",
+        timeout: float = 300.0,
+        start_timeout: float = 120.0,
+    ) -> None:
+        seeds = [int(s) for s in seeds]
+        if not isinstance(num_workers, int) or not 1 <= num_workers <= len(seeds):
+            raise ValueError(f"num_workers: expected 1..{len(seeds)} (the number of env copies), got {num_workers!r}")
+        if start_method not in ("spawn", "forkserver"):
+            raise ValueError(f"start_method: expected 'spawn' or 'forkserver', got {start_method!r}")
+        self.spec = spec
+        self.seeds = seeds
+        self.num_envs = len(seeds)
+        self.num_workers = num_workers
+        self.timeout = timeout
+        self.current: dict[str, dict[str, torch.Tensor]] = {}
+        self._groups = GroupLayout.of(spec)
+        self._agent_ids: dict[str, Any] = {}
+        self._broken: str | None = None
+        self._shared = SharedArrays(self._groups, self.num_envs)
+        self._workers: list[_Worker] = []
+        # Registered before any process starts, so a failure below still cleans up.
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._shared)
+        ctx: Any = mp.get_context(start_method)
+        sizes = [self.num_envs // num_workers + (k < self.num_envs % num_workers) for k in range(num_workers)]
+        start = 0
+        try:
+            with _single_threaded_children(), _skip_main_reimport(env_fn):
+                for k, size in enumerate(sizes):
+                    args = _WorkerArgs(
+                        index=k,
+                        env_fn=env_fn,
+                        env_kwargs=dict(env_kwargs),
+                        env_name=spec.name,
+                        possible_agents=tuple(spec.possible_agents),
+                        groups=tuple(self._groups),
+                        num_envs=self.num_envs,
+                        shm_name=self._shared.name,
+                        start=start,
+                        seeds=tuple(seeds[start : start + size]),
+                    )
+                    parent_conn, child_conn = ctx.Pipe(duplex=True)
+                    process = ctx.Process(
+                        target=_worker_main, args=(child_conn, args), name=f"lightmarl-env-worker-{k}", daemon=True
+                    )
+                    process.start()
+                    child_conn.close()  # only the worker holds its end: its death reads as EOF here
+                    self._workers.append(_Worker(k, process, parent_conn, start, start + size, args.seeds))
+                    start += size
+            self._request(self._workers, "start", None, timeout=start_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- protocol ----------------------------------------------------------------------
+    def _request(self, workers: Sequence[_Worker], command: str, arg: Any, timeout: float | None) -> list[Any]:
+        """Send ``command`` to ``workers`` (``"start"``: nothing to send) and return their payloads in order.
+
+        Waits on the pipes and the process sentinels together: a dead worker is seen at once.
+        Every answer is read before a worker's error is raised, so the pipes stay in step and
+        the vector stays usable; a dead, silent or unstartable worker shuts the vector down.
+        """
+        self._check_usable()
+        try:
+            payloads, error = self._exchange(workers, command, arg, timeout)
+        except _Fatal as fatal:
+            self._broken = str(fatal)
+            self.close()
+            raise fatal.error from fatal.error.__cause__  # a worker's traceback, or None
+        except BaseException as err:  # e.g. KeyboardInterrupt while waiting: answers may still come
+            self._broken = f"interrupted by {type(err).__name__} during {command}"
+            raise
+        if error is not None:  # every answer was read: the vector can go on
+            raise error
+        return payloads
+
+    def _check_usable(self) -> None:
+        if self._broken is not None:
+            raise RuntimeError(f"ProcessVecEnv is unusable: {self._broken}")
+        if not self._finalizer.alive:
+            raise RuntimeError("ProcessVecEnv is closed")
+
+    def _exchange(
+        self, workers: Sequence[_Worker], command: str, arg: Any, timeout: float | None
+    ) -> tuple[list[Any], RuntimeError | None]:
+        if command != "start":
+            for w in workers:
+                try:
+                    w.conn.send((command, arg))
+                except OSError:
+                    w.process.join(1.0)
+                    raise _Fatal(
+                        RuntimeError(f"{w.describe()} died (exit code {w.process.exitcode}) before {command}")
+                    ) from None
+        pending = {w.index: w for w in workers}
+        payloads: dict[int, Any] = {}
+        errors: list[tuple[_Worker, str, str]] = []
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while pending:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            handles: list[Any] = [w.conn for w in pending.values()] + [w.process.sentinel for w in pending.values()]
+            ready = wait(handles, remaining)
+            if not ready:
+                names = "; ".join(w.describe() for w in pending.values())
+                raise _Fatal(TimeoutError(f"no answer to {command} within {timeout:g} s from {names}"))
+            for w in list(pending.values()):
+                if w.conn not in ready and w.process.sentinel not in ready:
+                    continue
+                try:
+                    if not w.conn.poll():  # the sentinel fired and nothing is left to read
+                        raise EOFError
+                    status, payload = w.conn.recv()
+                except (EOFError, OSError):
+                    w.process.join(1.0)
+                    raise _Fatal(
+                        RuntimeError(f"{w.describe()} died (exit code {w.process.exitcode}) during {command}")
+                    ) from None
+                del pending[w.index]
+                if status == "error":
+                    errors.append((w, *payload))
+                else:
+                    payloads[w.index] = payload
+        if errors:
+            errors.sort(key=lambda e: e[0].index)
+            w, message, remote = errors[0]
+            more = f" (and {len(errors) - 1} more worker(s) failed)" if len(errors) > 1 else ""
+            error = RuntimeError(f"{message} [in {w.describe()}]{more}")
+            error.__cause__ = _RemoteTraceback(remote)
+            if command == "start":
+                raise _Fatal(error)
+            return [], error
+        return [payloads[w.index] for w in workers], None
+
+    # -- the vector env interface ------------------------------------------------------
+    def _copy_out(self, arrays: Arrays) -> dict[str, dict[str, torch.Tensor]]:
+        import torch
+
+        return {g: {k: torch.from_numpy(v.copy()) for k, v in d.items()} for g, d in arrays.items()}
+
+    def reset(self) -> dict[str, dict[str, torch.Tensor]]:
+        self._request(self._workers, "reset", None, self.timeout)
+        self.current = self._copy_out(self._shared.current)
+        return self.current
+
+    def step(self, actions: dict[str, torch.Tensor]) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]:
+        """Step every env copy; arguments and results as in ``ParallelVecEnv.step``."""
+        import torch
+
+        self._check_usable()
+        for g in self._groups:
+            target = self._shared.actions[g.name]
+            try:
+                target[...] = actions[g.name].numpy()
+            except KeyError:
+                raise KeyError(f"actions: no entry for group {g.name!r}") from None
+            except ValueError as err:
+                raise ValueError(f"actions[{g.name!r}]: expected shape {tuple(target.shape)}: {err}") from None
+        self._request(self._workers, "step", None, self.timeout)
+        nxt = self._copy_out(self._shared.next)
+        ended = torch.from_numpy(self._shared.ended.copy())
+        self.current = self._copy_out(self._shared.current)
+        return nxt, ended
+
+    def observation_td(self) -> TensorDict:
+        """As ``ParallelVecEnv.observation_td``: per group ``observation``, ``valid``, ``agent_id``
+        and ``action_mask`` where the env has one; root batch ``[num_envs]``."""
+        from lightmarl.envs.pettingzoo import observation_td
+
+        return observation_td(self.spec, self.current, self.num_envs, self._agent_ids)
+
+    def render(self, index: int = 0) -> Any:
+        if not 0 <= index < self.num_envs:
+            raise IndexError(f"render: env copy {index} out of range (num_envs={self.num_envs})")
+        worker = next(w for w in self._workers if w.start <= index < w.stop)
+        return self._request([worker], "render", index, self.timeout)[0]
+
+    @property
+    def worker_processes(self) -> list[Any]:
+        """The worker :class:`multiprocessing.Process` objects (for monitoring and tests)."""
+        return [w.process for w in self._workers]
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Stop the workers (closing their envs) and free the shared memory; idempotent."""
+        self._finalizer()
+
+    def __enter__(self) -> ProcessVecEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Fatal(Exception):
+    """Internal: the vector cannot go on (a worker died, timed out or failed to start)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
