@@ -7,9 +7,11 @@ The losses are TorchRL's :class:`~torchrl.objectives.multiagent.MAPPOLoss` /
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping
-from typing import Literal, cast
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import Any, Literal, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -21,6 +23,7 @@ from lightmarl.algorithms.base import Algorithm, GradientStepper, UnitTrainer, l
 from lightmarl.algorithms.distillation import CLONE_LOSS, Distillation, KickstarterLoss, SlicedClonerLoss
 from lightmarl.data import schema
 from lightmarl.policies.base import Policy
+from lightmarl.policies.recurrent import RecurrentActorCritic
 from lightmarl.population import BindingTable
 
 LOSS_NAME = "ppo"
@@ -213,21 +216,31 @@ class PPOUnitTrainer(UnitTrainer):
                 rows.set("advantage", advantage)
             rows.set("loss_mask", mask)
 
-        flat = data.reshape(-1)
-        num_samples = flat.shape[0]
-        minibatch = min(self.config.minibatch_size, num_samples)
+        recurrent = getattr(self.policy, "is_recurrent", False)
+        replay: Callable[[], AbstractContextManager[Any]]
+        if recurrent:
+            # Whole env sequences [envs, time]: the actor replays each one from its stored state.
+            samples = data
+            minibatch = max(1, min(self.config.minibatch_size // data.shape[1], data.shape[0]))
+            replay = cast(RecurrentActorCritic, self.policy).sequence_mode
+        else:
+            samples = data.reshape(-1)
+            minibatch = min(self.config.minibatch_size, samples.shape[0])
+            replay = contextlib.nullcontext
+        num_samples = samples.shape[0]
         num_minibatches = max(1, num_samples // minibatch)
         sums: dict[str, float] = {}
         count = 0
         params = self.parameters()
         for _ in range(self.config.epochs):
-            order = torch.randperm(num_samples, device=flat.device)
+            order = torch.randperm(num_samples, device=samples.device)
             for i in range(num_minibatches):
-                batch = flat[order[i * minibatch : (i + 1) * minibatch]]
-                # No PPO rows (e.g. a profile that only clones): the PPO loss would average over nothing.
-                out = dict(self.loss(batch).items()) if num_rows else {}
-                if self.distill_loss is not None:
-                    out.update(self.distill_loss(batch).items())
+                batch = samples[order[i * minibatch : (i + 1) * minibatch]]
+                with replay():
+                    # No PPO rows (e.g. a profile that only clones): the PPO loss would average over nothing.
+                    out = dict(self.loss(batch).items()) if num_rows else {}
+                    if self.distill_loss is not None:
+                        out.update(self.distill_loss(batch).items())
                 loss = sum(v for k, v in out.items() if k.startswith("loss_"))
                 stepper.backward(cast(torch.Tensor, loss))
                 stepper.step(optimizer, params, self.config.max_grad_norm)

@@ -13,6 +13,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from lightmarl.data import schema
 from lightmarl.envs.pettingzoo import VecEnv
 from lightmarl.policies.multi_agent import MultiAgentPolicy
+from lightmarl.policies.recurrent import NEXT_RECURRENT_STATE, RecurrentStates
 
 
 @dataclass
@@ -80,6 +81,13 @@ class RolloutCollector:
         }
         self._started = False
         self.frames = 0  # env steps of every copy, summed
+        # Recurrent bindings' state per (env, agent), stored with each row for sequence training.
+        self.recurrent = RecurrentStates(
+            dict(policy.policies.items()),
+            self.table.group_of_binding,
+            self.num_envs,
+            {g.name: g.num_agents for g in self._groups},
+        )
 
     @torch.no_grad()
     def collect(self) -> TensorDict:
@@ -91,10 +99,15 @@ class RolloutCollector:
         episode_ids: list[torch.Tensor] = []
         with set_exploration_type(self.exploration):
             for _ in range(self.rollout_steps):
-                td = self.env.observation_td().to(self.device)
+                td = self.env.observation_td()
+                self.recurrent.prepare(td)
+                td = td.to(self.device)
                 self.policy(td)
                 actions = {g.name: td.get((g.name, schema.ACTION)).cpu() for g in self._groups}
                 nxt, ended = self.env.step(actions)
+                if self.recurrent:
+                    self.recurrent.advance(td, ended)
+                    td = td.exclude(*[(g, NEXT_RECURRENT_STATE) for g in self.recurrent.states])
                 steps.append(td)
                 nexts.append(nxt)
                 episode_ids.append(self._episode_id.clone())

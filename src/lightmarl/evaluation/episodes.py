@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
+from typing import Literal
 
 import torch
 from torchrl.envs.utils import ExplorationType, set_exploration_type
@@ -10,6 +12,9 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from lightmarl.data import schema
 from lightmarl.envs.pettingzoo import PettingZooEnvConfig
 from lightmarl.policies.multi_agent import MultiAgentPolicy
+from lightmarl.policies.recurrent import RecurrentStates
+
+WinRule = Literal["none", "highest_return", "positive_return"]
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +28,7 @@ def evaluate_episodes(
     num_envs: int | None = None,
     deterministic: bool = True,
     device: torch.device | str = "cpu",
+    winner: WinRule = "none",
 ) -> dict[str, dict[str, float]]:
     """Play ``num_episodes`` episodes and report metrics grouped by binding.
 
@@ -38,13 +44,28 @@ def evaluate_episodes(
         num_envs: env copies played at once (default ``min(num_episodes, env_config.num_envs)``).
         deterministic: take each policy's mode action instead of sampling.
         device: where the policies run.
+        winner: how an episode's winner is decided, for ``win_rate`` / ``draw_rate``:
+            ``highest_return`` (head-to-head: the binding whose agents' mean return is
+            strictly highest wins; a tie for highest is a draw for the tied bindings),
+            ``positive_return`` (games that pay a positive return for a win, e.g. +1 / -1),
+            or ``none``.
 
     Returns:
         binding id -> ``episode_return`` (mean over episodes of the mean over the binding's
-        agents), ``episode_return_std``, ``episode_length`` and ``episodes``.
+        agents), ``episode_return_std``, ``episode_length``, ``episodes`` and, with a
+        ``winner`` rule, ``win_rate`` and ``draw_rate``.
     """
+    if winner not in ("none", "highest_return", "positive_return"):
+        raise ValueError(f"winner: {winner!r} is not one of ['none', 'highest_return', 'positive_return']")
     count = num_envs or min(num_episodes, env_config.num_envs)
-    env = env_config.make_vector(seed=seed, num_envs=count)
+    # In-process: starting worker processes for a short evaluation costs more than it saves.
+    env = replace(env_config, num_workers=0).make_vector(seed=seed, num_envs=count)
+    recurrent = RecurrentStates(
+        dict(policy.policies.items()),
+        policy.table.group_of_binding,
+        count,
+        {g.name: g.num_agents for g in env.spec.groups.values()},
+    )
     table = policy.table
     unplayed = [i for i in table.per_env_maps if i >= count]
     if unplayed:
@@ -57,15 +78,20 @@ def evaluate_episodes(
     returns = {g.name: torch.zeros(count, g.num_agents) for g in groups}
     lengths = {g.name: torch.zeros(count, g.num_agents, dtype=torch.int64) for g in groups}
     results: dict[str, list[tuple[float, int]]] = {b: [] for b in table.active_ids}
+    outcomes: dict[str, list[str]] = {b: [] for b in table.active_ids}
     finished = 0
     try:
         env.reset()
         mode = ExplorationType.DETERMINISTIC if deterministic else ExplorationType.RANDOM
         with set_exploration_type(mode):
             while finished < num_episodes:
-                td = env.observation_td().to(device)
+                td = env.observation_td()
+                recurrent.prepare(td)
+                td = td.to(device)
                 policy(td)
                 nxt, ended = env.step({g.name: td.get((g.name, schema.ACTION)).cpu() for g in groups})
+                if recurrent:
+                    recurrent.advance(td, ended)
                 for g in groups:
                     valid = td.get((g.name, schema.VALID)).cpu()
                     returns[g.name] += nxt[g.name]["reward"] * valid
@@ -74,15 +100,19 @@ def evaluate_episodes(
                     if finished >= num_episodes:
                         break
                     finished += 1
+                    episode: dict[str, float] = {}
                     for g in groups:
                         binding_of = table.bindings_of_envs(g.name, count)[e]
                         for index in binding_of.unique().tolist():
                             agents = binding_of == index
+                            episode[table.ids[index]] = float(returns[g.name][e, agents].mean())
                             results[table.ids[index]].append(
-                                (float(returns[g.name][e, agents].mean()), int(lengths[g.name][e, agents].max()))
+                                (episode[table.ids[index]], int(lengths[g.name][e, agents].max()))
                             )
                         returns[g.name][e] = 0
                         lengths[g.name][e] = 0
+                    for binding_id, outcome in _outcomes(episode, winner).items():
+                        outcomes[binding_id].append(outcome)
     finally:
         env.close()
     summary = {}
@@ -96,4 +126,19 @@ def evaluate_episodes(
             "episode_length": float(sum(x[1] for x in episodes) / len(episodes)),
             "episodes": float(len(episodes)),
         }
+        if winner != "none":
+            played = outcomes[binding]
+            summary[binding]["win_rate"] = played.count("win") / len(played)
+            summary[binding]["draw_rate"] = played.count("draw") / len(played)
     return summary
+
+
+def _outcomes(episode_returns: dict[str, float], winner: WinRule) -> dict[str, str]:
+    """``win`` / ``draw`` / ``loss`` of each binding that played one episode."""
+    if winner == "none":
+        return {}
+    if winner == "positive_return":
+        return {b: "win" if r > 0 else "loss" for b, r in episode_returns.items()}
+    best = max(episode_returns.values())
+    leaders = [b for b, r in episode_returns.items() if r == best]
+    return {b: ("draw" if len(leaders) > 1 else "win") if b in leaders else "loss" for b in episode_returns}

@@ -3,6 +3,7 @@
 from lightmarl.policies.base import NoOpPolicy, Policy, ScriptedPolicy, UniformRandomPolicy
 from lightmarl.policies.mlp import MLPActorCritic
 from lightmarl.policies.multi_agent import MultiAgentPolicy
+from lightmarl.policies.recurrent import RecurrentActorCritic
 from lightmarl.policies.registry import PolicyRegistry
 from lightmarl.policies.scripted import SpreadToLandmarkPolicy
 
@@ -12,6 +13,7 @@ __all__ = [
     "NoOpPolicy",
     "Policy",
     "PolicyRegistry",
+    "RecurrentActorCritic",
     "ScriptedPolicy",
     "SpreadToLandmarkPolicy",
     "UniformRandomPolicy",

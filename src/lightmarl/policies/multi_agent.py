@@ -14,6 +14,7 @@ from lightmarl.data import schema
 from lightmarl.envs.spec import EnvSpec
 from lightmarl.policies.base import Policy
 from lightmarl.policies.mlp import MLPActorCritic
+from lightmarl.policies.recurrent import NEXT_RECURRENT_STATE, RECURRENT_STATE
 from lightmarl.population import BindingTable
 from lightmarl.population.bindings import GroupBindingIndex
 
@@ -119,6 +120,8 @@ class MultiAgentPolicy(nn.Module):
         device = leaves[schema.OBSERVATION].device
         action = torch.empty(*batch, *group.action_shape, dtype=group.action_dtype, device=device)
         log_prob = torch.empty(batch, device=device)
+        # Recurrent rows: bindings without a state pass theirs through unchanged (zeros).
+        next_state = leaves[RECURRENT_STATE].clone() if RECURRENT_STATE in leaves else None
         # index_copy_ on views writes through to the [*batch, agents] outputs.
         flat_action = action.view(-1, *group.action_shape) if index.flat else action
         flat_log_prob = log_prob.view(-1) if index.flat else log_prob
@@ -129,8 +132,12 @@ class MultiAgentPolicy(nn.Module):
             result = self._policy(binding)(sub).get(group_name)
             flat_action.index_copy_(dim, positions, result.get(schema.ACTION).to(action.dtype))
             flat_log_prob.index_copy_(dim, positions, result.get(schema.ACTION_LOG_PROB).to(log_prob.dtype))
+            if next_state is not None and NEXT_RECURRENT_STATE in result.keys():
+                next_state.index_copy_(dim, positions, result.get(NEXT_RECURRENT_STATE))
         rows.set(schema.ACTION, action)
         rows.set(schema.ACTION_LOG_PROB, log_prob)
+        if next_state is not None:
+            rows.set(NEXT_RECURRENT_STATE, next_state.view(*batch, *next_state.shape[1:]) if index.flat else next_state)
 
 
 class _StackedMLPActors:

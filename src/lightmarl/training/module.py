@@ -16,7 +16,7 @@ from lightmarl.algorithms import PPO, Algorithm, IndependentMARLTrainer
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs.pettingzoo import PettingZooEnvConfig
 from lightmarl.errors import ConfigError
-from lightmarl.evaluation.episodes import evaluate_episodes
+from lightmarl.evaluation.episodes import WinRule, evaluate_episodes
 from lightmarl.policies.base import Policy
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.registry import CHECKPOINT_KEY, PolicyRegistry
@@ -54,6 +54,9 @@ class MARLModule(LightningModule):
         eval_num_envs: env copies played at once during evaluation (default: ``env.num_envs``).
         eval_seed: base seed of evaluation env copies (same start states every evaluation).
         eval_deterministic: evaluate the policies' mode actions instead of sampling.
+        eval_winner: adds ``win_rate`` / ``draw_rate`` per binding: ``highest_return`` for
+            head-to-head play (the binding with the strictly highest mean return wins),
+            ``positive_return`` for games that pay a positive return for a win, or ``none``.
         stats_window: training episodes per binding in the running episode statistics.
         cpu_threads: torch intra-op threads per process (``None``: torch's default). Small
             policies step fastest with 1; more threads spin-wait on a busy machine.
@@ -75,6 +78,7 @@ class MARLModule(LightningModule):
         eval_num_envs: int | None = None,
         eval_seed: int = 10_000,
         eval_deterministic: bool = True,
+        eval_winner: WinRule = "none",
         stats_window: int = 100,
         cpu_threads: int | None = 1,
     ) -> None:
@@ -98,6 +102,7 @@ class MARLModule(LightningModule):
         self.eval_num_envs = eval_num_envs
         self.eval_seed = eval_seed
         self.eval_deterministic = eval_deterministic
+        self.eval_winner = eval_winner
         self.stats_window = stats_window
         self.cpu_threads = cpu_threads
 
@@ -261,6 +266,7 @@ class MARLModule(LightningModule):
             seed=self.eval_seed + 1_000 * rank,
             num_envs=self.eval_num_envs,
             deterministic=self.eval_deterministic,
+            winner=self.eval_winner,
             device=self.device,
         )
         logs = {f"{prefix}/{b}/{name}": value for b, stats in results.items() for name, value in stats.items()}
