@@ -128,3 +128,32 @@ def test_per_env_map_annotates_and_acts_per_env_copy(spread_config):
 def test_per_env_index_beyond_the_env_copies_fails_before_the_first_step(spread_config):
     with pytest.raises(ValueError, match=r"per_env: env index 4 is out of range; each process steps 4 env copies"):
         per_env_collector(spread_config, {"per_env": {4: ["npc", "npc", "npc"]}})
+
+
+def test_collector_writes_traceable_trajectories_into_a_rollout_buffer(spread_config):
+    from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
+
+    spec = spread_config.spec()
+    group = spec.groups["agent"]
+    table = BindingTable(
+        [PolicyBinding("learner", class_path="x.y"), PolicyBinding("npc", class_path="x.y", trainable=False)],
+        spec,
+        ["learner", "npc", "learner"],
+    )
+    population = MultiAgentPolicy({"learner": MLPActorCritic(group), "npc": UniformRandomPolicy(group)}, table)
+    buffer = MultiAgentRolloutBuffer(n_agents=3)
+    collector = RolloutCollector(spread_config.make_vector(seed=0), population, 7, buffers={"agent": buffer})
+    rollouts = [collector.collect() for _ in range(2)]  # 14 steps: episodes of 5 cross the rollout boundary
+    rows = torch.cat([r["agent"].reshape(-1) for r in rollouts])
+    rewards = torch.cat([r["next", "agent", "reward"].reshape(-1) for r in rollouts])
+    for episode in rows[schema.EPISODE_ID].unique().tolist():
+        for agent in range(3):
+            mine = (rows[schema.EPISODE_ID] == episode) & (rows[schema.AGENT_ID] == agent)
+            traj = buffer.trajectory(episode, agent)
+            assert torch.equal(traj["action"], rows["action"][mine])
+            assert torch.equal(traj["observation"], rows["observation"][mine])
+            assert torch.allclose(traj["next", "reward"].reshape(-1), rewards[mine])
+            assert traj[schema.BINDING_ID].eq(1 if agent == 1 else 0).all()
+            assert traj[schema.IS_TRAINABLE_AGENT].eq(agent != 1).all()
+    with pytest.raises(ValueError, match="no agent group named"):
+        RolloutCollector(spread_config.make_vector(seed=0), population, 7, buffers={"agents": buffer})

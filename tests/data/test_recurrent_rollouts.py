@@ -59,3 +59,14 @@ def test_ppo_trains_a_recurrent_binding_on_sequences():
     assert metrics["rnn"]["rows"] == 3 * 8 * 2
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics["rnn"].values())
     assert any(not torch.equal(v, before[k]) for k, v in policies["rnn"].state_dict().items())
+
+
+def test_state_restarts_when_the_binding_map_changes():
+    table, policies = mixed_population()
+    collector = RolloutCollector(MEMORY.make_vector(seed=0), MultiAgentPolicy(policies, table), rollout_steps=3)
+    collector.collect()
+    assert not collector.collect()["agent"][IS_INIT][:, 0].any()  # mid-episode: state carried on
+    table.set_agent_binding_map(["ff", "rnn", "rnn"])
+    restarted = collector.collect()["agent"]
+    assert restarted[IS_INIT][:, 0].all()
+    assert restarted["action_log_prob"].isfinite().all()

@@ -12,6 +12,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from lightmarl.data import schema
 from lightmarl.envs.pettingzoo import VecEnv
+from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.recurrent import NEXT_RECURRENT_STATE, RecurrentStates
 
@@ -50,6 +51,8 @@ class RolloutCollector:
         exploration: ``RANDOM`` samples actions (training); ``DETERMINISTIC`` takes the mode.
         stats_window: episodes per binding kept for the running means.
         device: where the policy runs; experience is returned there.
+        buffers: group name -> a :class:`MultiAgentRolloutBuffer` that every rollout of that
+            group is also written into (each row traceable to its env, agent, episode and binding).
     """
 
     def __init__(
@@ -60,6 +63,7 @@ class RolloutCollector:
         exploration: ExplorationType = ExplorationType.RANDOM,
         stats_window: int = 100,
         device: torch.device | str = "cpu",
+        buffers: dict[str, MultiAgentRolloutBuffer] | None = None,
     ) -> None:
         if rollout_steps < 1:
             raise ValueError(f"rollout_steps: expected a positive integer, got {rollout_steps!r}")
@@ -82,6 +86,13 @@ class RolloutCollector:
         self._started = False
         self.frames = 0  # env steps of every copy, summed
         # Recurrent bindings' state per (env, agent), stored with each row for sequence training.
+        self.buffers = dict(buffers or {})
+        unknown = set(self.buffers) - {g.name for g in self._groups}
+        if unknown:
+            raise ValueError(
+                f"buffers: no agent group named {sorted(unknown)}; groups are {[g.name for g in self._groups]}"
+            )
+        self._table_version = self.table.version
         self.recurrent = RecurrentStates(
             dict(policy.policies.items()),
             self.table.group_of_binding,
@@ -94,6 +105,10 @@ class RolloutCollector:
         if not self._started:
             self.env.reset()
             self._started = True
+        if self.table.version != self._table_version:
+            # Another binding controls some agents now: its memory starts from scratch.
+            self.recurrent.restart_all()
+            self._table_version = self.table.version
         steps: list[TensorDict] = []
         nexts: list[dict] = []
         episode_ids: list[torch.Tensor] = []
@@ -113,7 +128,12 @@ class RolloutCollector:
                 episode_ids.append(self._episode_id.clone())
                 self._track_episodes(td, nxt, ended)
         self.frames += self.num_envs * self.rollout_steps
-        return self._assemble(steps, nexts, torch.stack(episode_ids, dim=1))
+        experience = self._assemble(steps, nexts, torch.stack(episode_ids, dim=1))
+        for group, buffer in self.buffers.items():
+            rows = experience.get(group).clone(recurse=False)
+            rows.set("next", experience.get(("next", group)))
+            buffer.add_rollout(rows)
+        return experience
 
     def _track_episodes(self, td: TensorDict, nxt: dict, ended: torch.Tensor) -> None:
         for g in self._groups:
