@@ -86,7 +86,7 @@ class MultiAgentPolicy(nn.Module):
             index = self.table.row_index(group_name, batch_shape)
             if len(index.agents_of_binding) == 1:
                 (binding,) = index.agents_of_binding
-                self._policy(binding)(tensordict)
+                self._run(binding, tensordict)
                 continue
             stack = self._stack_for(tuple(index.agents_of_binding)) if self.stack_same_shape else None
             if stack is not None and stack.mode() is not None:
@@ -97,6 +97,27 @@ class MultiAgentPolicy(nn.Module):
 
     def _policy(self, binding: int) -> nn.Module:
         return self.policies[self.table.ids[binding]]
+
+    def _run(self, binding: int, tensordict: TensorDictBase) -> TensorDictBase:
+        """Forward one binding's policy, on the binding's own ``device`` when it has one."""
+        device = self.binding_devices.get(self.table.ids[binding])
+        policy = self._policy(binding)
+        home = next(iter(tensordict.values(include_nested=True, leaves_only=True))).device
+        if device is None or device == home:
+            return policy(tensordict)
+        return tensordict.update(policy(tensordict.to(device)).to(home))
+
+    @property
+    def binding_devices(self) -> dict[str, torch.device]:
+        """Bindings whose policy acts on a device of its own (``PolicyBinding.device``)."""
+        return {
+            b.id: torch.device(b.device) for b in self.table.bindings if b.device is not None and b.id in self.policies
+        }
+
+    def place_bindings(self) -> None:
+        """Move policies with their own ``device`` there (after the module was moved as a whole)."""
+        for binding_id, device in self.binding_devices.items():
+            self.policies[binding_id].to(device)
 
     def _stack_for(self, bindings: tuple[int, ...]) -> _StackedMLPActors | None:
         policies = [self._policy(b) for b in bindings]
@@ -129,7 +150,7 @@ class MultiAgentPolicy(nn.Module):
             picked = {k: v.index_select(dim, positions) for k, v in leaves.items()}
             sub_batch = (*sub_root, len(positions)) if index.flat else (*batch[:-1], len(positions))
             sub = TensorDict({group_name: TensorDict(picked, batch_size=sub_batch)}, batch_size=sub_root)
-            result = self._policy(binding)(sub).get(group_name)
+            result = self._run(binding, sub).get(group_name)
             flat_action.index_copy_(dim, positions, result.get(schema.ACTION).to(action.dtype))
             flat_log_prob.index_copy_(dim, positions, result.get(schema.ACTION_LOG_PROB).to(log_prob.dtype))
             if next_state is not None and NEXT_RECURRENT_STATE in result.keys():

@@ -347,6 +347,13 @@ class BindingTable:
                     f"{where} ({b.id!r}): set exactly one of class_path / policy_uri "
                     f"(got class_path={b.class_path!r}, policy_uri={b.policy_uri!r})"
                 )
+            if b.device is not None:
+                try:
+                    torch.device(b.device)
+                except (RuntimeError, TypeError):
+                    raise ValueError(
+                        f"{where}.device: {b.device!r} is not a torch device (e.g. 'cpu', 'cuda', 'cuda:1')"
+                    ) from None
             if b.loss_profile not in self.loss_profiles:
                 raise ValueError(
                     f"{where}.loss_profile: {b.loss_profile!r} is not a loss profile; "

@@ -181,8 +181,26 @@ class MARLModule(LightningModule):
         assert self.marl_trainer is not None, "configure_optimizers runs after setup('fit')"
         return self.marl_trainer.make_optimizers()
 
+    def _place_bindings(self) -> None:
+        # Trainable policies live with their optimizer on the module's device; frozen and
+        # scripted bindings may act elsewhere (e.g. a large frozen NPC on the CPU).
+        for binding_id, device in self.population.binding_devices.items():
+            if self.table.binding(binding_id).trainable and device != self.device:
+                raise ConfigError(
+                    f"policy_bindings: trainable binding {binding_id!r} asks for device {str(device)!r} but the "
+                    f"trainer runs on {str(self.device)!r}; only frozen bindings may act on a device of their own"
+                )
+        self.population.place_bindings()
+
+    def on_validation_start(self) -> None:
+        self._place_bindings()
+
+    def on_test_start(self) -> None:
+        self._place_bindings()
+
     def on_fit_start(self) -> None:
         assert self.marl_trainer is not None
+        self._place_bindings()
         self.marl_trainer.to(self.device)
         rank, num_envs = self.global_rank, self.env_config.num_envs
         # Per-rank env seeds: seed + num_envs * rank + i.
