@@ -164,7 +164,13 @@ class PPOUnitTrainer(UnitTrainer):
             done=(g, schema.DONE),
             terminated=(g, schema.TERMINATED),
         )
-        self.loss.make_value_estimator(ValueEstimators.GAE, gamma=config.gamma, lmbda=config.lmbda)
+        self.loss.make_value_estimator(
+            ValueEstimators.GAE,
+            gamma=config.gamma,
+            lmbda=config.lmbda,
+            # torch.vmap has no batching rule for recurrent layers: call a recurrent critic twice.
+            deactivate_vmap=getattr(policy, "is_recurrent", False),
+        )
         self.loss.loss_mask_key = (g, "loss_mask")
         self.update_every = config.update_every
         self.updates = 0

@@ -14,7 +14,7 @@ from lightmarl.data import schema
 from lightmarl.envs.pettingzoo import VecEnv
 from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
 from lightmarl.policies.multi_agent import MultiAgentPolicy
-from lightmarl.policies.recurrent import NEXT_RECURRENT_STATE, RecurrentStates
+from lightmarl.policies.recurrent import IS_INIT, NEXT_RECURRENT_STATE, RECURRENT_STATE, RecurrentStates
 
 
 @dataclass
@@ -111,6 +111,7 @@ class RolloutCollector:
             self._table_version = self.table.version
         steps: list[TensorDict] = []
         nexts: list[dict] = []
+        next_states: list[dict[str, torch.Tensor]] = []
         episode_ids: list[torch.Tensor] = []
         with set_exploration_type(self.exploration):
             for _ in range(self.rollout_steps):
@@ -122,13 +123,15 @@ class RolloutCollector:
                 nxt, ended = self.env.step(actions)
                 if self.recurrent:
                     self.recurrent.advance(td, ended)
+                    # The state after the step goes with the next observation (a recurrent critic's input).
+                    next_states.append({g: td.get((g, NEXT_RECURRENT_STATE)) for g in self.recurrent.states})
                     td = td.exclude(*[(g, NEXT_RECURRENT_STATE) for g in self.recurrent.states])
                 steps.append(td)
                 nexts.append(nxt)
                 episode_ids.append(self._episode_id.clone())
                 self._track_episodes(td, nxt, ended)
         self.frames += self.num_envs * self.rollout_steps
-        experience = self._assemble(steps, nexts, torch.stack(episode_ids, dim=1))
+        experience = self._assemble(steps, nexts, torch.stack(episode_ids, dim=1), next_states)
         for group, buffer in self.buffers.items():
             rows = experience.get(group).clone(recurse=False)
             rows.set("next", experience.get(("next", group)))
@@ -163,7 +166,13 @@ class RolloutCollector:
         self._episode_id[env_ids] = new_ids
         self._next_episode_id += len(env_ids)
 
-    def _assemble(self, steps: list[TensorDict], nexts: list[dict], episode_ids: torch.Tensor) -> TensorDict:
+    def _assemble(
+        self,
+        steps: list[TensorDict],
+        nexts: list[dict],
+        episode_ids: torch.Tensor,
+        next_states: list[dict[str, torch.Tensor]],
+    ) -> TensorDict:
         experience = cast(TensorDictBase, torch.stack(steps, dim=1))  # [E, T] root, [E, T, A] groups
         E, T = self.num_envs, self.rollout_steps
         next_groups = {}
@@ -182,6 +191,10 @@ class RolloutCollector:
                 },
                 batch_size=[E, T, A],
             )
+            if next_states and name in next_states[0]:
+                next_groups[name].set(RECURRENT_STATE, torch.stack([s[name] for s in next_states], dim=1).cpu())
+                # The next observation continues the step's episode: never a reset.
+                next_groups[name].set(IS_INIT, torch.zeros(E, T, A, dtype=torch.bool))
             # Annotations follow the map each env copy plays (per-env overrides included).
             binding = self.table.bindings_of_envs(name, E).unsqueeze(1).expand(E, T, A)
             rows = experience.get(name)

@@ -73,13 +73,20 @@ class RecurrentCore(nn.Module):
     def forward(
         self, observation: torch.Tensor, is_init: torch.Tensor, state: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        features, new_state = self.features(observation, is_init, state)
+        return self.head(features), new_state
+
+    def features(
+        self, observation: torch.Tensor, is_init: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Recurrent features of every row (``[*B, H]`` or ``[N, T, A, H]``) and the state after the step."""
         if not self.sequence_mode:
             batch = observation.shape[:-1]
             state = torch.where(is_init.reshape(*batch, 1, 1, 1), torch.zeros_like(state), state)
             out, new = self._run(
                 self.encoder(observation).reshape(-1, 1, self.hidden_size), state.reshape(-1, *state.shape[-3:])
             )
-            return self.head(out[:, 0]).reshape(*batch, -1), new.reshape(state.shape)
+            return out[:, 0].reshape(*batch, -1), new.reshape(state.shape)
         n, t, a = observation.shape[:3]
         features = self.encoder(observation).permute(0, 2, 1, 3).reshape(n * a, t, self.hidden_size)
         resets = is_init.permute(0, 2, 1).reshape(n * a, t)
@@ -94,12 +101,29 @@ class RecurrentCore(nn.Module):
             out, current = self._run(features[:, start:stop], current)
             outputs.append(out)
             start = stop
-        logits = self.head(torch.cat(outputs, dim=1))
-        return logits.reshape(n, a, t, -1).permute(0, 2, 1, 3), state
+        # Sequence mode returns the input state: training needs no state after the rollout.
+        return torch.cat(outputs, dim=1).reshape(n, a, t, -1).permute(0, 2, 1, 3), state
+
+
+class RecurrentValue(nn.Module):
+    """A value head on a :class:`RecurrentCore`'s features (a critic sharing the actor's memory)."""
+
+    def __init__(self, core: RecurrentCore) -> None:
+        super().__init__()
+        self.core = core
+        self.value = nn.Linear(core.hidden_size, 1)
+
+    def forward(self, observation: torch.Tensor, is_init: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        return self.value(self.core.features(observation, is_init, state)[0])
 
 
 class RecurrentActorCritic(Policy):
-    """A GRU or LSTM actor (discrete actions) with a feed-forward critic.
+    """A GRU or LSTM actor (discrete actions) with a recurrent or feed-forward critic.
+
+    ``critic: recurrent`` puts a value head on the actor's recurrent features (one memory for
+    both, as in CleanRL's LSTM PPO); its values for GAE come from the states stored with each
+    row (``("next", group, "recurrent_state")`` for the next observations), and its loss is
+    trained through time on whole sequences like the actor's.
 
     Args:
         group: the agent group this policy acts for.
@@ -107,8 +131,9 @@ class RecurrentActorCritic(Policy):
         cell: ``gru`` or ``lstm``.
         layers: stacked recurrent layers.
         encoder_sizes: hidden widths of the MLP before the recurrent layer.
-        critic: ``centralized`` (all agents' observations, MAPPO) or ``local`` (IPPO).
-        critic_sizes: hidden widths of the critic MLP.
+        critic: ``recurrent`` (a value head sharing the actor's memory), ``centralized`` (an MLP
+            on all agents' observations, MAPPO) or ``local`` (an MLP on the agent's own, IPPO).
+        critic_sizes: hidden widths of the critic MLP (feed-forward critics).
     """
 
     has_critic = True
@@ -121,7 +146,7 @@ class RecurrentActorCritic(Policy):
         cell: Literal["gru", "lstm"] = "gru",
         layers: int = 1,
         encoder_sizes: Sequence[int] = (64,),
-        critic: Literal["centralized", "local"] = "local",
+        critic: Literal["recurrent", "centralized", "local"] = "local",
         critic_sizes: Sequence[int] = (64, 64),
     ) -> None:
         super().__init__(group)
@@ -132,8 +157,8 @@ class RecurrentActorCritic(Policy):
             )
         if cell not in ("gru", "lstm"):
             raise ValueError(f"policy_kwargs.cell: {cell!r} is not one of ['gru', 'lstm']")
-        if critic not in ("centralized", "local"):
-            raise ValueError(f"policy_kwargs.critic: {critic!r} is not one of ['centralized', 'local']")
+        if critic not in ("recurrent", "centralized", "local"):
+            raise ValueError(f"policy_kwargs.critic: {critic!r} is not one of ['recurrent', 'centralized', 'local']")
         self.critic_kind = critic
         obs_dim = group.observation_shape[0]
         self.core = RecurrentCore(obs_dim, group.num_actions, hidden_size, cell, encoder_sizes, layers)
@@ -152,6 +177,13 @@ class RecurrentActorCritic(Policy):
         )
         value = self.key(schema.STATE_VALUE)
         obs = self.key(schema.OBSERVATION)
+        if critic == "recurrent":
+            self.critic = TensorDictModule(
+                RecurrentValue(self.core),
+                in_keys=[obs, self.key(IS_INIT), self.key(RECURRENT_STATE)],
+                out_keys=[value],
+            )
+            return
         if critic == "centralized":
             net: nn.Module = MultiAgentMLP(
                 n_agent_inputs=obs_dim,
