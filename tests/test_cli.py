@@ -60,7 +60,9 @@ def test_recipe_fits_and_validates_through_the_cli(recipe, tmp_path, monkeypatch
     header = metrics[0].read_text().splitlines()[0].split(",")
     assert "time/fps" in header
     for binding in trainable_bindings(recipe):
-        assert f"train/{binding}/loss_objective" in header and f"collect/{binding}/episode_return" in header
+        # Each algorithm logs its own loss terms (PPO: loss_objective, ...; DQN: TorchRL's loss).
+        assert any(h.startswith(f"train/{binding}/loss") for h in header), (binding, header)
+        assert f"collect/{binding}/episode_return" in header
     assert list(tmp_path.rglob("events.out.tfevents.*")), "TensorBoard events are written"
     main(["validate", "--config", str(recipe), "--ckpt_path", "last", *TINY])
 

@@ -3,6 +3,7 @@
 from lightmarl.policies.base import NoOpPolicy, Policy, ScriptedPolicy, UniformRandomPolicy
 from lightmarl.policies.mlp import MLPActorCritic
 from lightmarl.policies.multi_agent import MultiAgentPolicy
+from lightmarl.policies.qnet import QNetworkPolicy
 from lightmarl.policies.recurrent import RecurrentActorCritic
 from lightmarl.policies.registry import PolicyRegistry
 from lightmarl.policies.scripted import SpreadToLandmarkPolicy
@@ -13,6 +14,7 @@ __all__ = [
     "NoOpPolicy",
     "Policy",
     "PolicyRegistry",
+    "QNetworkPolicy",
     "RecurrentActorCritic",
     "ScriptedPolicy",
     "SpreadToLandmarkPolicy",
