@@ -155,6 +155,16 @@ class Algorithm(ABC):
         del binding_id, policy
 
 
+def check_hyperparameters(*checks: tuple[str, object, bool]) -> None:
+    """Raise a ``ValueError`` naming the first ``(name, value, ok)`` whose ``ok`` is false.
+
+    Algorithms call it in ``__init__`` so a bad recipe fails before training starts.
+    """
+    for name, value, ok in checks:
+        if not ok:
+            raise ValueError(f"algorithm.{name}: invalid value {value!r}")
+
+
 def unique_parameters(modules: Iterable[nn.Module]) -> list[nn.Parameter]:
     """Trainable parameters of ``modules``, each once (shared modules appear in several)."""
     seen: set[int] = set()

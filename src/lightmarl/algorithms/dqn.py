@@ -30,7 +30,14 @@ from torchrl.data import LazyTensorStorage, ReplayBuffer
 from torchrl.data.replay_buffers import RandomSampler
 from torchrl.objectives import DQNLoss, HardUpdate, SoftUpdate, ValueEstimators
 
-from lightmarl.algorithms.base import Algorithm, GradientStepper, UnitTrainer, loss_row_mask, unique_parameters
+from lightmarl.algorithms.base import (
+    Algorithm,
+    GradientStepper,
+    UnitTrainer,
+    check_hyperparameters,
+    loss_row_mask,
+    unique_parameters,
+)
 from lightmarl.data import schema
 from lightmarl.policies.base import Policy
 from lightmarl.population import BindingTable
@@ -100,7 +107,7 @@ class DQN(Algorithm):
         max_grad_norm: float | None = 10.0,
         update_every: int = 1,
     ) -> None:
-        for name, value, ok in (
+        check_hyperparameters(
             ("lr", lr, lr > 0),
             ("gamma", gamma, 0 <= gamma <= 1),
             ("batch_size", batch_size, batch_size >= 1),
@@ -115,9 +122,7 @@ class DQN(Algorithm):
             ("eps_end", eps_end, 0 <= eps_end <= 1),
             ("eps_decay_frames", eps_decay_frames, eps_decay_frames >= 0),
             ("update_every", update_every, update_every >= 1),
-        ):
-            if not ok:
-                raise ValueError(f"algorithm.{name}: invalid value {value!r}")
+        )
         self.lr = lr
         self.gamma = gamma
         self.batch_size = batch_size

@@ -19,7 +19,14 @@ from torch import nn
 from torchrl.objectives import ValueEstimators
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
-from lightmarl.algorithms.base import Algorithm, GradientStepper, UnitTrainer, loss_row_mask, unique_parameters
+from lightmarl.algorithms.base import (
+    Algorithm,
+    GradientStepper,
+    UnitTrainer,
+    check_hyperparameters,
+    loss_row_mask,
+    unique_parameters,
+)
 from lightmarl.algorithms.distillation import CLONE_LOSS, Distillation, KickstarterLoss, SlicedClonerLoss
 from lightmarl.data import schema
 from lightmarl.policies.base import Policy
@@ -72,7 +79,7 @@ class PPO(Algorithm):
         update_every: int = 1,
         distillation: Distillation | None = None,
     ) -> None:
-        for name, value, ok in (
+        check_hyperparameters(
             ("lr", lr, lr > 0),
             ("epochs", epochs, epochs >= 1),
             ("minibatch_size", minibatch_size, minibatch_size >= 1),
@@ -80,9 +87,7 @@ class PPO(Algorithm):
             ("lmbda", lmbda, 0 <= lmbda <= 1),
             ("clip_epsilon", clip_epsilon, clip_epsilon > 0),
             ("update_every", update_every, update_every >= 1),
-        ):
-            if not ok:
-                raise ValueError(f"algorithm.{name}: invalid value {value!r}")
+        )
         self.lr = lr
         self.epochs = epochs
         self.minibatch_size = minibatch_size
