@@ -10,6 +10,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 from torch.distributions import Categorical
+from torch.nn import functional as F
 from torchrl.modules import MLP, MaskedCategorical, MultiAgentMLP, ProbabilisticActor, TanhNormal
 from torchrl.modules.distributions import NormalParamExtractor
 
@@ -28,11 +29,22 @@ class MLPActorCritic(Policy):
     TorchRL's ``MultiAgentMLP(centralized=True, share_params=True)``), ``local`` (IPPO,
     de Witt et al. 2020: each agent's own observation) or ``none``.
 
+    With ``agent_id_input`` the actor (and a ``local`` critic) also reads which agent a row
+    is: a one-hot of the row's position in the group (``agent_id`` mapped through
+    ``group.agent_ids``, size ``group.num_agents``) is appended to the observation, so one
+    set of weights can act differently per agent (parameter sharing with agent indication,
+    as in Terry et al. 2020, "Revisiting Parameter Sharing in Multi-Agent Deep RL"). The
+    centralized critic already sees every agent at its own position and is unchanged.
+
     Args:
         group: the agent group this policy acts for.
         hidden_sizes: widths of the hidden layers of actor and critic.
         activation: hidden activation: ``tanh``, ``relu``, ``elu`` or ``gelu``.
         critic: ``centralized``, ``local`` or ``none``.
+        agent_id_input: append a one-hot of each row's agent (its position in the group) to
+            the observation read by the actor and a ``local`` critic. The actor's rows must then
+            carry ``agent_id`` (env observations and stored experience do); the critic, which
+            reads whole-group rows, takes the position from the agent dim.
     """
 
     def __init__(
@@ -41,6 +53,7 @@ class MLPActorCritic(Policy):
         hidden_sizes: Sequence[int] = (64, 64),
         activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh",
         critic: Literal["centralized", "local", "none"] = "centralized",
+        agent_id_input: bool = False,
     ) -> None:
         super().__init__(group)
         if activation not in _ACTIVATIONS:
@@ -51,20 +64,29 @@ class MLPActorCritic(Policy):
             raise ValueError(
                 f"MLPActorCritic needs flat (1-D) observations; group {group.name!r} has shape {group.observation_shape}"
             )
+        if not isinstance(agent_id_input, bool):
+            raise ValueError(f"policy_kwargs.agent_id_input: expected true or false, got {agent_id_input!r}")
         self.hidden_sizes = tuple(int(h) for h in hidden_sizes)
         self.critic_kind = critic
         self.has_critic = critic != "none"
+        self.agent_id_input = agent_id_input
         act = _ACTIVATIONS[activation]
         obs_dim = group.observation_shape[0]
         obs_key = self.key(schema.OBSERVATION)
+        # What the actor (and a local critic) reads: the observation, plus the agent's one-hot.
+        in_dim = obs_dim + (group.num_agents if agent_id_input else 0)
+        in_keys = [obs_key, self.key(schema.AGENT_ID)] if agent_id_input else [obs_key]
+
+        def reads(net: nn.Module, from_agent_dim: bool = False) -> nn.Module:
+            return AgentIdInput(net, group.agent_ids, from_agent_dim) if agent_id_input else net
 
         if group.action_kind == "discrete":
-            net = MLP(obs_dim, group.num_actions, num_cells=list(self.hidden_sizes), activation_class=act)
+            net = reads(MLP(in_dim, group.num_actions, num_cells=list(self.hidden_sizes), activation_class=act))
             dist_in = {"logits": self.key(schema.LOGITS)}
             if group.has_action_mask:
                 dist_in["mask"] = self.key(schema.ACTION_MASK)
             self.actor = ProbabilisticActor(
-                TensorDictModule(net, in_keys=[obs_key], out_keys=[self.key(schema.LOGITS)]),
+                TensorDictModule(net, in_keys=in_keys, out_keys=[self.key(schema.LOGITS)]),
                 in_keys=dist_in,
                 out_keys=[self.key(schema.ACTION)],
                 distribution_class=MaskedCategorical if group.has_action_mask else Categorical,
@@ -74,12 +96,12 @@ class MLPActorCritic(Policy):
         else:
             action_dim = int(torch.Size(group.action_shape).numel())
             net = nn.Sequential(
-                MLP(obs_dim, 2 * action_dim, num_cells=list(self.hidden_sizes), activation_class=act),
+                reads(MLP(in_dim, 2 * action_dim, num_cells=list(self.hidden_sizes), activation_class=act)),
                 NormalParamExtractor(),
             )
             loc, scale = self.key("loc"), self.key("scale")
             self.actor = ProbabilisticActor(
-                TensorDictModule(net, in_keys=[obs_key], out_keys=[loc, scale]),
+                TensorDictModule(net, in_keys=in_keys, out_keys=[loc, scale]),
                 in_keys={"loc": loc, "scale": scale},
                 out_keys=[self.key(schema.ACTION)],
                 distribution_class=TanhNormal,
@@ -109,10 +131,79 @@ class MLPActorCritic(Policy):
             )
         elif critic == "local":
             self.critic = TensorDictModule(
-                MLP(obs_dim, 1, num_cells=list(self.hidden_sizes), activation_class=act),
+                # The critic always reads whole-group rows (as the centralized one does), including
+                # GAE's "next" rows, which carry no agent_id: the agent dim gives each row's position.
+                reads(MLP(in_dim, 1, num_cells=list(self.hidden_sizes), activation_class=act), from_agent_dim=True),
                 in_keys=[obs_key],
                 out_keys=[value_key],
             )
 
+    def initialize_to_environment(self, group: GroupSpec) -> None:
+        """As :meth:`Policy.initialize_to_environment`; with ``agent_id_input`` the group's size must match too.
+
+        Raises:
+            ValueError: when the policy was built for different spaces, or (``agent_id_input``)
+                for a group with another number of agents.
+        """
+        if self.agent_id_input and group.num_agents != self.group.num_agents:
+            raise ValueError(
+                f"policy MLPActorCritic(agent_id_input=True) was built for {self.group.num_agents} agents "
+                f"(its agent one-hot has that size), but group {group.name!r} has {group.num_agents}"
+            )
+        super().initialize_to_environment(group)
+        for module in self.modules():
+            if isinstance(module, AgentIdInput):
+                module.set_agent_ids(group.agent_ids)
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         return self.actor(tensordict)
+
+
+class AgentIdInput(nn.Module):
+    """Runs ``net`` on the observation with a one-hot of the row's agent appended.
+
+    ``agent_id`` is the row's index in the env's ``possible_agents``; the one-hot is over the
+    agent's position in the group (``agent_ids``), so its size is the group's agent count.
+
+    Args:
+        net: the network; its input width is the observation's plus ``len(agent_ids)``.
+        agent_ids: the group's agents' indices in ``possible_agents``, in group order.
+        from_agent_dim: read whole-group rows ``[*batch, agents, obs]`` without ``agent_id``:
+            a row's position is its index along the agent dim (for critics).
+    """
+
+    position: torch.Tensor
+
+    def __init__(self, net: nn.Module, agent_ids: Sequence[int], from_agent_dim: bool = False) -> None:
+        super().__init__()
+        self.net = net
+        self.num_agents = len(agent_ids)
+        self.from_agent_dim = from_agent_dim
+        self.register_buffer("position", torch.empty(0, dtype=torch.int64), persistent=False)
+        self.set_agent_ids(agent_ids)
+
+    def set_agent_ids(self, agent_ids: Sequence[int]) -> None:
+        """Map ``agent_id`` -> position in the group (``-1``: not an agent of the group)."""
+        if len(agent_ids) != self.num_agents:
+            raise ValueError(f"expected {self.num_agents} agent ids, got {len(agent_ids)}")
+        position = torch.full((max(agent_ids) + 1,), -1, dtype=torch.int64)
+        position[torch.tensor(list(agent_ids), dtype=torch.int64)] = torch.arange(self.num_agents)
+        self.position = position.to(self.position.device)
+
+    def forward(self, observation: torch.Tensor, agent_id: torch.Tensor | None = None) -> torch.Tensor:
+        if self.from_agent_dim:
+            if observation.dim() < 2 or observation.shape[-2] != self.num_agents:
+                raise ValueError(
+                    f"agent_id_input: expected whole-group rows [*batch, {self.num_agents}, obs], "
+                    f"got observation shape {tuple(observation.shape)}"
+                )
+            position = torch.arange(self.num_agents, device=observation.device)
+        elif agent_id is not None:
+            position = self.position[agent_id.long()]
+        else:
+            raise KeyError(
+                f"agent_id_input: the rows carry no {schema.AGENT_ID!r} entry (observation shape "
+                f"{tuple(observation.shape)}); env observations and stored experience have it"
+            )
+        one_hot = F.one_hot(position, self.num_agents).to(observation.dtype)
+        return self.net(torch.cat([observation, one_hot.expand(*observation.shape[:-1], -1)], dim=-1))
