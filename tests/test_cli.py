@@ -154,3 +154,17 @@ def test_frozen_npc_from_a_checkpoint_plays_and_never_changes(tmp_path, monkeypa
     assert all(torch.equal(npc[k], teacher[k]) for k in npc)
     student_rows = after["lightmarl"]["bindings"]
     assert student_rows["npc"]["trainable"] is False and student_rows["student"]["trainable"] is True
+
+
+def test_fit_resumes_from_the_last_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    recipe = str(ROOT / "recipes/quickstart.yaml")
+    main(["fit", "--config", recipe, *TINY])
+    first = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
+    main(["fit", "--config", recipe, *TINY, "--model.max_frames=240", "--ckpt_path", "last"])
+    resumed = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
+    # The frame budget is global: the resumed run only plays the 3 iterations still owed.
+    assert (first["lightmarl"]["iterations"], resumed["lightmarl"]["iterations"]) == (3, 6)
+    assert resumed["lightmarl"]["frames"] == 240
+    adam_steps = [s["step"] for s in resumed["optimizer_states"][0]["state"].values()]
+    assert all(int(step) == 2 * first["global_step"] for step in adam_steps)
