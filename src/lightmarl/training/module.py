@@ -109,7 +109,12 @@ class MARLModule(LightningModule):
         # Everything below validates the recipe before any training starts.
         self.env_spec = self.env_config.spec()
         self.table = BindingTable(
-            policy_bindings, self.env_spec, agent_binding_map, loss_profiles, policy_mapping_fn=policy_mapping_fn
+            policy_bindings,
+            self.env_spec,
+            agent_binding_map,
+            loss_profiles,
+            policy_mapping_fn=policy_mapping_fn,
+            num_envs=self.env_config.num_envs,
         )
         for binding_id in self.algorithms:
             if binding_id not in self.table.index or not self.table.binding(binding_id).trainable:
