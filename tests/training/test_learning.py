@@ -39,7 +39,9 @@ def train(max_frames: int, tmp_path) -> MARLModule:
         limit_val_batches=0,
         default_root_dir=tmp_path,
     ).fit(module)
-    assert module.frames == max_frames
+    # Whole iterations: the budget is met by the first iteration that reaches it.
+    assert module.frames == module.total_iterations * module.frames_per_iteration
+    assert max_frames <= module.frames < max_frames + module.frames_per_iteration
     return module
 
 
