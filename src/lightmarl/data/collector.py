@@ -11,8 +11,8 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from lightmarl.data import schema
-from lightmarl.envs.pettingzoo import VecEnv
 from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
+from lightmarl.envs.pettingzoo import VecEnv
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.recurrent import IS_INIT, NEXT_RECURRENT_STATE, RECURRENT_STATE, RecurrentStates
 
