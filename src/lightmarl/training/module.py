@@ -140,6 +140,23 @@ class MARLModule(LightningModule):
     def policies(self) -> nn.ModuleDict:
         return self.population.policies
 
+    def get_weights(self, binding_id: str) -> dict[str, torch.Tensor]:
+        """A CPU copy of one binding's policy weights (seed 000's ``get_weight``)."""
+        return {k: v.detach().cpu().clone() for k, v in self._policy_of(binding_id).state_dict().items()}
+
+    def set_weights(self, binding_id: str, weights: dict[str, torch.Tensor]) -> None:
+        """Load weights into one binding's policy (seed 000's ``update_weight``); shapes must match."""
+        policy = self._policy_of(binding_id)
+        try:
+            policy.load_state_dict(weights)
+        except (RuntimeError, ValueError) as err:
+            raise ValueError(f"set_weights: the weights do not fit binding {binding_id!r}: {err}") from None
+
+    def _policy_of(self, binding_id: str) -> nn.Module:
+        if binding_id not in self.policies:
+            raise KeyError(f"no policy for binding {binding_id!r}; bindings with policies are {list(self.policies)}")
+        return self.policies[binding_id]
+
     # -- set-up -------------------------------------------------------------------------------
     def _base_seed(self) -> int:
         return int(os.environ.get("PL_GLOBAL_SEED", 0))
