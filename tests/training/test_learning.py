@@ -16,6 +16,19 @@ SPREAD = PettingZooEnvConfig(
 )
 
 
+def fit_quietly(module: MARLModule, root) -> None:
+    """Train ``module`` to its frame budget with no logger, checkpoints or validation."""
+    Trainer(
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=root,
+    ).fit(module)
+
+
 def train(max_frames: int, tmp_path) -> MARLModule:
     seed_everything(0)
     module = MARLModule(
@@ -30,15 +43,7 @@ def train(max_frames: int, tmp_path) -> MARLModule:
         algorithm=PPO(lr=3e-3, epochs=4, minibatch_size=400),
         max_frames=max_frames,
     )
-    Trainer(
-        max_epochs=-1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        default_root_dir=tmp_path,
-    ).fit(module)
+    fit_quietly(module, tmp_path)
     # Whole iterations: the budget is met by the first iteration that reaches it.
     assert module.frames == module.total_iterations * module.frames_per_iteration
     assert max_frames <= module.frames < max_frames + module.frames_per_iteration
@@ -91,15 +96,7 @@ def test_recurrent_ppo_remembers_the_cue(tmp_path):
         rollout_steps=24,
         max_frames=15_360,
     )
-    Trainer(
-        max_epochs=-1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        default_root_dir=tmp_path,
-    ).fit(module)
+    fit_quietly(module, tmp_path)
     score = evaluate_episodes(module.population, MEMORY, num_episodes=64, seed=5)["main"]["episode_return"]
     # Without memory the answer step looks the same for every cue: chance is 1/4.
     assert score > 0.9, score
