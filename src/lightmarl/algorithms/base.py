@@ -97,6 +97,8 @@ class UnitTrainer(ABC):
     loss_names: tuple[str, ...] = ()
     #: learn on every k-th training iteration only.
     update_every: int = 1
+    #: ids of parameters of shared modules: the MARLTrainer's shared optimizer steps them, never this trainer.
+    shared_parameter_ids: frozenset[int] = frozenset()
 
     def __init__(self, binding_id: str, policy: Policy, table: BindingTable) -> None:
         self.binding_id = binding_id
@@ -106,7 +108,15 @@ class UnitTrainer(ABC):
 
     @abstractmethod
     def parameters(self) -> list[nn.Parameter]:
-        """The parameters its optimizer steps."""
+        """The parameters its optimizer steps: implement as ``self.own_parameters([...])``."""
+
+    def own_parameters(self, modules: Iterable[nn.Module]) -> list[nn.Parameter]:
+        """Trainable parameters of ``modules``, each once, without those of shared modules.
+
+        Shared modules (``shared_modules`` in a recipe) accumulate gradients from every binding
+        that uses them and are stepped once per update by the MARLTrainer's own optimizer.
+        """
+        return [p for p in unique_parameters(modules) if id(p) not in self.shared_parameter_ids]
 
     @abstractmethod
     def make_optimizer(self) -> torch.optim.Optimizer: ...

@@ -36,7 +36,6 @@ from lightmarl.algorithms.base import (
     UnitTrainer,
     check_hyperparameters,
     loss_row_mask,
-    unique_parameters,
 )
 from lightmarl.data import schema
 from lightmarl.policies.base import Policy
@@ -240,7 +239,7 @@ class DQNUnitTrainer(UnitTrainer):
 
     def parameters(self) -> list[nn.Parameter]:
         # The Q-network only: the policy's epsilon is a buffer, and it has no other trainable part.
-        return unique_parameters([self.qvalue])
+        return self.own_parameters([self.qvalue])
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=self.config.lr)

@@ -25,7 +25,6 @@ from lightmarl.algorithms.base import (
     UnitTrainer,
     check_hyperparameters,
     loss_row_mask,
-    unique_parameters,
 )
 from lightmarl.algorithms.distillation import CLONE_LOSS, Distillation, KickstarterLoss, SlicedClonerLoss
 from lightmarl.data import schema
@@ -181,7 +180,7 @@ class PPOUnitTrainer(UnitTrainer):
         self.updates = 0
 
     def parameters(self) -> list[nn.Parameter]:
-        return unique_parameters([self.policy])
+        return self.own_parameters([self.policy])
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=self.config.lr)

@@ -1,0 +1,102 @@
+"""Observation encoders: the first stage of a neural policy, replaceable and shareable.
+
+An encoder maps observations ``[*batch, *observation_shape]`` to features
+``[*batch, out_features]`` and says how many features it makes (``out_features``). A policy
+that takes an ``encoder`` argument runs its actor and critic on the encoder's features, so
+the same encoder object can be handed to several policies (``shared_modules`` in a recipe)
+or swapped for a convolutional one on image observations.
+
+``encoder`` arguments accept:
+
+* ``None``: :class:`FlattenEncoder` (identity on vector observations);
+* a module: used as is (that is how ``shared_modules`` inject one object into many policies);
+* ``{"class_path": ..., "init_args": {...}}``: built here; the class receives the agent group
+  as ``group=`` when its constructor has a ``group`` parameter.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from lightmarl._imports import import_object
+from lightmarl.envs.spec import GroupSpec
+
+
+class FlattenEncoder(nn.Module):
+    """Flattens each observation to a vector (a no-op on vector observations).
+
+    Args:
+        group: the agent group whose observations it reads.
+    """
+
+    def __init__(self, group: GroupSpec) -> None:
+        super().__init__()
+        self.observation_shape = tuple(group.observation_shape)
+        self.out_features = math.prod(self.observation_shape)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        if len(self.observation_shape) == 1:
+            return observation
+        batch = observation.shape[: observation.dim() - len(self.observation_shape)]
+        return observation.reshape(*batch, self.out_features)
+
+
+def build_encoder(group: GroupSpec, encoder: nn.Module | Mapping[str, Any] | None, *, field: str) -> nn.Module:
+    """The encoder a policy of ``group`` should use, from its ``encoder`` argument (see the module doc).
+
+    Raises:
+        ValueError: naming ``field`` when the spec cannot be built or the module has no ``out_features``.
+    """
+    if encoder is None:
+        return FlattenEncoder(group)
+    if isinstance(encoder, Mapping):
+        unknown = set(encoder) - {"class_path", "init_args"}
+        if "class_path" not in encoder or unknown:
+            raise ValueError(f"{field}: expected {{class_path, init_args}}, got keys {sorted(encoder)}")
+        cls = import_object(str(encoder["class_path"]), field=f"{field}.class_path")
+        kwargs = dict(encoder.get("init_args") or {})
+        if _accepts_group(cls):
+            kwargs.setdefault("group", group)
+        try:
+            encoder = cls(**kwargs)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{field}: {encoder['class_path']}(**{sorted(kwargs)}) failed: {err}") from err
+    if not isinstance(encoder, nn.Module):
+        raise ValueError(f"{field}: expected an nn.Module or {{class_path, init_args}}, got {type(encoder).__name__}")
+    out_features = getattr(encoder, "out_features", None)
+    if not isinstance(out_features, int) or out_features < 1:
+        raise ValueError(
+            f"{field}: encoder {type(encoder).__name__} must say how many features it makes "
+            "(a positive integer attribute `out_features`)"
+        )
+    return encoder
+
+
+def _accepts_group(cls: Any) -> bool:
+    try:
+        return "group" in inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class Encoded(nn.Module):
+    """Runs ``net`` on ``encoder(observation)``, passing any further inputs (e.g. ``agent_id``) through.
+
+    Args:
+        encoder: observation -> features.
+        net: features (+ extra inputs) -> outputs.
+    """
+
+    def __init__(self, encoder: nn.Module, net: nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.net = net
+
+    def forward(self, observation: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor:
+        return self.net(self.encoder(observation), *extra)
