@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
+from torchrl.modules import MLP
 
 from lightmarl._imports import import_object
 from lightmarl.envs.spec import GroupSpec
+
+#: hidden activations by name, for every neural policy and encoder.
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
 
 
 class FlattenEncoder(nn.Module):
@@ -45,6 +49,40 @@ class FlattenEncoder(nn.Module):
             return observation
         batch = observation.shape[: observation.dim() - len(self.observation_shape)]
         return observation.reshape(*batch, self.out_features)
+
+
+class MLPEncoder(nn.Module):
+    """A small MLP over the (flattened) observation: a trainable encoder to share between policies.
+
+    Args:
+        group: the agent group whose observations it reads.
+        hidden_sizes: widths of the hidden layers.
+        out_features: feature size it makes.
+        activation: ``tanh``, ``relu``, ``elu`` or ``gelu``.
+    """
+
+    def __init__(
+        self,
+        group: GroupSpec,
+        hidden_sizes: Sequence[int] = (64,),
+        out_features: int = 64,
+        activation: str = "tanh",
+    ) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"encoder activation: {activation!r} is not one of {sorted(ACTIVATIONS)}")
+        self.flatten = FlattenEncoder(group)
+        self.out_features = int(out_features)
+        self.net = MLP(
+            self.flatten.out_features,
+            self.out_features,
+            num_cells=[int(h) for h in hidden_sizes],
+            activation_class=ACTIVATIONS[activation],
+            activate_last_layer=True,
+        )
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.net(self.flatten(observation))
 
 
 def build_encoder(group: GroupSpec, encoder: nn.Module | Mapping[str, Any] | None, *, field: str) -> nn.Module:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import torch
 from tensordict import TensorDictBase
@@ -17,8 +18,7 @@ from torchrl.modules.distributions import NormalParamExtractor
 from lightmarl.data import schema
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
-
-_ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
+from lightmarl.policies.encoders import ACTIVATIONS, Encoded, build_encoder
 
 
 class MLPActorCritic(Policy):
@@ -54,34 +54,38 @@ class MLPActorCritic(Policy):
         activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh",
         critic: Literal["centralized", "local", "none"] = "centralized",
         agent_id_input: bool = False,
+        encoder: nn.Module | Mapping[str, Any] | None = None,
+        value_network: nn.Module | None = None,
     ) -> None:
         super().__init__(group)
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"policy_kwargs.activation: {activation!r} is not one of {sorted(_ACTIVATIONS)}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"policy_kwargs.activation: {activation!r} is not one of {sorted(ACTIVATIONS)}")
         if critic not in ("centralized", "local", "none"):
             raise ValueError(f"policy_kwargs.critic: {critic!r} is not one of ['centralized', 'local', 'none']")
-        if len(group.observation_shape) != 1:
-            raise ValueError(
-                f"MLPActorCritic needs flat (1-D) observations; group {group.name!r} has shape {group.observation_shape}"
-            )
         if not isinstance(agent_id_input, bool):
             raise ValueError(f"policy_kwargs.agent_id_input: expected true or false, got {agent_id_input!r}")
+        if value_network is not None and critic == "none":
+            raise ValueError("policy_kwargs.value_network: given, but critic is 'none'")
         self.hidden_sizes = tuple(int(h) for h in hidden_sizes)
         self.critic_kind = critic
         self.has_critic = critic != "none"
         self.agent_id_input = agent_id_input
-        act = _ACTIVATIONS[activation]
-        obs_dim = group.observation_shape[0]
+        act = ACTIVATIONS[activation]
+        encoder_module = build_encoder(group, encoder, field="policy_kwargs.encoder")
+        features = encoder_module.out_features
         obs_key = self.key(schema.OBSERVATION)
-        # What the actor (and a local critic) reads: the observation, plus the agent's one-hot.
-        in_dim = obs_dim + (group.num_agents if agent_id_input else 0)
+        # What the actor (and a local critic) reads: the features, plus the agent's one-hot.
+        in_dim = features + (group.num_agents if agent_id_input else 0)
         in_keys = [obs_key, self.key(schema.AGENT_ID)] if agent_id_input else [obs_key]
 
         def reads(net: nn.Module, from_agent_dim: bool = False) -> nn.Module:
             return AgentIdInput(net, group.agent_ids, from_agent_dim) if agent_id_input else net
 
         if group.action_kind == "discrete":
-            net = reads(MLP(in_dim, group.num_actions, num_cells=list(self.hidden_sizes), activation_class=act))
+            net = Encoded(
+                encoder_module,
+                reads(MLP(in_dim, group.num_actions, num_cells=list(self.hidden_sizes), activation_class=act)),
+            )
             dist_in = {"logits": self.key(schema.LOGITS)}
             if group.has_action_mask:
                 dist_in["mask"] = self.key(schema.ACTION_MASK)
@@ -95,9 +99,11 @@ class MLPActorCritic(Policy):
             )
         else:
             action_dim = int(torch.Size(group.action_shape).numel())
-            net = nn.Sequential(
-                reads(MLP(in_dim, 2 * action_dim, num_cells=list(self.hidden_sizes), activation_class=act)),
-                NormalParamExtractor(),
+            net = Encoded(
+                encoder_module,
+                _NormalParams(
+                    reads(MLP(in_dim, 2 * action_dim, num_cells=list(self.hidden_sizes), activation_class=act))
+                ),
             )
             loc, scale = self.key("loc"), self.key("scale")
             self.actor = ProbabilisticActor(
@@ -115,28 +121,32 @@ class MLPActorCritic(Policy):
 
         self.critic: TensorDictModule | None = None
         value_key = self.key(schema.STATE_VALUE)
-        if critic == "centralized":
-            self.critic = TensorDictModule(
-                MultiAgentMLP(
-                    n_agent_inputs=obs_dim,
-                    n_agent_outputs=1,
-                    n_agents=group.num_agents,
-                    centralized=True,
-                    share_params=True,
-                    num_cells=list(self.hidden_sizes),
-                    activation_class=act,
-                ),
-                in_keys=[obs_key],
-                out_keys=[value_key],
+        if value_network is None and critic == "centralized":
+            value_network = CentralizedValueNetwork(group, self.hidden_sizes, activation, in_features=features)
+        elif value_network is None and critic == "local":
+            # The critic always reads whole-group rows (as the centralized one does), including
+            # GAE's "next" rows, which carry no agent_id: the agent dim gives each row's position.
+            value_network = reads(
+                MLP(in_dim, 1, num_cells=list(self.hidden_sizes), activation_class=act), from_agent_dim=True
             )
-        elif critic == "local":
+        if value_network is not None:
             self.critic = TensorDictModule(
-                # The critic always reads whole-group rows (as the centralized one does), including
-                # GAE's "next" rows, which carry no agent_id: the agent dim gives each row's position.
-                reads(MLP(in_dim, 1, num_cells=list(self.hidden_sizes), activation_class=act), from_agent_dim=True),
-                in_keys=[obs_key],
-                out_keys=[value_key],
+                Encoded(encoder_module, value_network), in_keys=[obs_key], out_keys=[value_key]
             )
+        # Handles on the parts a recipe can share (registered once, inside actor / critic, so each
+        # weight appears once in the state_dict).
+        self.__dict__["_encoder"] = encoder_module
+        self.__dict__["_value_network"] = value_network
+
+    @property
+    def encoder(self) -> nn.Module:
+        """observation -> features, read by the actor and the critic (the seed's shareable ``encoder``)."""
+        return self.__dict__["_encoder"]
+
+    @property
+    def value_network(self) -> nn.Module | None:
+        """The critic's network after the encoder (the seed's shareable ``vf``); ``None`` without a critic."""
+        return self.__dict__["_value_network"]
 
     def initialize_to_environment(self, group: GroupSpec) -> None:
         """As :meth:`Policy.initialize_to_environment`; with ``agent_id_input`` the group's size must match too.
@@ -207,3 +217,61 @@ class AgentIdInput(nn.Module):
             )
         one_hot = F.one_hot(position, self.num_agents).to(observation.dtype)
         return self.net(torch.cat([observation, one_hot.expand(*observation.shape[:-1], -1)], dim=-1))
+
+
+class _NormalParams(nn.Module):
+    """``net`` then :class:`NormalParamExtractor`: (loc, scale) of a tanh-normal actor."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+        self.extract = NormalParamExtractor()
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.extract(self.net(*inputs))
+
+
+class CentralizedValueNetwork(nn.Module):
+    """MAPPO's centralized value function: every agent's features in, one value per agent out.
+
+    TorchRL's ``MultiAgentMLP(centralized=True, share_params=True)`` over ``[*batch, agents,
+    in_features]``. Hand one instance to several bindings of a group (``shared_modules`` with
+    ``value_network``) for one critic shared between them.
+
+    Args:
+        group: the agent group it values.
+        hidden_sizes: widths of the hidden layers.
+        activation: ``tanh``, ``relu``, ``elu`` or ``gelu``.
+        in_features: features per agent (default: the flattened observation size; set it to
+            the encoder's ``out_features`` when the policies use another encoder).
+    """
+
+    def __init__(
+        self,
+        group: GroupSpec,
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        in_features: int | None = None,
+    ) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"value network activation: {activation!r} is not one of {sorted(ACTIVATIONS)}")
+        self.in_features = int(in_features) if in_features is not None else math.prod(group.observation_shape)
+        self.num_agents = group.num_agents
+        self.net = MultiAgentMLP(
+            n_agent_inputs=self.in_features,
+            n_agent_outputs=1,
+            n_agents=group.num_agents,
+            centralized=True,
+            share_params=True,
+            num_cells=[int(h) for h in hidden_sizes],
+            activation_class=ACTIVATIONS[activation],
+        )
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        if features.shape[-2:] != (self.num_agents, self.in_features):
+            raise ValueError(
+                f"CentralizedValueNetwork: expected features [*batch, {self.num_agents}, {self.in_features}], got "
+                f"{tuple(features.shape)} (does in_features match the encoder's out_features?)"
+            )
+        return self.net(features)

@@ -13,6 +13,7 @@ from torchrl.envs.utils import ExplorationType, exploration_type
 from lightmarl.data import schema
 from lightmarl.envs.spec import EnvSpec
 from lightmarl.policies.base import Policy
+from lightmarl.policies.encoders import Encoded, FlattenEncoder
 from lightmarl.policies.mlp import MLPActorCritic
 from lightmarl.policies.recurrent import NEXT_RECURRENT_STATE, RECURRENT_STATE
 from lightmarl.population import BindingTable
@@ -195,7 +196,13 @@ class _StackedMLPActors:
         actor = policy.actor
         if policy.group.action_kind != "discrete" or len(actor.module) != 2:
             return None
-        net, dist = actor.module[0].module, actor.module[1]
+        encoded, dist = actor.module[0].module, actor.module[1]
+        # Only the plain case: vector observations straight into an MLP (no agent one-hot, no learnt encoder).
+        if not isinstance(encoded, Encoded) or type(encoded.encoder) is not FlattenEncoder:
+            return None
+        if len(policy.group.observation_shape) != 1:
+            return None
+        net = encoded.net
         if dist.distribution_class is not Categorical or dist.distribution_kwargs or not isinstance(net, nn.Sequential):
             return None
         layers: list[Hashable] = []
@@ -214,7 +221,7 @@ class _StackedMLPActors:
         if signatures[0] is None or any(s != signatures[0] for s in signatures):
             return None
         mlps = [p for p in policies if isinstance(p, MLPActorCritic)]
-        return cls(mlps, [p.actor.module[0].module for p in mlps])
+        return cls(mlps, [p.actor.module[0].module.net for p in mlps])
 
     def mode(self) -> str | None:
         """``"sample"``, ``"argmax"``, or ``None`` for a rule the stacked forward does not implement."""

@@ -8,8 +8,8 @@ The action values come from an MLP (one per row, decentralised); TorchRL's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import torch
 from tensordict import TensorDictBase
@@ -21,11 +21,10 @@ from torchrl.modules import MLP, QValueModule
 from lightmarl.data import schema
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
+from lightmarl.policies.encoders import ACTIVATIONS, Encoded, build_encoder
 
 ACTION_VALUE = "action_value"
 CHOSEN_ACTION_VALUE = "chosen_action_value"
-
-_ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
 
 
 class QNetworkPolicy(Policy):
@@ -43,10 +42,12 @@ class QNetworkPolicy(Policy):
     anneals during training.
 
     Args:
-        group: the agent group this policy acts for (discrete actions, flat observations).
+        group: the agent group this policy acts for (discrete actions).
         hidden_sizes: widths of the hidden layers.
         activation: hidden activation: ``tanh``, ``relu``, ``elu`` or ``gelu``.
         epsilon: exploration rate until a trainer sets it.
+        encoder: observation -> features before the MLP (see :mod:`lightmarl.policies.encoders`;
+            default: flatten), e.g. one shared with other bindings.
     """
 
     has_critic = False
@@ -58,29 +59,30 @@ class QNetworkPolicy(Policy):
         hidden_sizes: Sequence[int] = (64, 64),
         activation: Literal["tanh", "relu", "elu", "gelu"] = "relu",
         epsilon: float = 1.0,
+        encoder: nn.Module | Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(group)
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"policy_kwargs.activation: {activation!r} is not one of {sorted(_ACTIVATIONS)}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"policy_kwargs.activation: {activation!r} is not one of {sorted(ACTIVATIONS)}")
         if group.action_kind != "discrete":
             raise ValueError(
                 f"QNetworkPolicy needs discrete actions; group {group.name!r} has {group.action_kind} actions"
-            )
-        if len(group.observation_shape) != 1:
-            raise ValueError(
-                f"QNetworkPolicy needs flat (1-D) observations; group {group.name!r} has shape "
-                f"{group.observation_shape}"
             )
         if not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"policy_kwargs.epsilon: expected a value in [0, 1], got {epsilon!r}")
         self.hidden_sizes = tuple(int(h) for h in hidden_sizes)
         self.register_buffer("epsilon", torch.tensor(float(epsilon)))
-        net = MLP(
-            group.observation_shape[0],
-            group.num_actions,
-            num_cells=list(self.hidden_sizes),
-            activation_class=_ACTIVATIONS[activation],
+        encoder_module = build_encoder(group, encoder, field="policy_kwargs.encoder")
+        net = Encoded(
+            encoder_module,
+            MLP(
+                encoder_module.out_features,
+                group.num_actions,
+                num_cells=list(self.hidden_sizes),
+                activation_class=ACTIVATIONS[activation],
+            ),
         )
+        self.__dict__["_encoder"] = encoder_module  # registered once, inside qvalue
         mask_key = self.key(schema.ACTION_MASK) if group.has_action_mask else None
         #: observation -> action values -> greedy action; what :class:`~torchrl.objectives.DQNLoss` trains.
         self.qvalue = TensorDictSequential(
@@ -92,6 +94,11 @@ class QNetworkPolicy(Policy):
                 out_keys=[self.key(schema.ACTION), self.key(ACTION_VALUE), self.key(CHOSEN_ACTION_VALUE)],
             ),
         )
+
+    @property
+    def encoder(self) -> nn.Module:
+        """observation -> features before the Q-network's MLP (shareable)."""
+        return self.__dict__["_encoder"]
 
     def set_epsilon(self, value: float) -> None:
         """Set the exploration rate in place (keeps the buffer's device)."""
