@@ -12,6 +12,7 @@ import torch
 import yaml
 
 from lightmarl.cli import main
+from lightmarl.policies import PolicyDict
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "recipes").rglob("*.yaml"))
@@ -65,6 +66,11 @@ def test_recipe_fits_and_validates_through_the_cli(recipe, tmp_path, monkeypatch
         assert f"collect/{binding}/episode_return" in header
     assert list(tmp_path.rglob("events.out.tfevents.*")), "TensorBoard events are written"
     main(["validate", "--config", str(recipe), "--ckpt_path", "last", *TINY])
+    # The checkpoint alone rebuilds the population for inference, shared modules still shared.
+    policies = PolicyDict.load(checkpoints[0])
+    for name, spec in checkpoint["lightmarl"]["shared_modules"].items():
+        users = [getattr(policies[b], argument) for b, argument in spec["shared_between"].items()]
+        assert all(u is users[0] for u in users), name
 
 
 def test_print_config_shows_overrides(capsys):

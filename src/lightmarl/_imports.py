@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -40,3 +42,31 @@ def import_object(path: str, *, field: str) -> Any:
             ) from None
         return obj
     raise ValueError(f"{field}: cannot import {path!r}: no module {parts[0]!r} is installed")
+
+
+def instantiate(spec: Mapping[str, Any], *, field: str, **context: Any) -> Any:
+    """Build ``{class_path: ..., init_args: {...}}`` (the recipes' way to name an object).
+
+    Keyword ``context`` (e.g. ``group=``) is passed only to classes whose constructor has a
+    parameter of that name, and never overrides an ``init_args`` entry.
+
+    Raises:
+        ValueError: naming ``field`` for unknown keys, an unimportable class or rejected arguments.
+    """
+    unknown = set(spec) - {"class_path", "init_args"}
+    if "class_path" not in spec or unknown:
+        raise ValueError(f"{field}: expected {{class_path, init_args}}, got keys {sorted(spec)}")
+    class_path = str(spec["class_path"])
+    cls = import_object(class_path, field=f"{field}.class_path")
+    kwargs = dict(spec.get("init_args") or {})
+    try:
+        parameters = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        parameters = {}  # type: ignore[assignment]
+    for name, value in context.items():
+        if name in parameters:
+            kwargs.setdefault(name, value)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{field}: {class_path}(**{sorted(kwargs)}) failed: {err}") from err

@@ -1,18 +1,24 @@
 """How the population acts: the policy contract, neural and scripted policies."""
 
 from lightmarl.policies.base import NoOpPolicy, Policy, ScriptedPolicy, UniformRandomPolicy
-from lightmarl.policies.mlp import MLPActorCritic
+from lightmarl.policies.encoders import FlattenEncoder, MLPEncoder
+from lightmarl.policies.mlp import CentralizedValueNetwork, MLPActorCritic
 from lightmarl.policies.multi_agent import MultiAgentPolicy
+from lightmarl.policies.policy_dict import PolicyDict
 from lightmarl.policies.qnet import QNetworkPolicy
 from lightmarl.policies.recurrent import RecurrentActorCritic
 from lightmarl.policies.registry import PolicyRegistry
 from lightmarl.policies.scripted import SpreadToLandmarkPolicy
 
 __all__ = [
+    "CentralizedValueNetwork",
+    "FlattenEncoder",
     "MLPActorCritic",
+    "MLPEncoder",
     "MultiAgentPolicy",
     "NoOpPolicy",
     "Policy",
+    "PolicyDict",
     "PolicyRegistry",
     "QNetworkPolicy",
     "RecurrentActorCritic",

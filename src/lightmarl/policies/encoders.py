@@ -16,7 +16,6 @@ or swapped for a convolutional one on image observations.
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,7 +24,7 @@ import torch
 from torch import nn
 from torchrl.modules import MLP
 
-from lightmarl._imports import import_object
+from lightmarl._imports import instantiate
 from lightmarl.envs.spec import GroupSpec
 
 #: hidden activations by name, for every neural policy and encoder.
@@ -94,17 +93,7 @@ def build_encoder(group: GroupSpec, encoder: nn.Module | Mapping[str, Any] | Non
     if encoder is None:
         return FlattenEncoder(group)
     if isinstance(encoder, Mapping):
-        unknown = set(encoder) - {"class_path", "init_args"}
-        if "class_path" not in encoder or unknown:
-            raise ValueError(f"{field}: expected {{class_path, init_args}}, got keys {sorted(encoder)}")
-        cls = import_object(str(encoder["class_path"]), field=f"{field}.class_path")
-        kwargs = dict(encoder.get("init_args") or {})
-        if _accepts_group(cls):
-            kwargs.setdefault("group", group)
-        try:
-            encoder = cls(**kwargs)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{field}: {encoder['class_path']}(**{sorted(kwargs)}) failed: {err}") from err
+        encoder = instantiate(encoder, field=field, group=group)
     if not isinstance(encoder, nn.Module):
         raise ValueError(f"{field}: expected an nn.Module or {{class_path, init_args}}, got {type(encoder).__name__}")
     out_features = getattr(encoder, "out_features", None)
@@ -116,11 +105,9 @@ def build_encoder(group: GroupSpec, encoder: nn.Module | Mapping[str, Any] | Non
     return encoder
 
 
-def _accepts_group(cls: Any) -> bool:
-    try:
-        return "group" in inspect.signature(cls).parameters
-    except (TypeError, ValueError):
-        return False
+def out_features_of(encoder: nn.Module) -> int:
+    """The feature size an encoder built by :func:`build_encoder` makes."""
+    return int(encoder.out_features)  # type: ignore[arg-type]
 
 
 class Encoded(nn.Module):

@@ -18,7 +18,7 @@ from torchrl.modules.distributions import NormalParamExtractor
 from lightmarl.data import schema
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
-from lightmarl.policies.encoders import ACTIVATIONS, Encoded, build_encoder
+from lightmarl.policies.encoders import ACTIVATIONS, Encoded, build_encoder, out_features_of
 
 
 class MLPActorCritic(Policy):
@@ -72,7 +72,7 @@ class MLPActorCritic(Policy):
         self.agent_id_input = agent_id_input
         act = ACTIVATIONS[activation]
         encoder_module = build_encoder(group, encoder, field="policy_kwargs.encoder")
-        features = encoder_module.out_features
+        features = out_features_of(encoder_module)
         obs_key = self.key(schema.OBSERVATION)
         # What the actor (and a local critic) reads: the features, plus the agent's one-hot.
         in_dim = features + (group.num_agents if agent_id_input else 0)

@@ -21,7 +21,7 @@ from torchrl.modules import MLP, QValueModule
 from lightmarl.data import schema
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
-from lightmarl.policies.encoders import ACTIVATIONS, Encoded, build_encoder
+from lightmarl.policies.encoders import ACTIVATIONS, Encoded, build_encoder, out_features_of
 
 ACTION_VALUE = "action_value"
 CHOSEN_ACTION_VALUE = "chosen_action_value"
@@ -76,7 +76,7 @@ class QNetworkPolicy(Policy):
         net = Encoded(
             encoder_module,
             MLP(
-                encoder_module.out_features,
+                out_features_of(encoder_module),
                 group.num_actions,
                 num_cells=list(self.hidden_sizes),
                 activation_class=ACTIVATIONS[activation],

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
 import torch
+from torch import nn
 
-from lightmarl._imports import import_object
+from lightmarl._imports import import_object, instantiate
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
 from lightmarl.population import PolicyBinding
@@ -38,31 +40,52 @@ class PolicyRegistry:
     def __init__(self) -> None:
         self._cache: dict[tuple, Policy] = {}
 
-    def get(self, binding: PolicyBinding, group: GroupSpec, device: torch.device | str = "cpu") -> Policy:
+    def get(
+        self,
+        binding: PolicyBinding,
+        group: GroupSpec,
+        device: torch.device | str = "cpu",
+        injected: Mapping[str, tuple[str, nn.Module]] | None = None,
+    ) -> Policy:
+        """The policy of ``binding``; ``injected`` (argument -> (shared module name, module)) is
+        passed to its constructor on top of ``policy_kwargs`` (see :mod:`lightmarl.population.shared`)."""
         # Fresh weights per binding, except frozen checkpoints, which can be shared safely.
         owner = None if (binding.policy_uri and not binding.trainable) else binding.id
         descriptor = (owner, binding.class_path, binding.policy_uri, repr(sorted(binding.policy_kwargs.items())), group)
         if descriptor not in self._cache:
-            policy = self._build(binding, group)
+            policy = self._build(binding, group, injected or {})
             policy.initialize_to_environment(group)
             self._cache[descriptor] = policy
         return self._cache[descriptor].to(device)
 
-    def _build(self, binding: PolicyBinding, group: GroupSpec) -> Policy:
+    def _build(self, binding: PolicyBinding, group: GroupSpec, injected: Mapping[str, tuple[str, nn.Module]]) -> Policy:
         if binding.class_path is not None:
-            return build_policy(binding.class_path, binding.policy_kwargs, group, field=f"binding {binding.id!r}")
+            return build_policy(
+                binding.class_path, binding.policy_kwargs, group, field=f"binding {binding.id!r}", injected=injected
+            )
         return load_policy_from_uri(str(binding.policy_uri), binding.id, group, binding.policy_kwargs)
 
 
-def build_policy(class_path: str, kwargs: dict[str, Any], group: GroupSpec, *, field: str) -> Policy:
+def build_policy(
+    class_path: str,
+    kwargs: dict[str, Any],
+    group: GroupSpec,
+    *,
+    field: str,
+    injected: Mapping[str, tuple[str, nn.Module]] | None = None,
+) -> Policy:
+    """``class_path(group, **kwargs, **shared modules)``; ``policy.origin`` records how to rebuild it."""
+    injected = dict(injected or {})
     cls = import_object(class_path, field=f"{field}.class_path")
     if not (isinstance(cls, type) and issubclass(cls, Policy)):
         raise ValueError(f"{field}.class_path: {class_path!r} is not a lightmarl.policies.Policy subclass")
     try:
-        policy = cls(group, **kwargs)
+        policy = cls(group, **kwargs, **{argument: module for argument, (_, module) in injected.items()})
     except TypeError as err:
         raise ValueError(f"{field}.policy_kwargs: {cls.__name__}{tuple(kwargs)} rejected the arguments: {err}") from err
     policy.origin = {"class_path": class_path, "policy_kwargs": dict(kwargs)}
+    if injected:
+        policy.origin["shared_modules"] = {argument: name for argument, (name, _) in injected.items()}
     return policy
 
 
@@ -97,11 +120,44 @@ def _from_checkpoint(checkpoint: dict, path: Path, source_id: str, group: GroupS
     if source_id not in described:
         raise ValueError(f"{field}: checkpoint {str(path)!r} has no binding {source_id!r}; it has {sorted(described)}")
     entry = described[source_id]
-    policy = build_policy(entry["class_path"], entry["policy_kwargs"], group, field=f"{field} ({source_id})")
+    shared_specs = checkpoint[CHECKPOINT_KEY].get("shared_modules", {})
+    injected = rebuild_shared_modules(entry.get("shared_modules", {}), shared_specs, group, field=field)
+    policy = build_policy(
+        entry["class_path"], entry["policy_kwargs"], group, field=f"{field} ({source_id})", injected=injected
+    )
     prefix = f"population.policies.{source_id}."
     state = {k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
     _load_weights(policy, state, field, f"binding {source_id!r} of {str(path)!r}")
     return policy
+
+
+def rebuild_shared_modules(
+    arguments: Mapping[str, str],
+    specs: Mapping[str, Mapping[str, Any]],
+    group: GroupSpec,
+    *,
+    field: str,
+    built: dict[str, nn.Module] | None = None,
+) -> dict[str, tuple[str, nn.Module]]:
+    """The shared modules a saved policy was built with (argument -> (name, module)), rebuilt from
+    their saved specs; ``built`` (name -> module) reuses modules already rebuilt for other policies."""
+    injected = {}
+    for argument, name in arguments.items():
+        if name not in specs:
+            raise ValueError(f"{field}: the saved policy uses shared module {name!r}, which the file does not describe")
+        if built is None or name not in built:
+            spec = specs[name]
+            module = instantiate(
+                {"class_path": spec["class_path"], "init_args": spec.get("init_args", {})},
+                field=f"{field} (shared module {name!r})",
+                group=group,
+            )
+            if built is not None:
+                built[name] = module
+        else:
+            module = built[name]
+        injected[argument] = (name, module)
+    return injected
 
 
 def _load_weights(policy: Policy, state: dict[str, torch.Tensor], field: str, source: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -21,6 +22,7 @@ from lightmarl.policies.base import Policy
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.registry import CHECKPOINT_KEY, PolicyRegistry
 from lightmarl.population import BindingTable, PerEnvAgentBindingMap, PolicyBindingConfig
+from lightmarl.population.shared import SharedModuleConfig, SharedModules
 from lightmarl.training.rollouts import tick_loader
 from lightmarl.training.stepper import LightningStepper, assert_ranks_in_sync
 
@@ -60,6 +62,10 @@ class MARLModule(LightningModule):
         stats_window: training episodes per binding in the running episode statistics.
         cpu_threads: torch intra-op threads per process (``None``: torch's default). Small
             policies step fastest with 1; more threads spin-wait on a busy machine.
+        shared_modules: module name -> ``{class_path, init_args, shared_between, lr}``: one
+            network object handed to several bindings' policies (e.g. a shared encoder or
+            centralized value function), stepped once per iteration on the gradient all its
+            users' losses summed; see :mod:`lightmarl.population.shared`.
     """
 
     def __init__(
@@ -81,6 +87,7 @@ class MARLModule(LightningModule):
         eval_winner: WinRule = "none",
         stats_window: int = 100,
         cpu_threads: int | None = 1,
+        shared_modules: dict[str, SharedModuleConfig] | None = None,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -122,14 +129,20 @@ class MARLModule(LightningModule):
                     f"model.algorithms: {binding_id!r} is not a trainable binding; "
                     f"trainable bindings are {self.table.trainable_ids}"
                 )
+        self.shared = SharedModules(shared_modules, self.table, self.env_spec)
         registry = PolicyRegistry()
         policies = {
-            b: registry.get(self.table.binding(b), self.env_spec.groups[self.table.group_of_binding[b]])
+            b: registry.get(
+                self.table.binding(b),
+                self.env_spec.groups[self.table.group_of_binding[b]],
+                injected=self.shared.injected(b),
+            )
             for b in self.table.active_ids
         }
         for binding in self.table.bindings:
             if not binding.trainable and binding.id in policies:
                 policies[binding.id].requires_grad_(False)
+        self.shared.restore_trainability()  # a module a trainable binding uses keeps learning
         self.population = MultiAgentPolicy(policies, self.table)
         self.marl_trainer: IndependentMARLTrainer | None = None
         self._collector: RolloutCollector | None = None
@@ -189,7 +202,7 @@ class MARLModule(LightningModule):
         if self.marl_trainer is None:
             algorithms = {b: self.algorithm_of(b) for b in self.table.trainable_ids}
             policies = {b: cast(Policy, p) for b, p in self.policies.items()}
-            self.marl_trainer = IndependentMARLTrainer(self.table, policies, algorithms)
+            self.marl_trainer = IndependentMARLTrainer(self.table, policies, algorithms, shared=self.shared)
             rank_zero_info(
                 "lightmarl: "
                 + ", ".join(
@@ -324,6 +337,9 @@ class MARLModule(LightningModule):
             "frames": self.frames,
             "iterations": self.iterations,
             "env": {"env_fn": self.env_config.env_fn, "env_kwargs": dict(self.env_config.env_kwargs)},
+            # With the bindings' origins, enough to rebuild the policies alone (PolicyDict.load).
+            "groups": {name: dataclasses.asdict(group) for name, group in self.env_spec.groups.items()},
+            "shared_modules": self.shared.describe(),
             # Self-describing: `policy_uri: this.ckpt#binding` rebuilds a policy from here alone.
             "bindings": {
                 binding_id: {

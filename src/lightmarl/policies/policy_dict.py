@@ -1,0 +1,114 @@
+"""The population's policies as one saveable dict for inference (seed 000's ``RLModuleDict``).
+
+>>> policies = PolicyDict.from_module(marl_module)      # doctest: +SKIP
+>>> policies.save("population.pt")                      # doctest: +SKIP
+>>> policies = PolicyDict.load("population.pt")         # or a training checkpoint: "runs/x/last.ckpt"
+>>> policies["A"].encoder is policies["B"].encoder      # shared modules are still shared
+True
+
+The file describes itself: each binding's policy class, its keyword arguments, its agent
+group's spaces, the shared modules it was built with and every weight. Loading rebuilds
+each shared module once and hands the same object to every policy that used it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from lightmarl.envs.spec import GroupSpec
+from lightmarl.policies.base import Policy
+from lightmarl.policies.registry import CHECKPOINT_KEY, build_policy, rebuild_shared_modules
+
+FORMAT = "lightmarl.policy_dict/1"
+
+
+class PolicyDict(nn.ModuleDict):
+    """Binding id -> policy, with shared modules shared; saved and loaded without the training run.
+
+    Args:
+        policies: binding id -> policy (built by the registry: each has an ``origin``).
+        groups: binding id -> the agent group its policy acts for.
+        shared_modules: the shared modules' saved specs (name -> ``{class_path, init_args, ...}``).
+    """
+
+    def __init__(
+        self,
+        policies: Mapping[str, Policy],
+        groups: Mapping[str, GroupSpec] | None = None,
+        shared_modules: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        super().__init__(dict(policies))
+        self.groups = {b: groups[b] if groups else p.group for b, p in policies.items()}
+        self.shared_specs = {name: dict(spec) for name, spec in (shared_modules or {}).items()}
+
+    @classmethod
+    def from_module(cls, module: Any) -> PolicyDict:
+        """The live policies of a :class:`~lightmarl.training.MARLModule` (same objects, not copies)."""
+        policies = {b: p for b, p in module.policies.items()}
+        return cls(policies, {b: p.group for b, p in policies.items()}, module.shared.describe())
+
+    def save(self, path: str | Path) -> None:
+        missing = [b for b, p in self.items() if not getattr(p, "origin", None)]
+        if missing:
+            raise ValueError(f"PolicyDict.save: bindings {missing} were not built from a class path (no `origin`)")
+        torch.save(
+            {
+                "format": FORMAT,
+                "bindings": {b: {**cast(Policy, p).origin, "group": self.groups[b].name} for b, p in self.items()},
+                "groups": {g.name: dataclasses.asdict(g) for g in self.groups.values()},
+                "shared_modules": self.shared_specs,
+                "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()},
+            },
+            Path(path),
+        )
+
+    @classmethod
+    def load(cls, path: str | Path, map_location: str | torch.device = "cpu") -> PolicyDict:
+        """Rebuild a saved policy dict, or every policy of a lightmarl training checkpoint.
+
+        Raises:
+            ValueError: when the file is neither, or describes a policy it cannot rebuild.
+        """
+        path = Path(path)
+        saved = torch.load(path, map_location=map_location, weights_only=False)
+        if isinstance(saved, dict) and saved.get("format") == FORMAT:
+            description, state, prefix = saved, saved["state_dict"], ""
+        elif isinstance(saved, dict) and CHECKPOINT_KEY in saved:
+            description, state, prefix = saved[CHECKPOINT_KEY], saved["state_dict"], "population.policies."
+            if "groups" not in description:
+                raise ValueError(
+                    f"{str(path)!r}: this checkpoint predates saved group specs; re-save it with this lightmarl"
+                )
+        else:
+            raise ValueError(f"{str(path)!r} is neither a saved PolicyDict nor a lightmarl checkpoint")
+        groups = {name: _group_from_dict(d) for name, d in description["groups"].items()}
+        built: dict[str, nn.Module] = {}
+        policies: dict[str, Policy] = {}
+        for binding_id, entry in description["bindings"].items():
+            group = groups[entry["group"]]
+            field = f"{str(path)!r} binding {binding_id!r}"
+            injected = rebuild_shared_modules(
+                entry.get("shared_modules", {}), description.get("shared_modules", {}), group, field=field, built=built
+            )
+            policies[binding_id] = build_policy(
+                entry["class_path"], entry["policy_kwargs"], group, field=field, injected=injected
+            )
+        out = cls(
+            policies,
+            {b: groups[e["group"]] for b, e in description["bindings"].items()},
+            description.get("shared_modules"),
+        )
+        weights = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+        out.load_state_dict(weights)
+        return out
+
+
+def _group_from_dict(values: Mapping[str, Any]) -> GroupSpec:
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    return GroupSpec(**fields)
