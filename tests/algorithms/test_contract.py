@@ -1,0 +1,152 @@
+"""The contract every algorithm passes (issue #4).
+
+One update changes the learner's trainable parameters and only them, its losses are finite,
+its loss keys name the env's group (never a hard-coded ``"agent"``) and its trainer state
+survives a ``state_dict`` round-trip. The learner controls the *adversaries* of mpe2
+simple_tag (group ``"adversary"``); the prey is a frozen binding that must not move.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+from tensordict.nn import TensorDictModuleBase
+from torchrl.objectives import LossModule
+
+from lightmarl.algorithms import DQN, PPO, Algorithm, PlainStepper
+from lightmarl.data.collector import RolloutCollector
+from lightmarl.envs.pettingzoo import PettingZooEnvConfig
+from lightmarl.training.module import MARLModule
+
+LEARNER_GROUP = "adversary"
+
+
+@dataclass
+class Case:
+    """One algorithm with a policy that suits it, on discrete or continuous simple_tag."""
+
+    algorithm: Any  # () -> Algorithm
+    class_path: str
+    policy_kwargs: dict = field(default_factory=dict)
+    continuous: bool = False
+    updates: int = 1  # off-policy learners may need a second rollout before their first step
+
+
+CASES = {
+    "ppo-mappo": Case(lambda: PPO(epochs=1, minibatch_size=64), "lightmarl.policies.MLPActorCritic"),
+    "ppo-ippo-continuous": Case(
+        lambda: PPO(epochs=1, minibatch_size=64),
+        "lightmarl.policies.MLPActorCritic",
+        {"critic": "local"},
+        continuous=True,
+    ),
+    "ppo-recurrent": Case(
+        lambda: PPO(epochs=1, minibatch_size=64), "lightmarl.policies.RecurrentActorCritic", {"critic": "local"}
+    ),
+    "dqn": Case(
+        lambda: DQN(learning_starts=1, batch_size=32, updates_per_iteration=2), "lightmarl.policies.QNetworkPolicy"
+    ),
+}
+
+
+def make_module(case: Case) -> MARLModule:
+    env = PettingZooEnvConfig(
+        env_fn="mpe2.simple_tag_v3.parallel_env",
+        env_kwargs={"num_good": 1, "num_adversaries": 2, "num_obstacles": 0, "max_cycles": 10,
+                    "continuous_actions": case.continuous},
+        num_envs=4,
+    )  # fmt: skip
+    return MARLModule(
+        env=env,
+        policy_bindings=[
+            {"id": "learner", "class_path": case.class_path, "policy_kwargs": dict(case.policy_kwargs)},
+            {"id": "prey", "class_path": "lightmarl.policies.MLPActorCritic", "trainable": False},
+        ],
+        agent_binding_map=["learner", "learner", "prey"],
+        algorithm=case.algorithm(),
+    )
+
+
+def loss_modules(unit: Any) -> list[LossModule]:
+    return [v for v in vars(unit).values() if isinstance(v, LossModule)]
+
+
+def nested_keys(loss: LossModule) -> list[tuple]:
+    keys = []
+    for name in loss.tensor_keys._fields if hasattr(loss.tensor_keys, "_fields") else vars(loss.tensor_keys):
+        value = getattr(loss.tensor_keys, name)
+        if isinstance(value, tuple):
+            keys.append(value)
+    return keys
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_algorithm_contract(name: str) -> None:
+    torch.manual_seed(0)
+    case = CASES[name]
+    module = make_module(case)
+    module.setup("fit")
+    assert isinstance(module.algorithm, Algorithm)
+    trainer = module.marl_trainer
+    assert list(trainer.unit_trainers) == ["learner"], "frozen bindings get no UnitTrainer"
+    unit = trainer.unit_trainers["learner"]
+    assert unit.group.name == LEARNER_GROUP
+
+    # Keys honour the env's group names.
+    losses = loss_modules(unit)
+    assert losses, f"{type(unit).__name__} keeps its TorchRL LossModule(s) as attributes"
+    for loss in losses:
+        for key in nested_keys(loss):
+            if key[0] == "next":
+                key = key[1:]
+            assert key[0] == LEARNER_GROUP, (type(loss).__name__, key)
+
+    collector = RolloutCollector(module.env_config.make_vector(seed=0), module.population, rollout_steps=10)
+    before = {n: p.detach().clone() for n, p in module.policies.named_parameters()}
+    optimizers = trainer.make_optimizers()
+    metrics: dict = {}
+    try:
+        for _ in range(case.updates):
+            metrics = trainer.update(collector.collect(), optimizers, PlainStepper())
+    finally:
+        collector.close()
+
+    # Losses are finite.
+    learner_metrics = metrics["learner"]
+    assert any(k.startswith("loss") for k in learner_metrics), learner_metrics
+    assert all(math.isfinite(v) for v in learner_metrics.values()), learner_metrics
+    # One update changes the learner's parameters, and only them.
+    after = dict(module.policies.named_parameters())
+    changed = {n for n in before if not torch.equal(before[n], after[n].detach())}
+    assert any(n.startswith("learner.") for n in changed), "the learner learnt nothing"
+    assert not {n for n in changed if not n.startswith("learner.")}, "a frozen binding moved"
+    trainable = {n for n, p in after.items() if n.startswith("learner.") and p.requires_grad}
+    assert changed <= trainable
+
+    # Trainer state survives a state_dict round-trip (into a fresh trainer of the same algorithm).
+    state = unit.state_dict()
+    fresh = make_module(case)
+    fresh.setup("fit")
+    fresh_unit = fresh.marl_trainer.unit_trainers["learner"]
+    fresh_unit.load_state_dict(state)
+    assert_same_state(fresh_unit.state_dict(), state)
+    fresh.policies.load_state_dict(module.policies.state_dict())
+    for (n, p), (_, q) in zip(fresh.policies.state_dict().items(), module.policies.state_dict().items()):
+        assert torch.equal(p, q), n
+
+
+def assert_same_state(actual: Any, expected: Any) -> None:
+    if isinstance(expected, dict):
+        assert actual.keys() == expected.keys()
+        for key in expected:
+            assert_same_state(actual[key], expected[key])
+    elif isinstance(expected, torch.Tensor):
+        assert torch.equal(actual, expected)
+    elif isinstance(expected, TensorDictModuleBase):
+        assert type(actual) is type(expected)
+    else:
+        assert actual == expected
