@@ -74,9 +74,13 @@ def test_constructor_errors_name_the_env():
         PettingZooEnvConfig(env_kwargs={"not_a_kwarg": 1}).spec()
 
 
-def test_aec_env_is_rejected_with_a_hint():
-    with pytest.raises(ValueError, match="AEC"):
-        PettingZooEnvConfig(env_fn="mpe2.simple_spread_v3.env").spec()
+def test_aec_env_is_stepped_one_turn_at_a_time():
+    # AEC envs are accepted (docs/turn_based.md): only the acting agent's row is valid.
+    config = PettingZooEnvConfig(env_fn="mpe2.simple_spread_v3.env", num_envs=2)
+    assert config.spec().groups == PettingZooEnvConfig().spec().groups
+    vec = config.make_vector(seed=0)
+    assert vec.reset()["agent"]["valid"].sum(-1).tolist() == [1, 1]
+    vec.close()
 
 
 def test_num_envs_must_be_positive():

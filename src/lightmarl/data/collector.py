@@ -13,6 +13,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from lightmarl.data import schema
 from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
 from lightmarl.envs.pettingzoo import VecEnv
+from lightmarl.envs.workers import ROOT
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.recurrent import IS_INIT, NEXT_RECURRENT_STATE, RECURRENT_STATE, RecurrentStates
 
@@ -41,7 +42,9 @@ class RolloutCollector:
     and, per group, rows ``[num_envs, rollout_steps, agents_in_group]`` carrying the
     observation, action, log-prob, validity and the annotations of
     :mod:`lightmarl.data.schema`; ``("next", group, ...)`` holds reward, done, terminated,
-    truncated and the next observation, as TorchRL's value estimators expect. Episodes
+    truncated and the next observation, as TorchRL's value estimators expect. Where the env
+    records its global state (``PettingZooEnvConfig.state``) it is at the root, ``"state"``
+    ``[num_envs, rollout_steps, *state_shape]`` and ``("next", "state")``. Episodes
     continue across calls (envs are never reset between rollouts).
 
     Args:
@@ -141,7 +144,9 @@ class RolloutCollector:
     def _track_episodes(self, td: TensorDict, nxt: dict, ended: torch.Tensor) -> None:
         for g in self._groups:
             valid = td.get((g.name, schema.VALID)).cpu()
-            self._episode_return[g.name] += nxt[g.name]["reward"] * valid
+            # Every reward counts, also one on a step the agent did not act (turn-based envs: the
+            # loser's -1 arrives on the winner's turn); parallel envs reward present agents only.
+            self._episode_return[g.name] += nxt[g.name]["reward"]
             self._episode_steps[g.name] += valid.long()
         if not ended.any():
             return
@@ -203,6 +208,8 @@ class RolloutCollector:
             rows.set(schema.IS_TRAINABLE_AGENT, self.table.trainable[binding])
             rows.set(schema.EPISODE_ID, episode_ids.unsqueeze(-1).expand(E, T, A))
             rows.set(schema.ENV_INDEX, torch.arange(E).view(E, 1, 1).expand(E, T, A))
+        if ROOT in nexts[0]:  # the env's global state after each step (the final one where an episode ended)
+            next_groups[schema.STATE] = torch.stack([n[ROOT]["state"] for n in nexts], dim=1)
         experience.set("next", TensorDict(next_groups, batch_size=[E, T]).to(self.device))
         return experience
 

@@ -19,6 +19,9 @@ REWARD = "reward"
 DONE = "done"
 TERMINATED = "terminated"
 TRUNCATED = "truncated"
+# Root entry [num_envs, time, *state_shape] (and ("next", STATE)): the env's global state, where
+# the env config records it (``PettingZooEnvConfig.state``); e.g. the input of a QMIX mixer.
+STATE = "state"
 
 # Per-row annotations (int64 ids, bool flags), shape [num_envs, time, agents_in_group].
 BINDING_ID = "binding_id"

@@ -18,31 +18,46 @@ import torch
 from tensordict import TensorDict
 
 from lightmarl._imports import import_object
+from lightmarl.envs.aec import aec_env_spec, is_aec_env
+from lightmarl.envs.checks import check_parallel_env
+from lightmarl.envs.config import EnvConfig
 from lightmarl.envs.spec import EnvSpec, GroupSpec, default_group_name, space_signature
-from lightmarl.envs.workers import EnvSlice, GroupLayout, ProcessVecEnv, empty_current, empty_next
+from lightmarl.envs.transforms import VecTransform
+from lightmarl.envs.workers import ROOT, GroupLayout, ProcessVecEnv, empty_current, empty_next, slice_class_for
 
 
 @dataclass
-class PettingZooEnvConfig:
-    """Which PettingZoo parallel env to build, and how many copies.
+class PettingZooEnvConfig(EnvConfig):
+    """Which PettingZoo env (parallel or turn-based) to build, and how many copies.
 
     Attributes:
         env_fn: import path of a callable returning a PettingZoo ``ParallelEnv``
-            (e.g. ``mpe2.simple_spread_v3.parallel_env``, or your own class).
+            (e.g. ``mpe2.simple_spread_v3.parallel_env``, or your own class) or ``AECEnv``
+            (turn-based, one agent acts per step: :mod:`lightmarl.envs.aec`; e.g.
+            ``pettingzoo.classic.connect_four_v3.env``).
         env_kwargs: keyword arguments passed to ``env_fn``.
         num_envs: env copies stepped together by each training process.
         num_workers: ``0`` steps the copies in the training process (:class:`ParallelVecEnv`);
             ``k >= 1`` splits them over ``k`` worker processes
             (:class:`~lightmarl.envs.workers.ProcessVecEnv`, same trajectories). At most
             ``num_envs``; a vector asked for fewer copies gets at most one worker per copy.
+        state: also record the env's global ``state()`` (PettingZoo's ``state_space``) at the
+            experience root, ``"state"`` and ``("next", "state")``, e.g. for a QMIX mixer. Off by
+            default: it costs a ``state()`` call per env step.
+        transforms: optional :mod:`~lightmarl.envs.transforms` applied, in order, to the vector's
+            outputs (e.g. ``class_path: lightmarl.envs.transforms.ObservationNorm``); ``spec()``
+            is the transformed spec.
     """
 
     env_fn: str = "mpe2.simple_spread_v3.parallel_env"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     num_envs: int = 16
     num_workers: int = 0
+    state: bool = False
+    transforms: list[VecTransform] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.check_transforms()
         if not isinstance(self.num_envs, int) or self.num_envs < 1:
             raise ValueError(f"env.num_envs: expected a positive integer, got {self.num_envs!r}")
         if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
@@ -73,39 +88,49 @@ class PettingZooEnvConfig:
             raise ValueError(f"env: {self.env_fn}(**{self.env_kwargs!r}) raised {type(err).__name__}: {err}") from err
         if not hasattr(env, "possible_agents") or not hasattr(env, "step"):
             raise ValueError(f"env.env_fn: {self.env_fn!r} did not return a PettingZoo env (got {type(env).__name__})")
-        if hasattr(env, "agent_iter"):
-            raise ValueError(
-                f"env.env_fn: {self.env_fn!r} returned an AEC (turn-based) env; lightmarl's collector "
-                "steps ParallelEnv objects: use the module's `parallel_env` constructor"
-            )
         return env
 
-    def spec(self) -> EnvSpec:
+    def describe(self) -> dict[str, Any]:
+        return {"env_fn": self.env_fn, "env_kwargs": dict(self.env_kwargs)}
+
+    def base_spec(self) -> EnvSpec:
+        """The env's groups and spaces, after one ``reset`` and ``step`` that check it keeps the
+        PettingZoo API (:func:`~lightmarl.envs.checks.check_parallel_env`): a broken env fails
+        here, before any training, with an error that names it."""
         env = self.make_one()
         try:
-            return env_spec_of(env, name=self.name)
+            if is_aec_env(env):  # turn-based: checked by playing one turn
+                return aec_env_spec(env, name=self.name, state=self.state)
+            spec = env_spec_of(env, name=self.name, state=self.state)
+            check_parallel_env(env, spec)
+            return spec
         finally:
             env.close()
 
-    def make_vector(self, seed: int, num_envs: int | None = None) -> VecEnv:
-        """``num_envs`` (default ``self.num_envs``) copies, copy ``i`` reset with ``seed + i``:
-        in this process, or in ``min(num_workers, num_envs)`` worker processes."""
-        count = self.num_envs if num_envs is None else num_envs
+    def make_base_vector(self, seed: int, num_envs: int, evaluation: bool = False) -> VecEnv:
+        """``num_envs`` copies, copy ``i`` reset with ``seed + i``: in this process, or in
+        ``min(num_workers, num_envs)`` worker processes. Evaluation vectors stay in this process:
+        starting worker processes for a short evaluation costs more than it saves."""
+        count = num_envs
         seeds = [seed + i for i in range(count)]
-        if self.num_workers > 0:
+        if self.num_workers > 0 and not evaluation:
             # Validates the env here (clear errors before any process starts); workers build
             # their copies from the import path and kwargs.
-            spec = self.spec()
+            spec = self.base_spec()
             return ProcessVecEnv(self.env_fn, dict(self.env_kwargs), spec, seeds, min(self.num_workers, count))
         make = self.constructor()
         envs: list[Any] = []
         for _ in range(count):
             envs.append(self.make_one() if not envs else make())
-        return ParallelVecEnv(envs, env_spec_of(envs[0], name=self.name), seeds=seeds)
+        first = envs[0]
+        if is_aec_env(first):
+            return ParallelVecEnv(envs, aec_env_spec(first, name=self.name, state=self.state), seeds=seeds)
+        return ParallelVecEnv(envs, env_spec_of(first, name=self.name, state=self.state), seeds=seeds)
 
 
-def env_spec_of(env: Any, name: str) -> EnvSpec:
-    """Group the env's agents by name prefix (TorchRL's convention) and check each group's spaces."""
+def env_spec_of(env: Any, name: str, state: bool = False) -> EnvSpec:
+    """Group the env's agents by name prefix (TorchRL's convention) and check each group's spaces;
+    with ``state``, also read the shape of the env's global state (``state_space``)."""
     agents = tuple(env.possible_agents)
     if not agents:
         raise ValueError(f"env {name!r}: possible_agents is empty")
@@ -121,24 +146,36 @@ def env_spec_of(env: Any, name: str) -> EnvSpec:
             except ValueError as err:
                 raise ValueError(f"env {name!r}, agent {agent!r}: {err}") from None
         if len(set(signatures.values())) != 1:
+            fields = {a: dict(s) for a, s in signatures.items()}
+            first = fields[group_agents[0]]
+            differing = [k for k in first if any(f[k] != first[k] for f in fields.values())]
+            detail = "; ".join(f"{a}: " + ", ".join(f"{k}={f[k]!r}" for k in differing) for a, f in fields.items())
             raise ValueError(
-                f"env {name!r}: agents of group {group_name!r} have different spaces "
-                f"({ {a: s for a, s in signatures.items()} }); lightmarl batches a group's rows together"
+                f"env {name!r}: agents of group {group_name!r} have different spaces ({detail}); lightmarl "
+                "batches a group's rows together: give agents with other spaces another name prefix"
             )
-        obs_shape, has_mask, kind, num_actions, action_shape, low, high = signatures[group_agents[0]]
         groups[group_name] = GroupSpec(
             name=group_name,
             agents=tuple(group_agents),
             agent_ids=tuple(agents.index(a) for a in group_agents),
-            observation_shape=obs_shape,
-            action_kind=kind,
-            num_actions=num_actions,
-            action_shape=action_shape,
-            action_low=low,
-            action_high=high,
-            has_action_mask=has_mask,
+            **dict(signatures[group_agents[0]]),
         )
-    return EnvSpec(name=name, possible_agents=agents, groups=groups)
+    state_shape = global_state_shape(env, name, groups) if state else None
+    return EnvSpec(name=name, possible_agents=agents, groups=groups, state_shape=state_shape)
+
+
+def global_state_shape(env: Any, name: str, groups: dict[str, GroupSpec]) -> tuple[int, ...]:
+    """The shape of ``env.state()``, from PettingZoo's ``state_space``; a clear error where the env has none."""
+    space = getattr(env, "state_space", None)
+    shape = getattr(space, "shape", None)
+    if not callable(getattr(env, "state", None)) or not isinstance(shape, tuple) or not shape:
+        raise ValueError(
+            f"env.state: env {name!r} has no global state (PettingZoo's `state_space` with a shape, and "
+            f"`state()`; got state_space={space!r}); set env.state: false"
+        )
+    if "state" in groups:
+        raise ValueError(f"env.state: env {name!r} has an agent group named 'state', the experience key of the state")
+    return tuple(int(n) for n in shape)
 
 
 def observation_td(
@@ -159,6 +196,8 @@ def observation_td(
             ids = agent_ids[g.name] = torch.tensor(g.agent_ids, dtype=torch.int64)
         entries["agent_id"] = ids.expand(num_envs, g.num_agents)
         groups[g.name] = TensorDict(entries, batch_size=[num_envs, g.num_agents])
+    if ROOT in current:  # the env's global state, where the vector records it
+        groups["state"] = current[ROOT]["state"]
     return TensorDict(groups, batch_size=[num_envs])
 
 
@@ -168,7 +207,9 @@ class VecEnv(Protocol):
 
     Implemented by :class:`ParallelVecEnv` (in-process) and
     :class:`~lightmarl.envs.workers.ProcessVecEnv` (worker processes); both reset copy ``i``
-    with ``seeds[i]`` and produce the same trajectories for the same actions.
+    with ``seeds[i]`` and produce the same trajectories for the same actions. Where
+    ``spec.state_shape`` is set, ``current`` and a step's results also hold the env's global
+    state under :data:`~lightmarl.envs.workers.ROOT` (``{"state": [num_envs, *state_shape]}``).
     """
 
     spec: EnvSpec
@@ -193,8 +234,9 @@ class ParallelVecEnv:
     ``reset()`` and ``step()`` return, per group, tensors shaped ``[num_envs, agents_in_group, ...]``.
     An env whose agents are all gone (or all done) is reset inside ``step``: the step
     reports the episode's final observation, and :attr:`current` holds the reset one.
-    The stepping itself is :class:`~lightmarl.envs.workers.EnvSlice`, shared with the
-    worker processes of :class:`~lightmarl.envs.workers.ProcessVecEnv`.
+    The stepping itself is :class:`~lightmarl.envs.workers.EnvSlice` (AEC envs:
+    :class:`~lightmarl.envs.aec.AECSlice`, one turn per step), shared with the worker
+    processes of :class:`~lightmarl.envs.workers.ProcessVecEnv`.
 
     Args:
         envs: the env copies (already constructed).
@@ -210,7 +252,7 @@ class ParallelVecEnv:
         self.seeds = seeds
         self.num_envs = len(envs)
         self._groups = GroupLayout.of(spec)
-        self._block = EnvSlice(envs, self._groups, seeds, 0, spec.name, spec.possible_agents)
+        self._block = slice_class_for(envs)(envs, self._groups, seeds, 0, spec.name, spec.possible_agents)
         self.current: dict[str, dict[str, torch.Tensor]] = {}
         self._agent_ids: dict[str, torch.Tensor] = {}
         self._closed = False
@@ -220,7 +262,7 @@ class ParallelVecEnv:
         return {g: {k: torch.from_numpy(v) for k, v in d.items()} for g, d in arrays.items()}
 
     def reset(self) -> dict[str, dict[str, torch.Tensor]]:
-        current = empty_current(self._groups, self.num_envs)
+        current = empty_current(self._groups, self.num_envs, self.spec.state_shape)
         self._block.reset(current)
         self.current = self._to_torch(current)
         return self.current
@@ -234,12 +276,13 @@ class ParallelVecEnv:
 
         Returns:
             ``(next, episode_end)``: per group ``observation`` (final observation where the
-            episode ended), ``reward``, ``terminated``, ``truncated``, ``done``; and a
-            ``[num_envs]`` bool tensor of envs that were reset.
+            episode ended), ``reward``, ``terminated``, ``truncated``, ``done`` (and the state
+            after the step, final where the episode ended, under ``ROOT`` where it is recorded);
+            and a ``[num_envs]`` bool tensor of envs that were reset.
         """
         action_arrays = {g: a.numpy() for g, a in actions.items()}
-        nxt = empty_next(self._groups, self.num_envs)
-        current = empty_current(self._groups, self.num_envs)
+        nxt = empty_next(self._groups, self.num_envs, self.spec.state_shape)
+        current = empty_current(self._groups, self.num_envs, self.spec.state_shape)
         episode_end = np.zeros(self.num_envs, dtype=bool)
         self._block.step(action_arrays, nxt, current, episode_end)
         self.current = self._to_torch(current)
@@ -248,7 +291,8 @@ class ParallelVecEnv:
     def observation_td(self) -> TensorDict:
         """What the policies see now: per group ``observation``, ``valid``, ``agent_id``
         (index in ``possible_agents``, so scripted policies can tell agents apart) and
-        ``action_mask`` where the env has one; root batch ``[num_envs]``."""
+        ``action_mask`` where the env has one, and the global ``state`` at the root where it is
+        recorded; root batch ``[num_envs]``."""
         return observation_td(self.spec, self.current, self.num_envs, self._agent_ids)
 
     def render(self, index: int = 0) -> np.ndarray | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -20,24 +20,32 @@ class GroupSpec:
         agents: agent names, in the env's ``possible_agents`` order.
         agent_ids: each agent's index in ``possible_agents``.
         observation_shape: shape of one agent's observation.
-        action_kind: ``"discrete"`` (``Discrete(n)``) or ``"continuous"`` (``Box``).
-        num_actions: number of discrete actions (discrete groups only).
-        action_shape: shape of one continuous action (empty for discrete).
+        action_kind: ``"discrete"`` (``Discrete(n)``), ``"multi_discrete"`` (``MultiDiscrete(nvec)``:
+            one choice per entry of ``nvec``) or ``"continuous"`` (``Box``).
+        num_actions: number of logits: ``n`` (discrete) or ``sum(nvec)`` (multi-discrete, the
+            sub-actions' logits side by side); also the size of an ``action_mask``. 0 for continuous.
+        action_shape: shape of one action: ``()`` (discrete), ``(len(nvec),)`` (multi-discrete) or
+            the ``Box`` shape (continuous).
         action_low: lower bound of continuous actions.
         action_high: upper bound of continuous actions.
         has_action_mask: observations come with an ``action_mask`` entry.
+        action_nvec: choices per sub-action (multi-discrete groups only).
+        observation_dtype: NumPy dtype name of the env's observations (e.g. ``"uint8"`` for
+            images); the env layer hands them to policies as float32 whatever it is.
     """
 
     name: str
     agents: tuple[str, ...]
     agent_ids: tuple[int, ...]
     observation_shape: tuple[int, ...]
-    action_kind: Literal["discrete", "continuous"]
+    action_kind: Literal["discrete", "multi_discrete", "continuous"]
     num_actions: int = 0
     action_shape: tuple[int, ...] = ()
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
     has_action_mask: bool = False
+    action_nvec: tuple[int, ...] = ()
+    observation_dtype: str = "float32"
 
     @property
     def num_agents(self) -> int:
@@ -45,7 +53,7 @@ class GroupSpec:
 
     @property
     def action_dtype(self) -> torch.dtype:
-        return torch.int64 if self.action_kind == "discrete" else torch.float32
+        return torch.float32 if self.action_kind == "continuous" else torch.int64
 
 
 @dataclass(frozen=True)
@@ -56,11 +64,14 @@ class EnvSpec:
         name: a readable env name for messages and logs.
         possible_agents: every agent name the env can have, in order.
         groups: group name -> spec, in first-appearance order of ``possible_agents``.
+        state_shape: shape of the env's global ``state()`` when the vector records it (at the
+            experience root key ``"state"``), else ``None``.
     """
 
     name: str
     possible_agents: tuple[str, ...]
     groups: dict[str, GroupSpec] = field(default_factory=dict)
+    state_shape: tuple[int, ...] | None = None
 
     def group_of(self, agent: str) -> GroupSpec:
         for group in self.groups.values():
@@ -75,33 +86,69 @@ def default_group_name(agent: str) -> str:
     return head if sep and tail.isdigit() else agent
 
 
-def space_signature(observation_space, action_space) -> tuple:
-    """A hashable summary of an agent's spaces: agents with equal signatures can share a group."""
+def space_signature(observation_space, action_space) -> tuple[tuple[str, Any], ...]:
+    """A hashable summary of an agent's spaces: agents with equal signatures can share a group.
+
+    Returns:
+        ``(field, value)`` pairs of :class:`GroupSpec` (every field but the group's name and agents).
+
+    Raises:
+        ValueError: for spaces lightmarl cannot batch, saying what is supported.
+    """
     from gymnasium import spaces
 
     obs_space = observation_space
-    has_mask = False
+    mask_space = None
     if isinstance(obs_space, spaces.Dict):
         if "observation" not in obs_space.spaces:
             raise ValueError(
                 f"Dict observation spaces need an 'observation' entry (and optionally 'action_mask'); "
                 f"got keys {sorted(obs_space.spaces)}"
             )
-        has_mask = "action_mask" in obs_space.spaces
+        mask_space = obs_space.spaces.get("action_mask")
         obs_space = obs_space.spaces["observation"]
     if not isinstance(obs_space, spaces.Box):
-        raise ValueError(f"unsupported observation space {observation_space!r}: expected Box or Dict(observation=Box)")
-    action: tuple
+        raise ValueError(
+            f"unsupported observation space {observation_space!r}: expected Box (vector or image) "
+            "or Dict(observation=Box, action_mask=...)"
+        )
+    fields: dict[str, Any] = {
+        "observation_shape": tuple(obs_space.shape),
+        "observation_dtype": np.dtype(obs_space.dtype).name,
+        "has_action_mask": mask_space is not None,
+    }
     if isinstance(action_space, spaces.Discrete):
-        action = ("discrete", int(action_space.n), (), (), ())
+        if int(action_space.start) != 0:
+            raise ValueError(
+                f"unsupported action space {action_space!r}: Discrete actions must start at 0 (start={action_space.start})"
+            )
+        fields.update(action_kind="discrete", num_actions=int(action_space.n))
+    elif isinstance(action_space, spaces.MultiDiscrete):
+        if action_space.nvec.ndim != 1 or np.any(action_space.start != 0):
+            raise ValueError(
+                f"unsupported action space {action_space!r}: MultiDiscrete actions must be one-dimensional "
+                "nvec starting at 0"
+            )
+        nvec = tuple(int(n) for n in action_space.nvec)
+        fields.update(action_kind="multi_discrete", num_actions=sum(nvec), action_shape=(len(nvec),), action_nvec=nvec)
     elif isinstance(action_space, spaces.Box):
-        action = (
-            "continuous",
-            0,
-            tuple(action_space.shape),
-            tuple(np.broadcast_to(action_space.low, action_space.shape).ravel().tolist()),
-            tuple(np.broadcast_to(action_space.high, action_space.shape).ravel().tolist()),
+        fields.update(
+            action_kind="continuous",
+            action_shape=tuple(action_space.shape),
+            action_low=tuple(np.broadcast_to(action_space.low, action_space.shape).ravel().tolist()),
+            action_high=tuple(np.broadcast_to(action_space.high, action_space.shape).ravel().tolist()),
         )
     else:
-        raise ValueError(f"unsupported action space {action_space!r}: expected Discrete or Box")
-    return (tuple(obs_space.shape), has_mask, *action)
+        raise ValueError(f"unsupported action space {action_space!r}: expected Discrete, MultiDiscrete or Box")
+    if mask_space is not None:
+        if fields["action_kind"] == "continuous":
+            raise ValueError(
+                f"an 'action_mask' needs Discrete or MultiDiscrete actions; the action space is {action_space!r}"
+            )
+        if tuple(getattr(mask_space, "shape", None) or ()) != (fields["num_actions"],):
+            raise ValueError(
+                f"the 'action_mask' space {mask_space!r} must have shape ({fields['num_actions']},): one entry per "
+                + ("action" if fields["action_kind"] == "discrete" else "choice of each sub-action, side by side")
+                + f" of {action_space!r}"
+            )
+    return tuple(sorted(fields.items()))

@@ -11,7 +11,9 @@ Layout and protocol:
   holds, per group, the actions ``[num_envs, agents, ...]``, the step's results
   (``observation``, ``action_mask``, ``reward``, ``terminated``, ``truncated``, ``done``),
   the observations for the next step (``observation``, ``valid``, ``action_mask``) and one
-  root ``ended [num_envs]`` flag. Worker ``k`` writes only the rows of its own copies.
+  root ``ended [num_envs]`` flag; where the env's global state is recorded, also the
+  ``state [num_envs, ...]`` after the step and for the next step (under :data:`ROOT`).
+  Worker ``k`` writes only the rows of its own copies.
 * A duplex pipe per worker carries small commands (``("step", None)``, ``("reset", None)``,
   ``("render", index)``, ``("close", None)``) and replies (``("ok", payload)`` or
   ``("error", (message, traceback))``); observations never go through the pipe.
@@ -56,6 +58,10 @@ log = logging.getLogger(__name__)
 
 Arrays = dict[str, dict[str, np.ndarray]]  # group name -> key -> [num_envs, agents_in_group, ...]
 
+#: the ``Arrays`` entry of each env copy as a whole, not of a group: ``{"state": [num_envs, *state_shape]}``
+#: (the env's global ``state()``), present only when the vector records it (``EnvSpec.state_shape``).
+ROOT = "__root__"
+
 _ALIGN = 64  # byte alignment of each array in the shared block
 
 
@@ -81,7 +87,7 @@ class GroupLayout:
                 has_action_mask=g.has_action_mask,
                 num_actions=g.num_actions,
                 action_shape=tuple(g.action_shape),
-                action_dtype="int64" if g.action_kind == "discrete" else "float32",
+                action_dtype="float32" if g.action_kind == "continuous" else "int64",
             )
             for g in spec.groups.values()
         ]
@@ -108,12 +114,25 @@ class GroupLayout:
         return self.action_dtype, (num_envs, len(self.agents), *self.action_shape)
 
 
-def empty_current(groups: Sequence[GroupLayout], num_envs: int) -> Arrays:
-    return {g.name: {k: np.zeros(s, dtype=d) for k, d, s in g.current_fields(num_envs)} for g in groups}
+def root_fields(num_envs: int, state_shape: tuple[int, ...] | None) -> list[tuple[str, str, tuple[int, ...]]]:
+    """``(key, dtype, shape)`` of the env copies' own entries (under :data:`ROOT`): the global state, if recorded."""
+    return [] if state_shape is None else [("state", "float32", (num_envs, *state_shape))]
 
 
-def empty_next(groups: Sequence[GroupLayout], num_envs: int) -> Arrays:
-    return {g.name: {k: np.zeros(s, dtype=d) for k, d, s in g.next_fields(num_envs)} for g in groups}
+def _with_root(arrays: Arrays, num_envs: int, state_shape: tuple[int, ...] | None) -> Arrays:
+    if state_shape is not None:
+        arrays[ROOT] = {k: np.zeros(s, dtype=d) for k, d, s in root_fields(num_envs, state_shape)}
+    return arrays
+
+
+def empty_current(groups: Sequence[GroupLayout], num_envs: int, state_shape: tuple[int, ...] | None = None) -> Arrays:
+    arrays = {g.name: {k: np.zeros(s, dtype=d) for k, d, s in g.current_fields(num_envs)} for g in groups}
+    return _with_root(arrays, num_envs, state_shape)
+
+
+def empty_next(groups: Sequence[GroupLayout], num_envs: int, state_shape: tuple[int, ...] | None = None) -> Arrays:
+    arrays = {g.name: {k: np.zeros(s, dtype=d) for k, d, s in g.next_fields(num_envs)} for g in groups}
+    return _with_root(arrays, num_envs, state_shape)
 
 
 class EnvSlice:
@@ -121,7 +140,8 @@ class EnvSlice:
 
     The one implementation of stepping, auto-reset and error messages, used by the in-process
     ``ParallelVecEnv`` (one slice over every copy) and by each worker of :class:`ProcessVecEnv`.
-    Rows are written, never cleared: the caller hands in zeroed rows.
+    Rows are written, never cleared: the caller hands in zeroed rows. Arrays that carry a
+    :data:`ROOT` entry also get each copy's global ``env.state()``, next to its observations.
 
     Args:
         envs: the env copies of this slice.
@@ -167,11 +187,17 @@ class EnvSlice:
                     f"possible_agents are {self.possible_agents}"
                 ) from None
             target = arrays[group]
-            if isinstance(obs, dict):
-                if "action_mask" in target:
-                    target["action_mask"][e, i] = obs["action_mask"]
-                obs = obs["observation"]
-            target["observation"][e, i] = obs
+            try:
+                if isinstance(obs, dict):
+                    if "action_mask" in target:
+                        target["action_mask"][e, i] = obs["action_mask"]
+                    obs = obs["observation"]
+                target["observation"][e, i] = obs
+            except (ValueError, TypeError, KeyError) as err:
+                raise RuntimeError(
+                    f"{self.where(e)} returned an observation for agent {agent!r} that does not fit its "
+                    f"observation_space (expected shape {target['observation'].shape[2:]}): {type(err).__name__}: {err}"
+                ) from None
         for agent in live:
             group, i = slot[agent]
             arrays[group]["valid"][e, i] = True
@@ -185,6 +211,17 @@ class EnvSlice:
             except Exception as err:
                 raise RuntimeError(f"{self.where(e)} raised in reset(): {type(err).__name__}: {err}") from err
             self.write_obs(current, e, observations, env.agents)
+            if ROOT in current:
+                self.write_state(current, e, env)
+
+    def write_state(self, arrays: Arrays, e: int, env: Any) -> None:
+        try:
+            arrays[ROOT]["state"][e] = env.state()
+        except Exception as err:
+            raise RuntimeError(
+                f"{self.where(e)}: recording its global state() failed (expected shape "
+                f"{arrays[ROOT]['state'].shape[1:]}): {type(err).__name__}: {err}"
+            ) from err
 
     def step(self, actions: dict[str, np.ndarray], nxt: Arrays, current: Arrays, ended: np.ndarray) -> None:
         """Step every copy; see ``ParallelVecEnv.step``.
@@ -207,6 +244,8 @@ class EnvSlice:
             except Exception as err:
                 raise RuntimeError(f"{self.where(e)} raised in step(): {type(err).__name__}: {err}") from err
             self.write_obs(nxt, e, observations, ())
+            if ROOT in nxt:
+                self.write_state(nxt, e, env)  # the final state where the episode ended
             for agent in acting:
                 group, i = slot[agent]
                 arrays = nxt[group]
@@ -229,14 +268,20 @@ class EnvSlice:
             except Exception as err:
                 raise RuntimeError(f"{self.where(e)} raised in reset(): {type(err).__name__}: {err}") from err
             self.write_obs(current, e, observations, env.agents)
+            if ROOT in current:
+                self.write_state(current, e, env)
         rows = slice(self.start, self.stop)
         going_on = ~ended[rows]
         for group, arrays in nxt.items():
-            np.logical_or(arrays["terminated"][rows], arrays["truncated"][rows], out=arrays["done"][rows])
-            # Observations for the next step: the new ones, except in copies that were reset.
-            for key in ("observation", "action_mask"):
+            keep = going_on
+            if group != ROOT:
+                np.logical_or(arrays["terminated"][rows], arrays["truncated"][rows], out=arrays["done"][rows])
+                # Only agents still present: one that just left keeps zeros, not its final observation.
+                keep = going_on[:, None] & current[group]["valid"][rows]
+            # Observations (and state) for the next step: the new ones, except in copies that were reset.
+            for key in ("observation", "action_mask", "state"):
                 if key in arrays:
-                    current[group][key][rows][going_on] = arrays[key][rows][going_on]
+                    current[group][key][rows][keep] = arrays[key][rows][keep]
 
     def close(self) -> None:
         self.close_all(self.envs)
@@ -250,25 +295,42 @@ class EnvSlice:
                 log.debug("closing env copy failed", exc_info=True)
 
 
+def slice_class_for(envs: Sequence[Any]) -> type[EnvSlice]:
+    """The stepping code for these env copies: :class:`EnvSlice` for parallel envs,
+    :class:`~lightmarl.envs.aec.AECSlice` (one turn per step) for AEC envs."""
+    from lightmarl.envs.aec import AECSlice, is_aec_env  # imports this module
+
+    return AECSlice if envs and is_aec_env(envs[0]) else EnvSlice
+
+
 class SharedArrays:
     """Every array a :class:`ProcessVecEnv` exchanges with its workers, in one shared-memory block.
 
-    The layout (offsets) is a function of ``groups`` and ``num_envs`` alone, so a worker that
-    knows them and the block's name sees the same arrays.
+    The layout (offsets) is a function of ``groups``, ``num_envs`` and ``state_shape`` alone, so a
+    worker that knows them and the block's name sees the same arrays.
 
     Args:
         groups: the env's groups.
         num_envs: env copies in the vector.
         name: attach to this existing block (workers); ``None`` creates one (the parent).
+        state_shape: shape of the env's global state to record (under :data:`ROOT`), or ``None``.
     """
 
-    def __init__(self, groups: Sequence[GroupLayout], num_envs: int, name: str | None = None) -> None:
+    def __init__(
+        self,
+        groups: Sequence[GroupLayout],
+        num_envs: int,
+        name: str | None = None,
+        state_shape: tuple[int, ...] | None = None,
+    ) -> None:
         fields: list[tuple[str, str, str, str, tuple[int, ...]]] = []  # (section, group, key, dtype, shape)
         for g in groups:
             fields += [("current", g.name, k, d, s) for k, d, s in g.current_fields(num_envs)]
             fields += [("next", g.name, k, d, s) for k, d, s in g.next_fields(num_envs)]
             dtype, shape = g.action_field(num_envs)
             fields.append(("actions", g.name, "action", dtype, shape))
+        for k, d, s in root_fields(num_envs, state_shape):
+            fields += [("current", ROOT, k, d, s), ("next", ROOT, k, d, s)]
         fields.append(("ended", "", "ended", "bool", (num_envs,)))
         offsets, size = [], 0
         for *_, dtype, shape in fields:
@@ -288,7 +350,7 @@ class SharedArrays:
             elif section == "ended":
                 self.ended = array
             else:
-                getattr(self, section)[group][key] = array
+                getattr(self, section).setdefault(group, {})[key] = array
 
     def clear_rows(self, rows: slice, sections: Sequence[str] = ("current", "next")) -> None:
         for section in sections:
@@ -325,6 +387,7 @@ class _WorkerArgs:
     shm_name: str
     start: int
     seeds: tuple[int, ...]
+    state_shape: tuple[int, ...] | None = None
 
 
 def _limit_torch_threads() -> None:
@@ -356,9 +419,11 @@ def _worker_main(conn: Connection, args: _WorkerArgs) -> None:
                         f"env {args.env_name!r} (copy {args.start + j}, seed {seed}): "
                         f"{args.env_fn}(**{args.env_kwargs!r}) raised {type(err).__name__}: {err}"
                     ) from err
-            block = EnvSlice(envs, args.groups, args.seeds, args.start, args.env_name, args.possible_agents)
+            block = slice_class_for(envs)(
+                envs, args.groups, args.seeds, args.start, args.env_name, args.possible_agents
+            )
             _limit_torch_threads()  # the env's module may have imported torch
-            shared = SharedArrays(args.groups, args.num_envs, name=args.shm_name)
+            shared = SharedArrays(args.groups, args.num_envs, name=args.shm_name, state_shape=args.state_shape)
         except Exception as err:  # noqa: BLE001 -- whatever it is, the parent must hear of it
             conn.send(("error", _describe(err)))
             return
@@ -490,7 +555,10 @@ def _skip_main_reimport(env_fn: str) -> Iterator[None]:
 
 
 class ProcessVecEnv:
-    """``num_envs`` PettingZoo parallel envs stepped by ``num_workers`` worker processes, with auto-reset.
+    """``num_envs`` PettingZoo envs stepped by ``num_workers`` worker processes, with auto-reset.
+
+    Parallel envs or turn-based AEC envs (one turn per step): each worker steps its copies with
+    the slice class :func:`slice_class_for` picks for them.
 
     Same interface and results as :class:`~lightmarl.envs.pettingzoo.ParallelVecEnv` (copy
     ``i`` reset with ``seeds[i]``): ``reset()`` / ``step()`` return per group tensors shaped
@@ -543,7 +611,7 @@ class ProcessVecEnv:
         self._groups = GroupLayout.of(spec)
         self._agent_ids: dict[str, Any] = {}
         self._broken: str | None = None
-        self._shared = SharedArrays(self._groups, self.num_envs)
+        self._shared = SharedArrays(self._groups, self.num_envs, state_shape=spec.state_shape)
         self._workers: list[_Worker] = []
         # Registered before any process starts, so a failure below still cleans up.
         self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._shared)
@@ -564,6 +632,7 @@ class ProcessVecEnv:
                         shm_name=self._shared.name,
                         start=start,
                         seeds=tuple(seeds[start : start + size]),
+                        state_shape=spec.state_shape,
                     )
                     parent_conn, child_conn = ctx.Pipe(duplex=True)
                     process = ctx.Process(

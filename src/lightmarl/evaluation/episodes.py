@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import Literal
 
 import torch
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from lightmarl.data import schema
-from lightmarl.envs.pettingzoo import PettingZooEnvConfig
+from lightmarl.envs.config import EnvConfig
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.recurrent import RecurrentStates
 
@@ -22,7 +21,7 @@ log = logging.getLogger(__name__)
 @torch.no_grad()
 def evaluate_episodes(
     policy: MultiAgentPolicy,
-    env_config: PettingZooEnvConfig,
+    env_config: EnvConfig,
     num_episodes: int,
     seed: int,
     num_envs: int | None = None,
@@ -38,7 +37,8 @@ def evaluate_episodes(
 
     Args:
         policy: the population to evaluate.
-        env_config: the env to play in.
+        env_config: the env to play in (its transforms apply, with frozen statistics: see
+            ``EnvConfig.make_vector(evaluation=True)``).
         num_episodes: complete episodes to play (the first ones to finish count).
         seed: base seed of the env copies.
         num_envs: env copies played at once (default ``min(num_episodes, env_config.num_envs)``).
@@ -58,8 +58,7 @@ def evaluate_episodes(
     if winner not in ("none", "highest_return", "positive_return"):
         raise ValueError(f"winner: {winner!r} is not one of ['none', 'highest_return', 'positive_return']")
     count = num_envs or min(num_episodes, env_config.num_envs)
-    # In-process: starting worker processes for a short evaluation costs more than it saves.
-    env = replace(env_config, num_workers=0).make_vector(seed=seed, num_envs=count)
+    env = env_config.make_vector(seed=seed, num_envs=count, evaluation=True)
     recurrent = RecurrentStates(
         dict(policy.policies.items()),
         policy.table.group_of_binding,
@@ -94,7 +93,9 @@ def evaluate_episodes(
                     recurrent.advance(td, ended)
                 for g in groups:
                     valid = td.get((g.name, schema.VALID)).cpu()
-                    returns[g.name] += nxt[g.name]["reward"] * valid
+                    # Every reward counts, also one arriving on an agent's invalid row (a turn-based
+                    # game's loss lands on the winner's turn); absent agents of parallel envs get 0.
+                    returns[g.name] += nxt[g.name]["reward"]
                     lengths[g.name] += valid.long()
                 for e in torch.nonzero(ended).flatten().tolist():
                     if finished >= num_episodes:

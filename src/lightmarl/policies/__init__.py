@@ -1,7 +1,9 @@
 """How the population acts: the policy contract, neural and scripted policies."""
 
 from lightmarl.policies.base import NoOpPolicy, Policy, ScriptedPolicy, UniformRandomPolicy
-from lightmarl.policies.encoders import FlattenEncoder, MLPEncoder
+from lightmarl.policies.continuous import DeterministicActorCritic, SACActorCritic
+from lightmarl.policies.distributions import MultiCategorical
+from lightmarl.policies.encoders import CNNEncoder, FlattenEncoder, MLPEncoder
 from lightmarl.policies.mlp import CentralizedValueNetwork, MLPActorCritic
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.policy_dict import PolicyDict
@@ -11,17 +13,21 @@ from lightmarl.policies.registry import PolicyRegistry
 from lightmarl.policies.scripted import SpreadToLandmarkPolicy
 
 __all__ = [
+    "CNNEncoder",
     "CentralizedValueNetwork",
+    "DeterministicActorCritic",
     "FlattenEncoder",
     "MLPActorCritic",
     "MLPEncoder",
     "MultiAgentPolicy",
+    "MultiCategorical",
     "NoOpPolicy",
     "Policy",
     "PolicyDict",
     "PolicyRegistry",
     "QNetworkPolicy",
     "RecurrentActorCritic",
+    "SACActorCritic",
     "ScriptedPolicy",
     "SpreadToLandmarkPolicy",
     "UniformRandomPolicy",

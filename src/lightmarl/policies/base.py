@@ -51,11 +51,12 @@ class Policy(nn.Module):
             ValueError: when the policy was built for different spaces.
         """
         mine, theirs = self.group, group
-        if (mine.observation_shape, mine.action_kind, mine.num_actions, mine.action_shape) != (
+        if (mine.observation_shape, mine.action_kind, mine.num_actions, mine.action_shape, mine.action_nvec) != (
             theirs.observation_shape,
             theirs.action_kind,
             theirs.num_actions,
             theirs.action_shape,
+            theirs.action_nvec,
         ):
             raise ValueError(
                 f"policy {type(self).__name__} was built for observations {mine.observation_shape} / "
@@ -210,17 +211,40 @@ class UniformRandomPolicy(ScriptedPolicy):
             u = torch.rand(*batch, *self.group.action_shape, generator=self._generator)
             return low + u * (high - low)
         weights = torch.ones(*batch, self.group.num_actions) if action_mask is None else action_mask.float()
-        return torch.multinomial(weights.reshape(-1, self.group.num_actions), 1, generator=self._generator).view(batch)
+        choices = []
+        # One categorical per sub-action (a single one for Discrete), over its slice of the mask.
+        for part in weights.split(list(self.group.action_nvec or (self.group.num_actions,)), dim=-1):
+            flat = part.reshape(-1, part.shape[-1])
+            flat = torch.where(flat.sum(-1, keepdim=True) > 0, flat, 1.0)  # absent agents' empty masks
+            choices.append(torch.multinomial(flat, 1, generator=self._generator).view(batch))
+        return choices[0] if self.group.action_kind == "discrete" else torch.stack(choices, dim=-1)
 
     def action_log_prob(self, action: torch.Tensor) -> torch.Tensor:
         if self.group.action_kind == "continuous":
             width = torch.tensor(self.group.action_high) - torch.tensor(self.group.action_low)
             return torch.full(action.shape[: action.ndim - 1], -float(torch.log(width).sum()))
+        if self.group.action_kind == "multi_discrete":
+            return torch.full(action.shape[:-1], -sum(math.log(n) for n in self.group.action_nvec))
         return torch.full(action.shape, -math.log(self.group.num_actions))
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        super().forward(tensordict)
+        mask = tensordict.get(self.key(schema.ACTION_MASK), None)
+        if mask is not None and self.group.action_kind != "continuous":
+            # Uniform over the legal choices: -log(their number) per (sub-)action; an empty mask
+            # (an absent agent's) is sampled over every choice, as in act().
+            sizes = list(self.group.action_nvec or (self.group.num_actions,))
+            log_prob = torch.zeros(mask.shape[:-1], device=mask.device)
+            for part, size in zip(mask.bool().split(sizes, dim=-1), sizes, strict=True):
+                legal = part.sum(-1)
+                log_prob -= torch.where(legal > 0, legal, size).float().log()
+            tensordict.set(self.key(schema.ACTION_LOG_PROB), log_prob)
+        return tensordict
 
 
 class NoOpPolicy(ScriptedPolicy):
-    """Always the env's no-op: discrete action 0, or the zero vector for continuous actions."""
+    """Always the env's no-op: discrete action 0 (0 for every sub-action of a multi-discrete
+    action), or the zero vector for continuous actions; with an action mask, the first legal choice."""
 
     def act(
         self, observation: torch.Tensor, action_mask: torch.Tensor | None = None, agent_id: torch.Tensor | None = None
@@ -228,6 +252,11 @@ class NoOpPolicy(ScriptedPolicy):
         batch = observation.shape[: observation.ndim - len(self.group.observation_shape)]
         if self.group.action_kind == "continuous":
             return torch.zeros(*batch, *self.group.action_shape)
-        if action_mask is not None:
-            return action_mask.float().argmax(-1)  # first legal action
-        return torch.zeros(batch, dtype=torch.int64)
+        if action_mask is None:
+            return torch.zeros(*batch, *self.group.action_shape, dtype=torch.int64)
+        # argmax of a bool mask as float: the first legal choice of each (sub-)action.
+        choices = [
+            part.float().argmax(-1)
+            for part in action_mask.split(list(self.group.action_nvec or (self.group.num_actions,)), dim=-1)
+        ]
+        return choices[0] if self.group.action_kind == "discrete" else torch.stack(choices, dim=-1)

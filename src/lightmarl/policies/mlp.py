@@ -10,14 +10,14 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
-from torch.distributions import Categorical
 from torch.nn import functional as F
-from torchrl.modules import MLP, MaskedCategorical, MultiAgentMLP, ProbabilisticActor, TanhNormal
+from torchrl.modules import MLP, MultiAgentMLP, ProbabilisticActor, TanhNormal
 from torchrl.modules.distributions import NormalParamExtractor
 
 from lightmarl.data import schema
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
+from lightmarl.policies.distributions import discrete_distribution
 from lightmarl.policies.encoders import ACTIVATIONS, Encoded, build_encoder, out_features_of
 
 
@@ -81,11 +81,12 @@ class MLPActorCritic(Policy):
         def reads(net: nn.Module, from_agent_dim: bool = False) -> nn.Module:
             return AgentIdInput(net, group.agent_ids, from_agent_dim) if agent_id_input else net
 
-        if group.action_kind == "discrete":
+        if group.action_kind in ("discrete", "multi_discrete"):
             net = Encoded(
                 encoder_module,
                 reads(MLP(in_dim, group.num_actions, num_cells=list(self.hidden_sizes), activation_class=act)),
             )
+            distribution_class, distribution_kwargs = discrete_distribution(group)
             dist_in = {"logits": self.key(schema.LOGITS)}
             if group.has_action_mask:
                 dist_in["mask"] = self.key(schema.ACTION_MASK)
@@ -93,7 +94,8 @@ class MLPActorCritic(Policy):
                 TensorDictModule(net, in_keys=in_keys, out_keys=[self.key(schema.LOGITS)]),
                 in_keys=dist_in,
                 out_keys=[self.key(schema.ACTION)],
-                distribution_class=MaskedCategorical if group.has_action_mask else Categorical,
+                distribution_class=distribution_class,
+                distribution_kwargs=distribution_kwargs,
                 return_log_prob=True,
                 log_prob_key=self.key(schema.ACTION_LOG_PROB),
             )

@@ -83,6 +83,8 @@ def build_policy(
         policy = cls(group, **kwargs, **{argument: module for argument, (_, module) in injected.items()})
     except TypeError as err:
         raise ValueError(f"{field}.policy_kwargs: {cls.__name__}{tuple(kwargs)} rejected the arguments: {err}") from err
+    except ValueError as err:  # e.g. spaces the policy cannot handle: say which binding
+        raise ValueError(f"{field}: {err}") from err
     policy.origin = {"class_path": class_path, "policy_kwargs": dict(kwargs)}
     if injected:
         policy.origin["shared_modules"] = {argument: name for argument, (name, _) in injected.items()}

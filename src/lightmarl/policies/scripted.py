@@ -93,3 +93,77 @@ class SpreadToLandmarkPolicy(ScriptedPolicy):
         miss_after = miss[..., None, :] - self.push * self.moves.to(observation.dtype)
         progress = miss.norm(dim=-1, keepdim=True) - miss_after.norm(dim=-1)
         return self.sharpness * progress
+
+
+class ConnectFourHeuristicPolicy(ScriptedPolicy):
+    """PettingZoo ``connect_four_v3``: win if possible, else block the opponent's win, else random.
+
+    A classic scripted opponent: among the legal columns it plays one that completes four of
+    its own in a row; failing that, one where the opponent would complete four on its next
+    move; failing that, a uniformly random legal column. It samples with its own generator in
+    every exploration mode, so deterministic evaluation still meets a varied opponent.
+
+    Observation layout (``connect_four_v3``, from the acting player's view): ``[6 rows (top
+    first), 7 columns, 2]``, channel 0 its own pieces, channel 1 the opponent's; a piece
+    dropped in a column lands on its lowest empty cell.
+
+    Args:
+        group: the agent group this policy acts for (connect four's players).
+        seed: seed of the policy's own generator (``None``: torch's global RNG).
+        block: also block the opponent's immediate wins (``False``: win-or-random).
+    """
+
+    kernels: torch.Tensor
+
+    def __init__(self, group: GroupSpec, seed: int | None = None, block: bool = True) -> None:
+        if group.action_kind != "discrete" or group.num_actions != 7 or tuple(group.observation_shape) != (6, 7, 2):
+            raise ValueError(
+                f"ConnectFourHeuristicPolicy needs connect_four_v3 (observations (6, 7, 2), 7 discrete actions); "
+                f"group {group.name!r} has observations {group.observation_shape} and {group.action_kind} "
+                f"actions ({group.num_actions or group.action_shape})"
+            )
+        super().__init__(group)
+        self.block = block
+        self._generator = None if seed is None else torch.Generator().manual_seed(seed)
+        # 4x4 kernels that sum a horizontal, vertical and both diagonal lines of four.
+        kernels = torch.zeros(4, 1, 4, 4)
+        kernels[0, 0, 0, :] = 1
+        kernels[1, 0, :, 0] = 1
+        kernels[2, 0] = torch.eye(4)
+        kernels[3, 0] = torch.eye(4).flip(-1)
+        self.register_buffer("kernels", kernels, persistent=False)
+
+    def _wins(self, pieces: torch.Tensor, empty: torch.Tensor) -> torch.Tensor:
+        """``[B, 7]``: dropping a piece of ``pieces``' owner in each column completes four in a row."""
+        batch = pieces.shape[0]
+        # Landing row of each column: the lowest empty cell (-1 when the column is full).
+        rows = torch.arange(6, device=pieces.device).view(1, 6, 1)
+        landing = torch.where(empty, rows, -1).amax(1)  # [B, 7]
+        boards = pieces.unsqueeze(1).repeat(1, 7, 1, 1)  # [B, column played, 6, 7]
+        column = torch.arange(7, device=pieces.device)
+        placed = torch.zeros_like(boards)
+        rows_idx = landing.clamp(min=0)
+        placed[torch.arange(batch).unsqueeze(1), column, rows_idx, column] = 1.0
+        boards = boards + placed * (landing >= 0).unsqueeze(-1).unsqueeze(-1)
+        lines = torch.nn.functional.conv2d(
+            torch.nn.functional.pad(boards.reshape(-1, 1, 6, 7), (3, 3, 3, 3)), self.kernels.to(boards.dtype)
+        )
+        return (lines >= 4).flatten(1).any(-1).view(batch, 7) & (landing >= 0)
+
+    def act(
+        self, observation: torch.Tensor, action_mask: torch.Tensor | None = None, agent_id: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        batch = observation.shape[:-3]
+        board = observation.reshape(-1, 6, 7, 2).float()
+        own, theirs = board[..., 0], board[..., 1]
+        empty = (own + theirs) == 0
+        legal = empty[:, 0, :] if action_mask is None else action_mask.reshape(-1, 7).bool()
+        score = torch.zeros(board.shape[0], 7, device=board.device)
+        if self.block:
+            score += self._wins(theirs, empty).float()
+        score += 2 * self._wins(own, empty).float()
+        score = torch.where(legal, score, -1.0)
+        # Uniform among the legal columns with the best score (any column where none is legal: an absent row).
+        best = (score == score.amax(-1, keepdim=True)) & (legal | ~legal.any(-1, keepdim=True))
+        choice = torch.multinomial(best.float().cpu(), 1, generator=self._generator).view(batch)
+        return choice.to(observation.device)

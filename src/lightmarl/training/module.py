@@ -15,9 +15,12 @@ from torch import nn
 
 from lightmarl.algorithms import PPO, Algorithm, IndependentMARLTrainer
 from lightmarl.data.collector import RolloutCollector
+from lightmarl.envs.config import EnvConfig
 from lightmarl.envs.pettingzoo import PettingZooEnvConfig
+from lightmarl.envs.transforms import load_transforms_state_dict, transforms_state_dict
 from lightmarl.errors import ConfigError
 from lightmarl.evaluation.episodes import WinRule, evaluate_episodes
+from lightmarl.evaluation.video import check_renders, write_evaluation_video
 from lightmarl.policies.base import Policy
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.registry import CHECKPOINT_KEY, PolicyRegistry
@@ -36,7 +39,9 @@ class MARLModule(LightningModule):
     evaluation episodes and report metrics per binding.
 
     Args:
-        env: the env and how many copies each process steps.
+        env: the env and how many copies each process steps: a PettingZoo env (``env_fn``, no
+            ``class_path``) or another :class:`~lightmarl.envs.config.EnvConfig` by ``class_path``
+            (e.g. ``lightmarl.envs.vmas.VmasEnvConfig``), with optional ``transforms``.
         policy_bindings: the population (default: one trainable ``main`` binding with
             ``lightmarl.policies.MLPActorCritic``).
         agent_binding_map: binding id per agent (default: every agent -> the first binding), or
@@ -59,6 +64,10 @@ class MARLModule(LightningModule):
         eval_winner: adds ``win_rate`` / ``draw_rate`` per binding: ``highest_return`` for
             head-to-head play (the binding with the strictly highest mean return wins),
             ``positive_return`` for games that pay a positive return for a win, or ``none``.
+        eval_video_episodes: after each evaluation, rank 0 also plays this many episodes in one
+            env copy built with ``render_mode="rgb_array"`` and writes them to
+            ``<log_dir>/videos/<eval|test>_iter<iterations>.gif`` (0: no video); see
+            :mod:`lightmarl.evaluation.video`.
         stats_window: training episodes per binding in the running episode statistics.
         cpu_threads: torch intra-op threads per process (``None``: torch's default). Small
             policies step fastest with 1; more threads spin-wait on a busy machine.
@@ -70,7 +79,7 @@ class MARLModule(LightningModule):
 
     def __init__(
         self,
-        env: PettingZooEnvConfig | None = None,
+        env: PettingZooEnvConfig | EnvConfig | None = None,
         policy_bindings: list[PolicyBindingConfig] | None = None,
         agent_binding_map: list[str] | PerEnvAgentBindingMap | None = None,
         policy_mapping_fn: str | None = None,
@@ -85,6 +94,7 @@ class MARLModule(LightningModule):
         eval_seed: int = 10_000,
         eval_deterministic: bool = True,
         eval_winner: WinRule = "none",
+        eval_video_episodes: int = 0,
         stats_window: int = 100,
         cpu_threads: int | None = 1,
         shared_modules: dict[str, SharedModuleConfig] | None = None,
@@ -110,11 +120,21 @@ class MARLModule(LightningModule):
         self.eval_seed = eval_seed
         self.eval_deterministic = eval_deterministic
         self.eval_winner = eval_winner
+        if isinstance(eval_video_episodes, bool) or not isinstance(eval_video_episodes, int) or eval_video_episodes < 0:
+            raise ValueError(f"model.eval_video_episodes: expected an integer >= 0, got {eval_video_episodes!r}")
+        self.eval_video_episodes = eval_video_episodes
         self.stats_window = stats_window
         self.cpu_threads = cpu_threads
 
         # Everything below validates the recipe before any training starts.
         self.env_spec = self.env_config.spec()
+        if self.eval_video_episodes:
+            if not isinstance(self.env_config, PettingZooEnvConfig) or self.env_config.transforms:
+                raise ValueError(
+                    "model.eval_video_episodes: videos are recorded from PettingZoo envs without env.transforms only; "
+                    f"set it to 0 for env {self.env_config.name!r}"
+                )
+            check_renders(self.env_config)  # an env that cannot draw RGB frames fails here, not after an epoch
         self.table = BindingTable(
             policy_bindings,
             self.env_spec,
@@ -324,6 +344,17 @@ class MARLModule(LightningModule):
         )
         logs = {f"{prefix}/{b}/{name}": value for b, stats in results.items() for name, value in stats.items()}
         self.log_dict(logs, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
+        if self.eval_video_episodes and rank == 0:
+            video = write_evaluation_video(
+                self.population,
+                cast(PettingZooEnvConfig, self.env_config),  # checked in __init__
+                os.path.join(self.trainer.log_dir or ".", "videos", f"{prefix}_iter{self.iterations}.gif"),
+                num_episodes=self.eval_video_episodes,
+                seed=self.eval_seed,
+                deterministic=self.eval_deterministic,
+                device=self.device,
+            )
+            rank_zero_info(f"lightmarl: evaluation video {video}")
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate("eval")
@@ -336,7 +367,9 @@ class MARLModule(LightningModule):
         checkpoint[CHECKPOINT_KEY] = {
             "frames": self.frames,
             "iterations": self.iterations,
-            "env": {"env_fn": self.env_config.env_fn, "env_kwargs": dict(self.env_config.env_kwargs)},
+            "env": self.env_config.describe(),
+            # Running statistics of the env's transforms (e.g. ObservationNorm), used frozen by `validate`.
+            "env_transforms": transforms_state_dict(self.env_config.transforms),
             # With the bindings' origins, enough to rebuild the policies alone (PolicyDict.load).
             "groups": {name: dataclasses.asdict(group) for name, group in self.env_spec.groups.items()},
             "shared_modules": self.shared.describe(),
@@ -357,6 +390,7 @@ class MARLModule(LightningModule):
         self.frames = int(state.get("frames", 0))
         self.iterations = int(state.get("iterations", 0))
         self._pending_trainer_state = state.get("trainers", {})
+        load_transforms_state_dict(self.env_config.transforms, state.get("env_transforms", []))
 
     def on_train_start(self) -> None:
         pending = getattr(self, "_pending_trainer_state", None)

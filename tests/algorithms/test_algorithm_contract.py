@@ -17,7 +17,7 @@ import torch
 from tensordict.nn import TensorDictModuleBase
 from torchrl.objectives import LossModule
 
-from lightmarl.algorithms import DQN, PPO, Algorithm, PlainStepper
+from lightmarl.algorithms import DDPG, DQN, PPO, QMIX, SAC, VDN, Algorithm, PlainStepper
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs.pettingzoo import PettingZooEnvConfig
 from lightmarl.training.module import MARLModule
@@ -49,6 +49,37 @@ CASES = {
     ),
     "dqn": Case(
         lambda: DQN(learning_starts=1, batch_size=32, updates_per_iteration=2), "lightmarl.policies.QNetworkPolicy"
+    ),
+    "sac-isac": Case(
+        lambda: SAC(learning_starts=1, batch_size=32, updates_per_iteration=2),
+        "lightmarl.policies.SACActorCritic",
+        {"hidden_sizes": [32, 32]},
+        continuous=True,
+    ),
+    "sac-masac": Case(
+        lambda: SAC(learning_starts=1, batch_size=8, updates_per_iteration=2),
+        "lightmarl.policies.SACActorCritic",
+        {"hidden_sizes": [32, 32], "critic": "centralized"},
+        continuous=True,
+    ),
+    "ddpg-iddpg": Case(
+        lambda: DDPG(learning_starts=1, batch_size=32, updates_per_iteration=2),
+        "lightmarl.policies.DeterministicActorCritic",
+        {"hidden_sizes": [32, 32]},
+        continuous=True,
+    ),
+    "ddpg-maddpg": Case(
+        lambda: DDPG(learning_starts=1, batch_size=8, updates_per_iteration=2),
+        "lightmarl.policies.DeterministicActorCritic",
+        {"hidden_sizes": [32, 32], "critic": "centralized"},
+        continuous=True,
+    ),
+    # Value decomposition: the learner controls every adversary, so its mixer sees the whole team.
+    "qmix": Case(
+        lambda: QMIX(learning_starts=1, batch_size=32, updates_per_iteration=2), "lightmarl.policies.QNetworkPolicy"
+    ),
+    "vdn": Case(
+        lambda: VDN(learning_starts=1, batch_size=32, updates_per_iteration=2), "lightmarl.policies.QNetworkPolicy"
     ),
 }
 

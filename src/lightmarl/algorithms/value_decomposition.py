@@ -1,0 +1,393 @@
+"""QMIX and VDN: one binding's team of agents learns a joint action value, decomposed per agent.
+
+Sunehag et al. 2018 (VDN: the team's action value is the sum of the agents' utilities);
+Rashid et al. 2018 (QMIX: a mixing network, monotonic in each utility, whose weights a
+hyper-network computes from the global state). Each agent acts greedily on its own utility
+(decentralised execution) while the loss is a TD error on the mixed team value (centralised
+training). The policy is a :class:`~lightmarl.policies.qnet.QNetworkPolicy`: one utility
+network shared by the group's agents, acting epsilon-greedily.
+
+Built on TorchRL: :class:`~torchrl.objectives.multiagent.QMixerLoss` (TD(0) target from the
+target utility network and target mixer), :class:`~torchrl.modules.models.multiagent.QMixer` /
+:class:`~torchrl.modules.models.multiagent.VDNMixer`, :class:`~torchrl.objectives.SoftUpdate` /
+:class:`~torchrl.objectives.HardUpdate`; the replay path is
+:class:`~lightmarl.algorithms.off_policy.OffPolicyUnitTrainer`'s, with one *joint* transition per
+(env copy, step) of the team:
+
+* ``(group, observation/action/action_mask/valid + row annotations)`` ``[N, agents]``, and
+  ``("next", group, observation/action_mask/valid)``, where the next ``valid`` is "present and
+  not terminated": the agents whose utility enters the bootstrap (an absent agent's utility
+  enters either mix as 0);
+* the team signals at the root of ``"next"``: ``reward`` (the agents' rewards averaged, or
+  summed, over the agents that acted), ``done`` (every agent that acted is done: the episode is
+  over for the team), ``terminated`` (every agent that acted terminated: no bootstrap);
+* for QMIX, the mixer's input ``"state"`` and ``("next", "state")``: the env's global state where
+  the env records it (``PettingZooEnvConfig.state``), else the group's observations side by side.
+
+The binding must control every agent of its group in every env copy: the mixer needs the whole
+team's transition, so a recipe that gives some of the group to another binding fails at setup.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
+from torch import nn
+from torchrl.modules.models.multiagent import Mixer, QMixer, VDNMixer
+from torchrl.objectives import ValueEstimators
+from torchrl.objectives.multiagent import QMixerLoss
+
+from lightmarl.algorithms.base import check_hyperparameters, loss_row_mask
+from lightmarl.algorithms.dqn import DQN, DQNUnitTrainer
+from lightmarl.algorithms.off_policy import TD_ERROR, TRANSITION_ANNOTATIONS, OffPolicyUnitTrainer
+from lightmarl.data import schema
+from lightmarl.envs.spec import GroupSpec
+from lightmarl.policies.base import Policy
+from lightmarl.policies.qnet import ACTION_VALUE, CHOSEN_ACTION_VALUE
+from lightmarl.population import BindingTable
+
+#: root key of the mixed (team) value of the taken joint action.
+TEAM_ACTION_VALUE = "team_action_value"
+#: ``("next", group, BOOTSTRAP_ACTION)``: double Q's next action, the online network's greedy one.
+BOOTSTRAP_ACTION = "bootstrap_action"
+
+
+class ValueDecomposition(DQN):
+    """Value decomposition over the agents of a group: the shared part of :class:`QMIX` and :class:`VDN`.
+
+    Hyper-parameters are :class:`~lightmarl.algorithms.dqn.DQN`'s (replay, target network, double
+    Q, epsilon schedule), applied to joint transitions (one per env step of the team) instead of
+    agent rows; ``updates_per_iteration`` batches of ``batch_size`` joint transitions each.
+
+    Args:
+        team_reward: the team's reward at a step: ``mean`` (the agents' rewards averaged over
+            those that acted, on the scale of a per-agent return) or ``sum``.
+        **kwargs: :class:`~lightmarl.algorithms.dqn.DQN`'s arguments (``lr``, ``gamma``,
+            ``batch_size``, ``buffer_size``, ``learning_starts``, ``updates_per_iteration``,
+            ``double_dqn``, ``loss_function``, ``target_update``, ``tau``,
+            ``target_update_interval``, ``eps_start``, ``eps_end``, ``eps_decay_frames``,
+            ``max_grad_norm``, ``update_every``).
+    """
+
+    #: the loss name (for ``loss_profiles``) and the algorithm's name in messages.
+    name: ClassVar[str]
+    #: whether the mixer reads the global state (the transitions then carry it).
+    needs_state: ClassVar[bool]
+
+    def __init__(self, team_reward: Literal["mean", "sum"] = "mean", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        check_hyperparameters(("team_reward", team_reward, team_reward in ("mean", "sum")))
+        self.team_reward = team_reward
+
+    @abstractmethod
+    def make_mixer(self, num_agents: int, state_shape: tuple[int, ...]) -> Mixer:
+        """The mixing network: ``[*B, num_agents, 1]`` utilities (and ``[*B, *state_shape]`` state) -> ``[*B, 1]``."""
+
+    def check_policy(self, binding_id: str, policy: Policy) -> None:
+        g = policy.group.name
+        qvalue = getattr(policy, "qvalue", None)
+        needed = {(g, ACTION_VALUE), (g, CHOSEN_ACTION_VALUE)}
+        has_values = isinstance(qvalue, TensorDictModuleBase) and needed <= set(qvalue.out_keys)
+        if not has_values or not isinstance(getattr(policy, "epsilon", None), torch.Tensor):
+            raise ValueError(
+                f"binding {binding_id!r}: algorithm {self.name} needs a policy with per-agent utilities (a `qvalue` "
+                f"TensorDictModule writing {sorted(needed)}) and an `epsilon` buffer; {type(policy).__name__} has "
+                f"qvalue={has_values} (use lightmarl.policies.qnet.QNetworkPolicy)"
+            )
+        if policy.group.action_kind != "discrete":
+            raise ValueError(
+                f"binding {binding_id!r}: algorithm {self.name} needs discrete actions; group {g!r} has "
+                f"{policy.group.action_kind} actions"
+            )
+
+    def check_controls_group(self, binding_id: str, table: BindingTable, group: GroupSpec) -> None:
+        """Fail unless ``binding_id`` controls every agent of ``group`` in every env copy."""
+        possible = list(table.env_spec.possible_agents)
+        maps = [("agent_binding_map", table.agent_binding_map)]
+        maps += [(f"agent_binding_map.per_env[{e}]", m) for e, m in sorted(table.per_env_maps.items())]
+        for where, agent_map in maps:
+            owners = {agent: agent_map[possible.index(agent)] for agent in group.agents}
+            others = {agent: owner for agent, owner in owners.items() if owner != binding_id}
+            if others:
+                given = ", ".join(f"{agent!r} to {owner!r}" for agent, owner in others.items())
+                raise ValueError(
+                    f"binding {binding_id!r}: algorithm {self.name} mixes the utilities of every agent of group "
+                    f"{group.name!r} (value decomposition learns from the team's joint transitions), but {where} "
+                    f"gives {given}; map all of {list(group.agents)} to {binding_id!r}"
+                )
+
+    def make_unit_trainer(
+        self,
+        binding_id: str,
+        policy: Policy,
+        table: BindingTable,
+        population: Mapping[str, Policy] | None = None,
+    ) -> ValueDecompositionUnitTrainer:
+        self.check_policy(binding_id, policy)
+        self.check_controls_group(binding_id, table, policy.group)
+        return ValueDecompositionUnitTrainer(binding_id, policy, table, self)
+
+
+class QMIX(ValueDecomposition):
+    """QMIX (Rashid et al. 2018): a monotonic mixing network conditioned on the global state.
+
+    The mixer is TorchRL's :class:`~torchrl.modules.models.multiagent.QMixer`: hyper-networks
+    map the state to non-negative weights of a two-layer mix of the agents' utilities, so each
+    agent's greedy action is the team's greedy action. The state is the env's global state where
+    the env records it (``env.state: true``), else the group's observations side by side. Loss
+    name for ``loss_profiles``: ``qmix``.
+
+    Args:
+        mixing_embed_dim: width of the mixing network's hidden layer.
+        **kwargs: :class:`ValueDecomposition`'s arguments (``team_reward`` and DQN's).
+    """
+
+    name = "qmix"
+    needs_state = True
+
+    def __init__(self, mixing_embed_dim: int = 32, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        check_hyperparameters(("mixing_embed_dim", mixing_embed_dim, mixing_embed_dim >= 1))
+        self.mixing_embed_dim = mixing_embed_dim
+
+    def make_mixer(self, num_agents: int, state_shape: tuple[int, ...]) -> Mixer:
+        return QMixer(
+            state_shape=state_shape, mixing_embed_dim=self.mixing_embed_dim, n_agents=num_agents, device="cpu"
+        )
+
+
+class VDN(ValueDecomposition):
+    """VDN (Sunehag et al. 2018): the team's action value is the sum of the agents' utilities.
+
+    The mixer is TorchRL's :class:`~torchrl.modules.models.multiagent.VDNMixer` (no parameters,
+    no state). Loss name for ``loss_profiles``: ``vdn``.
+
+    Args:
+        **kwargs: :class:`ValueDecomposition`'s arguments (``team_reward`` and DQN's).
+    """
+
+    name = "vdn"
+    needs_state = False
+
+    def make_mixer(self, num_agents: int, state_shape: tuple[int, ...]) -> Mixer:
+        return VDNMixer(n_agents=num_agents, device="cpu")
+
+
+class PresentAgentsMixer(nn.Module):
+    """A TorchRL mixer over the agents present: an absent agent's utility enters the mix as 0.
+
+    Args:
+        mixer: the mixer, reading ``[*B, agents, 1]`` utilities (and a state if it needs one).
+    """
+
+    def __init__(self, mixer: Mixer) -> None:
+        super().__init__()
+        self.mixer = mixer
+
+    def forward(
+        self, chosen_action_value: torch.Tensor, present: torch.Tensor, state: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        utilities = chosen_action_value * present.unsqueeze(-1).to(chosen_action_value.dtype)
+        return self.mixer(utilities) if state is None else self.mixer(utilities, state)
+
+
+class BootstrapActionValue(TensorDictModuleBase):
+    """Double Q's bootstrap: the action values at ``(group, "bootstrap_action")`` where the input has one.
+
+    Follows the Q-network in the loss's utility network; the loss runs it with the target
+    parameters on the next observation, where the online network's greedy action was put, so
+    the target network values the online network's choice (van Hasselt et al. 2016).
+    """
+
+    def __init__(self, group_name: str) -> None:
+        super().__init__()
+        self.group_name = group_name
+        self.in_keys = [(group_name, ACTION_VALUE), (group_name, BOOTSTRAP_ACTION)]
+        self.out_keys = [(group_name, CHOSEN_ACTION_VALUE)]
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        action = tensordict.get((self.group_name, BOOTSTRAP_ACTION), None)
+        if action is not None:
+            values = tensordict.get((self.group_name, ACTION_VALUE))
+            tensordict.set((self.group_name, CHOSEN_ACTION_VALUE), values.gather(-1, action.unsqueeze(-1)))
+        return tensordict
+
+
+class DoubleQMixerLoss(QMixerLoss):
+    """:class:`~torchrl.objectives.multiagent.QMixerLoss` with double-Q targets.
+
+    Before the TD(0) target is computed, the online utility network picks each agent's greedy
+    (legal) next action; the utility network, ending in :class:`BootstrapActionValue`, is then
+    valued at those actions with the target parameters, and the target mixer mixes them.
+    """
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:  # type: ignore[override]
+        network = self.local_value_network
+        next_td = tensordict.get("next")
+        with torch.no_grad(), self.local_value_network_params.to_module(network, preserve_module_state=False):
+            greedy = network(next_td.select(*network.in_keys, strict=False))
+        action_key = self.tensor_keys.action  # (group, "action") -> (group, "bootstrap_action")
+        bootstrap_key = (*action_key[:-1], BOOTSTRAP_ACTION) if isinstance(action_key, tuple) else BOOTSTRAP_ACTION
+        next_td.set(bootstrap_key, greedy.get(action_key))
+        return super().forward(tensordict)
+
+
+class ValueDecompositionUnitTrainer(DQNUnitTrainer):
+    """Runs :class:`QMIX` / :class:`VDN` for one binding: joint replay, utility network + mixer, targets, epsilon.
+
+    The epsilon schedule, target updates and optimizer are DQN's; the loss, the transitions
+    and the parameters differ. The mixer belongs to this trainer: its parameters are in
+    :meth:`parameters` (so in the optimizer) and its weights in :meth:`state_dict` (so in
+    checkpoints).
+    """
+
+    config: ValueDecomposition
+
+    def __init__(self, binding_id: str, policy: Policy, table: BindingTable, config: ValueDecomposition) -> None:
+        # DQNUnitTrainer.__init__ would build a DQNLoss: start from the off-policy base instead and
+        # build a QMixerLoss over the same utility network.
+        OffPolicyUnitTrainer.__init__(self, binding_id, policy, table, config, loss_name=config.name)
+        g = self.group.name
+        self.flavour = config.name.upper() + (" (double Q)" if config.double_dqn else "")
+        self.qvalue: TensorDictModuleBase = policy.qvalue  # type: ignore[assignment]
+        self.state_shape = self._mixer_state_shape()
+        self.mixer = config.make_mixer(self.group.num_agents, self.state_shape)
+        state_in = [schema.STATE] if config.needs_state else []
+        #: ``(group, chosen_action_value)`` + ``(group, valid)`` (+ ``state``) -> ``team_action_value``.
+        self.mixer_module = TensorDictModule(
+            PresentAgentsMixer(self.mixer),
+            in_keys=[(g, CHOSEN_ACTION_VALUE), (g, schema.VALID), *state_in],
+            out_keys=[TEAM_ACTION_VALUE],
+        )
+        utilities: TensorDictModuleBase = self.qvalue
+        loss_class = QMixerLoss
+        if config.double_dqn:
+            utilities = TensorDictSequential(self.qvalue, BootstrapActionValue(g))
+            loss_class = DoubleQMixerLoss
+        self.loss = loss_class(
+            utilities,
+            self.mixer_module,
+            loss_function=config.loss_function,
+            delay_value=True,
+            action_space="categorical",
+        )
+        self.loss.set_keys(
+            local_value=(g, CHOSEN_ACTION_VALUE),
+            global_value=TEAM_ACTION_VALUE,
+            action_value=(g, ACTION_VALUE),
+            action=(g, schema.ACTION),
+            reward=schema.REWARD,
+            done=schema.DONE,
+            terminated=schema.TERMINATED,
+            priority=TD_ERROR,
+        )
+        self.loss.make_value_estimator(ValueEstimators.TD0, gamma=config.gamma)
+        self._init_targets()
+        self._set_epsilon()
+
+    def _mixer_state_shape(self) -> tuple[int, ...]:
+        """The env's global state shape where the env records it, else the group's observations side by side."""
+        if self.table.env_spec.state_shape is not None:
+            return tuple(self.table.env_spec.state_shape)
+        return (self.group.num_agents * math.prod(self.group.observation_shape),)
+
+    def parameters(self) -> list[nn.Parameter]:
+        # The shared utility network and the mixer (VDN's has none); epsilon is a buffer.
+        return self.own_parameters([self.qvalue, self.mixer])
+
+    # -- data path --------------------------------------------------------------------------
+    def transitions(self, experience: TensorDictBase) -> TensorDict:
+        """The team's joint transitions ``[N]`` (rows ``[N, agents]``) of the env steps this loss may learn from.
+
+        A step is kept when at least one of its rows passes the loss filter (present, profile
+        includes the loss, trainable, this binding); every agent of the group comes along.
+        """
+        g = self.group.name
+        rows = experience.get(g)
+        per_agent = loss_row_mask(rows, self.table, self.loss_name, binding_id=self.binding_id)
+        steps = per_agent.any(-1)  # [envs, time]
+        if bool((rows.get(schema.BINDING_ID)[steps] != self.table.index[self.binding_id]).any()):
+            raise ValueError(
+                f"binding {self.binding_id!r}: {self.config.name} needs every agent of group {g!r}, but the rollout "
+                "has rows of other bindings in its env steps (did the agent_binding_map change?)"
+            )
+        now = rows.select(schema.OBSERVATION, schema.ACTION, schema.ACTION_MASK, *TRANSITION_ANNOTATIONS, strict=False)
+        now = now[steps]
+        present = now.get(schema.VALID)
+        after = experience.get(("next", g))[steps]
+        reward = after.get(schema.REWARD).squeeze(-1)
+        terminated = after.get(schema.TERMINATED).squeeze(-1)
+        team_reward = (reward * present).sum(-1, keepdim=True)
+        if self.config.team_reward == "mean":
+            team_reward = team_reward / present.sum(-1, keepdim=True).clamp_min(1)
+        nxt = after.select(schema.OBSERVATION, schema.ACTION_MASK, strict=False)
+        nxt.set(schema.VALID, present & ~terminated)  # whose utility enters the bootstrap
+        n = int(steps.sum())
+        next_root = {
+            g: nxt,
+            schema.REWARD: team_reward,
+            # Over for the team once every agent that acted is done; no bootstrap once all terminated.
+            schema.DONE: (after.get(schema.DONE).squeeze(-1) | ~present).all(-1, keepdim=True),
+            schema.TERMINATED: (terminated | ~present).all(-1, keepdim=True),
+        }
+        root: dict[str, Any] = {g: now}
+        if self.config.needs_state:
+            state, next_state = self._states(experience)
+            root[schema.STATE], next_root[schema.STATE] = state[steps], next_state[steps]
+        root["next"] = TensorDict(next_root, batch_size=[n])
+        return TensorDict(root, batch_size=[n], device=experience.device)
+
+    def _states(self, experience: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(state, next state)`` ``[envs, time, *state_shape]``: the env's, or the observations side by side."""
+        g = self.group.name
+        if self.table.env_spec.state_shape is None:
+            # [envs, time, agents, *obs] -> [envs, time, agents * prod(obs)]
+            return (
+                experience.get((g, schema.OBSERVATION)).flatten(2),
+                experience.get(("next", g, schema.OBSERVATION)).flatten(2),
+            )
+        state = experience.get(schema.STATE, None)
+        next_state = experience.get(("next", schema.STATE), None)
+        if state is None or next_state is None:
+            raise ValueError(
+                f"binding {self.binding_id!r}: the env spec has a global state {self.state_shape} but the experience "
+                f"has no {schema.STATE!r} / ('next', {schema.STATE!r}) entries to feed {self.config.name}'s mixer"
+            )
+        return state, next_state
+
+    @torch.no_grad()
+    def team_action_value(self, transitions: TensorDictBase) -> torch.Tensor:
+        """The mixed value ``[N]`` of each transition's joint action, with the online utility network and mixer."""
+        g = self.group.name
+        td = transitions.clone(recurse=False)
+        self.qvalue(td)  # writes the greedy action into the copy only
+        chosen = td.get((g, ACTION_VALUE)).gather(-1, transitions.get((g, schema.ACTION)).unsqueeze(-1))
+        td.set((g, CHOSEN_ACTION_VALUE), chosen)
+        return self.mixer_module(td).get(TEAM_ACTION_VALUE).squeeze(-1)
+
+    def _batch_metrics(self, batch: TensorDictBase) -> dict[str, float]:
+        return {TD_ERROR: float(batch.get(TD_ERROR).mean()), "q_team": float(self.team_action_value(batch).mean())}
+
+    # -- state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Counters, the mixer's weights and the target networks (the replay buffer is not saved)."""
+        networks = {
+            k: v.detach().clone()
+            for k, v in self.loss.state_dict().items()
+            if k.startswith(("mixer_network_params.", "target_"))
+        }
+        return {**super().state_dict(), "networks": networks}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if "networks" in state:
+            missing = [k for k in self.state_dict()["networks"] if k not in state["networks"]]
+            if missing:
+                raise ValueError(f"binding {self.binding_id!r}: the saved {self.config.name} state lacks {missing}")
+            self.loss.load_state_dict(state["networks"], strict=False)

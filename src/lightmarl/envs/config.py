@@ -1,0 +1,87 @@
+"""What a recipe's ``model.env`` entry must provide, whatever simulator is behind it.
+
+:class:`~lightmarl.envs.pettingzoo.PettingZooEnvConfig` is the default (a recipe's ``env:``
+without ``class_path``); others are selected by ``class_path``, e.g.
+``lightmarl.envs.vmas.VmasEnvConfig``. A subclass says how to build its env's own spec and
+vector; this base adds the recipe's :mod:`~lightmarl.envs.transforms` on top, so every env
+family gets the same transforms, the same way.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+from lightmarl.envs.spec import EnvSpec
+from lightmarl.envs.transforms import TransformedVecEnv, VecTransform, transformed_spec
+
+if TYPE_CHECKING:
+    from lightmarl.envs.pettingzoo import VecEnv
+
+
+class EnvConfig(ABC):
+    """An env recipe: builds the vectors of env copies that training and evaluation step.
+
+    Subclasses are dataclasses with (at least) the fields ``num_envs`` and ``transforms``.
+
+    Attributes:
+        num_envs: env copies stepped together by each training process.
+        transforms: :class:`~lightmarl.envs.transforms.VecTransform` objects applied, in order,
+            to every vector's outputs.
+    """
+
+    num_envs: int
+    transforms: list[VecTransform]
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """A readable env name for messages and logs."""
+
+    @abstractmethod
+    def base_spec(self) -> EnvSpec:
+        """The env's own groups and spaces (before transforms), checked: a broken env fails here."""
+
+    @abstractmethod
+    def make_base_vector(self, seed: int, num_envs: int, evaluation: bool) -> VecEnv:
+        """``num_envs`` env copies seeded from ``seed``, without the transforms.
+
+        Args:
+            seed: base seed (copy ``i`` of a vector of separate envs is reset with ``seed + i``).
+            num_envs: env copies.
+            evaluation: the vector plays evaluation episodes (e.g. in-process, not in workers).
+        """
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Plain data naming the env (recorded in checkpoints)."""
+
+    def spec(self) -> EnvSpec:
+        """What the policies see: the env's spec after the transforms (e.g. stacked frames)."""
+        return transformed_spec(self.base_spec(), self.transforms)
+
+    def make_vector(self, seed: int, num_envs: int | None = None, *, evaluation: bool = False) -> VecEnv:
+        """``num_envs`` (default ``self.num_envs``) env copies with the transforms applied.
+
+        Args:
+            seed: base seed of the copies.
+            num_envs: env copies (default ``self.num_envs``).
+            evaluation: a vector for evaluation episodes: the transforms' statistics are read,
+                not updated, and rewards are the env's own.
+        """
+        count = self.num_envs if num_envs is None else num_envs
+        vector = self.make_base_vector(seed, count, evaluation)
+        if not self.transforms:
+            return vector
+        return TransformedVecEnv(vector, self.transforms, training=not evaluation)
+
+    def check_transforms(self) -> None:
+        """Fail clearly when ``transforms`` holds something that is not a transform."""
+        if not isinstance(self.transforms, list):
+            raise ValueError(f"env.transforms: expected a list of transforms, got {self.transforms!r}")
+        for i, transform in enumerate(self.transforms):
+            if not isinstance(transform, VecTransform):
+                raise ValueError(
+                    f"env.transforms[{i}]: expected a lightmarl.envs.transforms.VecTransform "
+                    f"(e.g. class_path: lightmarl.envs.transforms.ObservationNorm), got {transform!r}"
+                )

@@ -1,0 +1,355 @@
+"""VMAS scenarios as a torch-native vector: all env copies simulated in one batched call.
+
+VMAS (Bettini et al. 2022, "VMAS: A Vectorized Multi-Agent Simulator for Collective Robot
+Learning") simulates ``num_envs`` copies of a 2-D multi-robot scenario as batched torch tensors,
+on CPU or GPU; one ``step`` advances every copy. :class:`VmasVecEnv` drives a VMAS
+``Environment`` directly (not through TorchRL's ``VmasEnv``: the collector wants lightmarl's
+``[num_envs, agents, ...]`` group tensors, and skipping TensorDict round-trips keeps the per-step
+overhead flat) and implements the :class:`~lightmarl.envs.pettingzoo.VecEnv` protocol, so the
+collector, evaluation and transforms treat it like a PettingZoo vector.
+
+Install the extra: ``pip install 'lightmarl[vmas]'``. Select it in a recipe with
+``class_path: lightmarl.envs.vmas.VmasEnvConfig`` (see ``docs/vmas.md``).
+
+What differs from PettingZoo vectors:
+
+* VMAS ends episodes per env copy, for the whole team: its ``terminated`` (the scenario's end)
+  and ``truncated`` (``max_steps`` reached) flags are broadcast to every agent.
+* Agents never leave: ``valid`` is always True.
+* One seed drives the whole batch: ``reset()`` reseeds the batch with ``seeds[0]``; copy ``i``
+  is not seeded with ``seeds[i]`` on its own. Same seed and actions, same trajectories.
+* VMAS resets one copy at a time (``reset_at``): ended copies are reset in a loop over the
+  ended ones only; stepping has no per-copy loop.
+* Outputs are CPU tensors whatever ``device`` simulates (the collector's contract); on a GPU
+  the simulation runs there and each step's results are copied to the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from lightmarl._imports import import_object
+from lightmarl.envs.config import EnvConfig
+from lightmarl.envs.pettingzoo import VecEnv, observation_td
+from lightmarl.envs.spec import EnvSpec, GroupSpec, default_group_name
+from lightmarl.envs.transforms import VecTransform
+
+HAS_VMAS = importlib.util.find_spec("vmas") is not None
+INSTALL_HINT = "VMAS envs need the vmas package: pip install 'lightmarl[vmas]'"
+
+
+def vmas_scenario_names() -> list[str]:
+    """The scenario names VMAS ships: its own, its debug ones and its MPE ports."""
+    import vmas
+
+    return sorted({*vmas.scenarios, *vmas.debug_scenarios, *vmas.mpe_scenarios})
+
+
+@dataclass
+class VmasEnvConfig(EnvConfig):
+    """A VMAS scenario and how many copies of it to simulate at once.
+
+    Examples:
+        In a recipe::
+
+            env:
+              class_path: lightmarl.envs.vmas.VmasEnvConfig
+              init_args:
+                scenario: balance
+                scenario_kwargs: {n_agents: 3}
+                num_envs: 512
+                max_steps: 100
+
+    Attributes:
+        scenario: a VMAS scenario name (``balance``, ``navigation``, ``transport``, ...) or the
+            import path of your own ``vmas.simulator.scenario.BaseScenario`` subclass.
+        scenario_kwargs: keyword arguments of the scenario (e.g. ``{n_agents: 4}``).
+        num_envs: env copies simulated together by each training process.
+        max_steps: episode horizon (copies reaching it are truncated); ``None``: episodes end
+            only when the scenario says so.
+        continuous_actions: ``Box`` actions (VMAS's force per axis) instead of ``Discrete``.
+        device: where VMAS simulates (``cpu``, ``cuda``, ``cuda:1``).
+        transforms: optional :mod:`~lightmarl.envs.transforms` applied, in order, to the
+            vector's outputs.
+    """
+
+    scenario: str = "balance"
+    scenario_kwargs: dict[str, Any] = field(default_factory=dict)
+    num_envs: int = 256
+    max_steps: int | None = 200
+    continuous_actions: bool = False
+    device: str = "cpu"
+    transforms: list[VecTransform] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not HAS_VMAS:
+            raise ImportError(INSTALL_HINT)
+        self.check_transforms()
+        if isinstance(self.num_envs, bool) or not isinstance(self.num_envs, int) or self.num_envs < 1:
+            raise ValueError(f"env.num_envs: expected a positive integer, got {self.num_envs!r}")
+        if self.max_steps is not None and (
+            isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1
+        ):
+            raise ValueError(f"env.max_steps: expected a positive integer or null, got {self.max_steps!r}")
+        if not isinstance(self.scenario, str) or not self.scenario:
+            raise ValueError(f"env.scenario: expected a VMAS scenario name or import path, got {self.scenario!r}")
+        try:
+            torch.device(self.device)
+        except RuntimeError as err:
+            raise ValueError(f"env.device: {self.device!r} is not a torch device: {err}") from None
+
+    @property
+    def name(self) -> str:
+        return self.scenario.rsplit(".", 1)[-1]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "vmas_scenario": self.scenario,
+            "scenario_kwargs": dict(self.scenario_kwargs),
+            "max_steps": self.max_steps,
+            "continuous_actions": self.continuous_actions,
+        }
+
+    def _scenario(self) -> Any:
+        """A VMAS scenario name, or an instance of the user's ``BaseScenario`` subclass."""
+        if "." not in self.scenario:
+            if self.scenario not in vmas_scenario_names():
+                raise ValueError(
+                    f"env.scenario: VMAS has no scenario {self.scenario!r}; it has {vmas_scenario_names()} "
+                    "(or give the import path of a BaseScenario subclass)"
+                )
+            return self.scenario
+        from vmas.simulator.scenario import BaseScenario
+
+        scenario = import_object(self.scenario, field="env.scenario")
+        if isinstance(scenario, type) and issubclass(scenario, BaseScenario):
+            return scenario()
+        raise ValueError(f"env.scenario: {self.scenario!r} is not a vmas BaseScenario subclass")
+
+    def _make(self, num_envs: int, seed: int) -> VmasVecEnv:
+        import vmas
+
+        scenario = self._scenario()
+        random_state = VmasRandomState()
+        try:
+            with random_state.active():
+                env = vmas.make_env(
+                    scenario,
+                    num_envs=num_envs,
+                    device=self.device,
+                    continuous_actions=self.continuous_actions,
+                    max_steps=self.max_steps,
+                    seed=seed,
+                    terminated_truncated=True,
+                    **self.scenario_kwargs,
+                )
+        except Exception as err:
+            raise ValueError(
+                f"env: VMAS scenario {self.scenario!r} with scenario_kwargs {self.scenario_kwargs!r} failed to build: "
+                f"{type(err).__name__}: {err}"
+            ) from err
+        return VmasVecEnv(env, vmas_spec_of(env, self.name), seed, random_state)
+
+    def base_spec(self) -> EnvSpec:
+        """The scenario's groups and spaces, after a reset and two random steps of two copies
+        (:func:`~lightmarl.envs.checks.check_vec_env`): a broken scenario fails here."""
+        from lightmarl.envs.checks import check_vec_env
+
+        vector = self._make(2, seed=0)
+        try:
+            check_vec_env(vector, num_steps=2)
+            return vector.spec
+        finally:
+            vector.close()
+
+    def make_base_vector(self, seed: int, num_envs: int, evaluation: bool = False) -> VecEnv:
+        return self._make(num_envs, seed)
+
+
+def vmas_spec_of(env: Any, name: str) -> EnvSpec:
+    """Group a VMAS ``Environment``'s agents by name prefix (``agent_0`` -> ``agent``) and read their spaces."""
+    agents = tuple(agent.name for agent in env.agents)
+    members: dict[str, list[int]] = {}
+    for i, agent in enumerate(agents):
+        members.setdefault(default_group_name(agent), []).append(i)
+    groups = {}
+    for group_name, indices in members.items():
+        signatures = {agents[i]: _signature(env, i, name) for i in indices}
+        if len(set(signatures.values())) != 1:
+            raise ValueError(
+                f"env {name!r}: agents of group {group_name!r} have different spaces ({signatures}); lightmarl "
+                "batches a group's rows together"
+            )
+        groups[group_name] = GroupSpec(
+            name=group_name,
+            agents=tuple(agents[i] for i in indices),
+            agent_ids=tuple(indices),
+            **dict(signatures[agents[indices[0]]]),
+        )
+    return EnvSpec(name=name, possible_agents=agents, groups=groups)
+
+
+def _signature(env: Any, index: int, name: str) -> tuple[tuple[str, Any], ...]:
+    """GroupSpec fields of agent ``index`` from VMAS's (gym) spaces."""
+    agent = env.agents[index].name
+    observation = env.observation_space[index]
+    action = env.action_space[index]
+    shape = getattr(observation, "shape", None)
+    if not isinstance(shape, tuple) or not hasattr(observation, "low"):
+        raise ValueError(f"env {name!r}, agent {agent!r}: unsupported observation space {observation!r} (expected a Box)")
+    fields: dict[str, Any] = {"observation_shape": tuple(shape)}
+    if hasattr(action, "n"):
+        fields.update(action_kind="discrete", num_actions=int(action.n))
+    elif hasattr(action, "low") and hasattr(action, "high"):
+        fields.update(
+            action_kind="continuous",
+            action_shape=tuple(action.shape),
+            action_low=tuple(float(x) for x in action.low.ravel()),
+            action_high=tuple(float(x) for x in action.high.ravel()),
+        )
+    else:
+        raise ValueError(f"env {name!r}, agent {agent!r}: unsupported action space {action!r}")
+    return tuple(sorted(fields.items()))
+
+
+class VmasRandomState:
+    """One vector's own copy of VMAS's random state.
+
+    VMAS keeps a single process-wide random state (torch, NumPy and Python generators) that
+    every ``Environment``'s ``reset`` / ``step`` swaps in and out. Each vector swaps its own copy
+    in around its calls, so vectors do not draw from one another's stream: an evaluation
+    vector built mid-training leaves the training vector's episode starts as they would be.
+    (The CUDA generator is not part of VMAS's state.)
+    """
+
+    def __init__(self) -> None:
+        from vmas.simulator.environment.environment import Environment
+
+        self.shared: list[Any] = Environment.vmas_random_state  # the list VMAS's @local_seed reads and writes
+        self.own = list(self.shared)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        others = list(self.shared)
+        self.shared[:] = self.own
+        try:
+            yield
+        finally:
+            self.own = list(self.shared)
+            self.shared[:] = others
+
+
+class VmasVecEnv:
+    """A VMAS ``Environment`` as a :class:`~lightmarl.envs.pettingzoo.VecEnv`, with auto-reset.
+
+    ``reset()`` and ``step()`` return, per group, CPU tensors ``[num_envs, agents_in_group, ...]``
+    (``observation``, ``valid``; after a step ``reward``, ``terminated``, ``truncated``, ``done``);
+    copies whose episode ended are reset inside ``step`` (the step reports the final observation,
+    :attr:`current` holds the reset one).
+
+    Args:
+        env: the VMAS environment (built with ``terminated_truncated=True``).
+        spec: its :class:`EnvSpec` (:func:`vmas_spec_of`).
+        seed: the batch's reset seed.
+        random_state: the vector's own VMAS random state (:class:`VmasRandomState`).
+    """
+
+    def __init__(self, env: Any, spec: EnvSpec, seed: int, random_state: VmasRandomState) -> None:
+        if not getattr(env, "terminated_truncated", False):
+            raise ValueError("VmasVecEnv needs a VMAS env built with terminated_truncated=True")
+        self._env = env
+        self._random_state = random_state
+        self.spec = spec
+        self.num_envs = int(env.num_envs)
+        self.seed = seed
+        self.seeds = [seed + i for i in range(self.num_envs)]
+        self.current: dict[str, dict[str, torch.Tensor]] = {}
+        self._agent_ids: dict[str, torch.Tensor] = {}
+        self._discrete = {g.name: g.action_kind == "discrete" for g in spec.groups.values()}
+
+    def _by_group(self, per_agent: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """VMAS's per-agent list -> group name -> ``[num_envs, agents_in_group, ...]`` on the CPU."""
+        return {
+            g.name: torch.stack([per_agent[i] for i in g.agent_ids], dim=1).to("cpu", torch.float32)
+            for g in self.spec.groups.values()
+        }
+
+    def _valid(self, group: GroupSpec) -> torch.Tensor:
+        return torch.ones(self.num_envs, group.num_agents, dtype=torch.bool)
+
+    def reset(self) -> dict[str, dict[str, torch.Tensor]]:
+        with self._random_state.active():
+            observations = self._env.reset(seed=self.seed)
+        obs = self._by_group(observations)
+        self.current = {g.name: {"observation": obs[g.name], "valid": self._valid(g)} for g in self.spec.groups.values()}
+        return self.current
+
+    def step(self, actions: dict[str, torch.Tensor]) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]:
+        """Step every copy; arguments and results as in ``ParallelVecEnv.step``."""
+        device = self._env.device
+        per_agent: list[Any] = [None] * len(self.spec.possible_agents)
+        for g in self.spec.groups.values():
+            try:
+                group_actions = actions[g.name].to(device)
+            except KeyError:
+                raise KeyError(f"actions: no entry for group {g.name!r}") from None
+            for j, i in enumerate(g.agent_ids):
+                # VMAS wants [num_envs, 1] discrete actions and [num_envs, size] forces.
+                per_agent[i] = group_actions[:, j].unsqueeze(-1) if self._discrete[g.name] else group_actions[:, j]
+        with self._random_state.active():
+            observations, rewards, terminated, truncated, _ = self._env.step(per_agent)
+            ended_on_device = terminated | truncated
+            reset_observations = None
+            if bool(ended_on_device.any()):
+                for index in ended_on_device.nonzero().flatten().tolist():
+                    self._env.reset_at(index, return_observations=False)
+                reset_observations = self._env.get_from_scenario(
+                    get_observations=True, get_rewards=False, get_infos=False, get_dones=False
+                )[0]
+        ended = ended_on_device.to("cpu", torch.bool)
+        final = self._by_group(observations)
+        reward = self._by_group(rewards)
+        restarted = self._by_group(reset_observations) if reset_observations is not None else None
+        terminated_cpu = terminated.to("cpu", torch.bool).view(-1, 1)
+        truncated_cpu = truncated.to("cpu", torch.bool).view(-1, 1)
+        nxt, current = {}, {}
+        for g in self.spec.groups.values():
+            rows = (self.num_envs, g.num_agents)
+            # VMAS ends episodes for the whole team: every agent of the copy shares its flags.
+            team_terminated = terminated_cpu.expand(rows).clone()
+            team_truncated = truncated_cpu.expand(rows).clone()
+            nxt[g.name] = {
+                "observation": final[g.name],
+                "reward": reward[g.name],
+                "terminated": team_terminated,
+                "truncated": team_truncated,
+                "done": team_terminated | team_truncated,
+            }
+            observation = final[g.name].clone()
+            if restarted is not None:
+                observation[ended] = restarted[g.name][ended]
+            current[g.name] = {"observation": observation, "valid": self._valid(g)}
+        self.current = current
+        return nxt, ended
+
+    def observation_td(self) -> TensorDict:
+        """As ``ParallelVecEnv.observation_td``: per group ``observation``, ``valid``, ``agent_id``."""
+        return observation_td(self.spec, self.current, self.num_envs, self._agent_ids)
+
+    def render(self, index: int = 0) -> Any:
+        """An RGB frame of copy ``index`` (VMAS renders with pyglet: needs a display, e.g. Xvfb)."""
+        with self._random_state.active():
+            return self._env.render(mode="rgb_array", env_index=index)
+
+    def close(self) -> None:
+        viewer = getattr(self._env, "viewer", None)
+        if viewer is not None:
+            viewer.close()
+            self._env.viewer = None
