@@ -165,6 +165,24 @@ class Algorithm(ABC):
         del binding_id, policy
 
 
+def require_policy_outputs(
+    binding_id: str, algorithm: str, policy: Policy, missing: list[str], *, use: str, action_kind: str | None = None
+) -> None:
+    """The check behind every ``Algorithm.check_policy``: fail naming the binding, the algorithm and
+    what the policy lacks (``missing``: readable descriptions), suggesting the policy class ``use``;
+    with ``action_kind``, the binding's group must have that kind of actions."""
+    if missing:
+        raise ValueError(
+            f"binding {binding_id!r}: algorithm {algorithm} needs {' and '.join(missing)}; {type(policy).__name__} "
+            f"lacks {'them' if len(missing) > 1 else 'it'} (use {use})"
+        )
+    if action_kind is not None and policy.group.action_kind != action_kind:
+        raise ValueError(
+            f"binding {binding_id!r}: algorithm {algorithm} needs {action_kind} actions; group "
+            f"{policy.group.name!r} has {policy.group.action_kind} actions"
+        )
+
+
 def check_hyperparameters(*checks: tuple[str, object, bool]) -> None:
     """Raise a ``ValueError`` naming the first ``(name, value, ok)`` whose ``ok`` is false.
 

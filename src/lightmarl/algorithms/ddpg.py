@@ -17,7 +17,7 @@ from tensordict.nn import TensorDictModuleBase
 from torch import nn
 from torchrl.objectives import DDPGLoss, SoftUpdate, ValueEstimators
 
-from lightmarl.algorithms.base import Algorithm, check_hyperparameters
+from lightmarl.algorithms.base import Algorithm, check_hyperparameters, require_policy_outputs
 from lightmarl.algorithms.off_policy import (
     LOSS_MASK,
     TD_ERROR,
@@ -130,16 +130,14 @@ class DDPG(Algorithm):
             missing.append(f"a Q critic (`qvalue` reading {(g, schema.ACTION)!r}, writing {(g, STATE_ACTION_VALUE)!r})")
         if not isinstance(getattr(policy, "exploration_noise", None), torch.Tensor):
             missing.append("an `exploration_noise` buffer")
-        if missing:
-            raise ValueError(
-                f"binding {binding_id!r}: algorithm DDPG needs {', '.join(missing)}; {type(policy).__name__} lacks "
-                f"{'them' if len(missing) > 1 else 'it'} (use lightmarl.policies.DeterministicActorCritic)"
-            )
-        if policy.group.action_kind != "continuous":
-            raise ValueError(
-                f"binding {binding_id!r}: algorithm DDPG needs continuous actions; group {g!r} has "
-                f"{policy.group.action_kind} actions"
-            )
+        require_policy_outputs(
+            binding_id,
+            "DDPG",
+            policy,
+            missing,
+            use="lightmarl.policies.DeterministicActorCritic",
+            action_kind="continuous",
+        )
 
     def make_unit_trainer(
         self,

@@ -18,7 +18,7 @@ from tensordict.nn import TensorDictParams
 from torch import nn
 from torchrl.objectives import SACLoss, SoftUpdate, ValueEstimators
 
-from lightmarl.algorithms.base import Algorithm, check_hyperparameters
+from lightmarl.algorithms.base import Algorithm, check_hyperparameters, require_policy_outputs
 from lightmarl.algorithms.off_policy import (
     LOSS_MASK,
     TD_ERROR,
@@ -126,16 +126,9 @@ class SAC(Algorithm):
             and isinstance(getattr(policy, "qvalue_params", None), TensorDictParams)
         ):
             missing.append(f"Q critics (`qvalue` writing {(g, STATE_ACTION_VALUE)!r} with stacked `qvalue_params`)")
-        if missing:
-            raise ValueError(
-                f"binding {binding_id!r}: algorithm SAC needs {' and '.join(missing)}; {type(policy).__name__} lacks "
-                f"{'them' if len(missing) > 1 else 'it'} (use lightmarl.policies.SACActorCritic)"
-            )
-        if policy.group.action_kind != "continuous":
-            raise ValueError(
-                f"binding {binding_id!r}: algorithm SAC needs continuous actions; group {g!r} has "
-                f"{policy.group.action_kind} actions"
-            )
+        require_policy_outputs(
+            binding_id, "SAC", policy, missing, use="lightmarl.policies.SACActorCritic", action_kind="continuous"
+        )
 
     def make_unit_trainer(
         self,
