@@ -41,7 +41,9 @@ class ScriptedVec:
         self.ends = ends or {}
         self.rewards = rewards
         self.num_envs, agents = valid[0].shape
-        group = GroupSpec("agent", tuple(f"agent_{i}" for i in range(agents)), tuple(range(agents)), shape, "discrete", 2)
+        group = GroupSpec(
+            "agent", tuple(f"agent_{i}" for i in range(agents)), tuple(range(agents)), shape, "discrete", 2
+        )
         self.spec = EnvSpec("scripted", group.agents, {"agent": group})
         self.seeds = list(range(self.num_envs))
         self.t = 0
@@ -213,7 +215,9 @@ def test_rewards_are_scaled_by_the_std_of_discounted_returns():
 
 def test_reward_clipping_keeps_zero_rewards_zero():
     rewards = torch.tensor([[0.0, 1e4], [-1e4, 0.0]])
-    vec = TransformedVecEnv(ScriptedVec(counting_source, all_valid(5), rewards=lambda t: rewards), [RewardNorm(clip=0.1)])
+    vec = TransformedVecEnv(
+        ScriptedVec(counting_source, all_valid(5), rewards=lambda t: rewards), [RewardNorm(clip=0.1)]
+    )
     vec.reset()
     for _ in range(5):
         nxt, _ = vec.step({})
@@ -314,7 +318,9 @@ def test_bad_transform_settings_name_the_field():
         FrameStack(num_frames=0)
     with pytest.raises(ValueError, match=r"env.transforms\[RewardNorm\].gamma"):
         RewardNorm(gamma=1.5)
-    with pytest.raises(ValueError, match=r"env.transforms\[ObservationNorm\].groups: env 'simple_spread_v3' has no group \['pilot'\]"):
+    with pytest.raises(
+        ValueError, match=r"env.transforms\[ObservationNorm\].groups: env 'simple_spread_v3' has no group \['pilot'\]"
+    ):
         PettingZooEnvConfig(env_fn=SPREAD, transforms=[ObservationNorm(groups=["pilot"])]).spec()
     with pytest.raises(ValueError, match=r"env.transforms\[FrameStack\].dim: 1 is out of range"):
         PettingZooEnvConfig(env_fn=SPREAD, transforms=[FrameStack(dim=1)]).spec()
@@ -359,7 +365,10 @@ def test_the_module_checkpoints_the_statistics_and_evaluates_with_them():
 
     def module():
         env = PettingZooEnvConfig(
-            env_fn=SPREAD, env_kwargs={"N": 3, "max_cycles": 10}, num_envs=4, transforms=[ObservationNorm(), FrameStack(2)]
+            env_fn=SPREAD,
+            env_kwargs={"N": 3, "max_cycles": 10},
+            num_envs=4,
+            transforms=[ObservationNorm(), FrameStack(2)],
         )
         return MARLModule(env=env, eval_episodes=4)
 

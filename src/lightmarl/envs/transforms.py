@@ -96,7 +96,9 @@ class VecTransform(ABC):
             return list(spec.groups.values())
         unknown = [g for g in self.groups if g not in spec.groups]
         if unknown:
-            raise ValueError(f"{self.field}.groups: env {spec.name!r} has no group {unknown}; its groups are {list(spec.groups)}")
+            raise ValueError(
+                f"{self.field}.groups: env {spec.name!r} has no group {unknown}; its groups are {list(spec.groups)}"
+            )
         return [spec.groups[g] for g in self.groups]
 
     def transform_spec(self, spec: EnvSpec) -> EnvSpec:
@@ -157,7 +159,9 @@ class RunningMeanStd:
     def load_state_dict(self, state: Mapping[str, Any], where: str) -> None:
         mean, var = torch.as_tensor(state["mean"]), torch.as_tensor(state["var"])
         if tuple(mean.shape) != self.shape or tuple(var.shape) != self.shape:
-            raise ValueError(f"{where}: the checkpoint's statistics have shape {tuple(mean.shape)}, expected {self.shape}")
+            raise ValueError(
+                f"{where}: the checkpoint's statistics have shape {tuple(mean.shape)}, expected {self.shape}"
+            )
         self.mean, self.var, self.count = mean.to(torch.float64), var.to(torch.float64), int(state["count"])
 
 

@@ -203,7 +203,9 @@ def _signature(env: Any, index: int, name: str) -> tuple[tuple[str, Any], ...]:
     action = env.action_space[index]
     shape = getattr(observation, "shape", None)
     if not isinstance(shape, tuple) or not hasattr(observation, "low"):
-        raise ValueError(f"env {name!r}, agent {agent!r}: unsupported observation space {observation!r} (expected a Box)")
+        raise ValueError(
+            f"env {name!r}, agent {agent!r}: unsupported observation space {observation!r} (expected a Box)"
+        )
     fields: dict[str, Any] = {"observation_shape": tuple(shape)}
     if hasattr(action, "n"):
         fields.update(action_kind="discrete", num_actions=int(action.n))
@@ -288,7 +290,9 @@ class VmasVecEnv:
         with self._random_state.active():
             observations = self._env.reset(seed=self.seed)
         obs = self._by_group(observations)
-        self.current = {g.name: {"observation": obs[g.name], "valid": self._valid(g)} for g in self.spec.groups.values()}
+        self.current = {
+            g.name: {"observation": obs[g.name], "valid": self._valid(g)} for g in self.spec.groups.values()
+        }
         return self.current
 
     def step(self, actions: dict[str, torch.Tensor]) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]:
