@@ -117,7 +117,7 @@ class MatchTargetEnv(ParallelEnv):
         return observations, rewards, terminations, truncations, infos
 
     def close(self) -> None:
-        pass
+        """Nothing to release: the env holds no window, file or process."""
 
 
 def parallel_env(**kwargs: Any) -> MatchTargetEnv:

@@ -344,10 +344,10 @@ class _BoundRewardNorm(BoundTransform):
 
 class _Identity(BoundTransform):
     def reset(self, current: Outputs) -> None:
-        pass
+        """Leaves the outputs as they are."""
 
     def step(self, nxt: Outputs, current: Outputs, ended: torch.Tensor) -> None:
-        pass
+        """Leaves the outputs as they are."""
 
 
 class FrameStack(VecTransform):
