@@ -40,6 +40,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,6 +49,7 @@ from torchrl.envs.libs.pettingzoo import PettingZooWrapper
 
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs.pettingzoo import PettingZooEnvConfig
+from lightmarl.envs.workers import ProcessVecEnv
 from lightmarl.policies import MultiAgentPolicy, PolicyRegistry
 from lightmarl.population import BindingTable, PolicyBinding
 
@@ -129,9 +131,22 @@ def raw_processes_runner(num_envs: int, seed: int, processes: int) -> Runner:
     return Runner(f"raw PettingZoo loop, {processes} processes", run, close)
 
 
-def collector_runner(num_envs: int, seed: int, two_bindings: bool, num_workers: int = 0) -> Runner:
-    config = ENV_CONFIG if not num_workers else replace(ENV_CONFIG, num_envs=num_envs, num_workers=num_workers)
-    vec = config.make_vector(seed, num_envs=num_envs)
+WORKER_MODES = {
+    "overlap": "",  # the default: two phases, workers spin-wait
+    "no overlap": ", no overlap",  # one phase, workers spin-wait
+    "plain": ", no overlap, no spin-wait",  # one phase, workers sleep between commands
+}
+
+
+def collector_runner(
+    num_envs: int, seed: int, two_bindings: bool, num_workers: int = 0, mode: str = "overlap"
+) -> Runner:
+    config = replace(ENV_CONFIG, num_envs=num_envs, num_workers=num_workers, overlap=mode == "overlap")
+    if num_workers and mode == "plain":
+        seeds = [seed + i for i in range(num_envs)]
+        vec: Any = ProcessVecEnv(config.env_fn, config.env_kwargs, config.spec(), seeds, num_workers, spin_wait=0.0)
+    else:
+        vec = config.make_vector(seed, num_envs=num_envs)
     mlp = {"class_path": "lightmarl.policies.MLPActorCritic", "policy_kwargs": {"hidden_sizes": HIDDEN_SIZES}}
     if two_bindings:
         bindings = [
@@ -142,7 +157,9 @@ def collector_runner(num_envs: int, seed: int, two_bindings: bool, num_workers: 
         name = "lightmarl collector, 2 bindings"
     else:
         table = BindingTable([PolicyBinding(id="main", **mlp)], vec.spec)
-        name = f"lightmarl collector, {num_workers} worker processes" if num_workers else "lightmarl collector"
+        name = "lightmarl collector"
+        if num_workers:
+            name += f", {num_workers} worker processes{WORKER_MODES[mode]}"
     registry = PolicyRegistry()
     policies = {b: registry.get(table.binding(b), vec.spec.groups[table.group_of_binding[b]]) for b in table.active_ids}
     collector = RolloutCollector(vec, MultiAgentPolicy(policies, table), rollout_steps=ROLLOUT_STEPS)
@@ -191,7 +208,8 @@ def interleaved_rates(runners: list[Runner], seconds: float) -> list[float]:
     return [s / t for s, t in zip(steps, elapsed)]
 
 
-PATHS = ("raw", "lightmarl", "bindings", "workers", "raw-workers", "torchrl")
+PATHS = ("raw", "lightmarl", "bindings", "workers", "workers-no-overlap", "workers-plain", "raw-workers", "torchrl")
+WORKER_PATHS = ("workers", "workers-no-overlap", "workers-plain", "raw-workers")
 
 
 def benchmark(
@@ -202,14 +220,16 @@ def benchmark(
         "raw": lambda: raw_runner(num_envs, seed),
         "lightmarl": lambda: collector_runner(num_envs, seed, two_bindings=False),
         "bindings": lambda: collector_runner(num_envs, seed, two_bindings=True),
-        "workers": lambda: collector_runner(num_envs, seed, two_bindings=False, num_workers=min(workers, num_envs)),
+        "workers": lambda: collector_runner(num_envs, seed, False, min(workers, num_envs)),
+        "workers-no-overlap": lambda: collector_runner(num_envs, seed, False, min(workers, num_envs), "no overlap"),
+        "workers-plain": lambda: collector_runner(num_envs, seed, False, min(workers, num_envs), "plain"),
         "raw-workers": lambda: raw_processes_runner(num_envs, seed, min(workers, num_envs)),
         "torchrl": lambda: torchrl_runner(num_envs, seed),
     }
     runners: list[Runner] = []
     try:
         for path in ("raw", *(p for p in PATHS if p in paths and p != "raw")):
-            if path not in ("workers", "raw-workers") or workers > 0:
+            if path not in WORKER_PATHS or workers > 0:
                 runners.append(makers[path]())
         for runner in runners:
             runner.run()  # warm-up: first reset, lazy imports, allocator

@@ -159,7 +159,7 @@ def test_garbage_collection_and_exceptions_in_the_parent_stop_workers():
 
 
 def test_dead_worker_is_detected_not_waited_for():
-    env = PettingZooEnvConfig(env_fn=SPREAD, num_envs=4, num_workers=2).make_vector(seed=0)
+    env = PettingZooEnvConfig(env_fn=SPREAD, num_envs=4, num_workers=2, overlap=False).make_vector(seed=0)
     processes = env.worker_processes
     env.reset()
     os.kill(processes[1].pid, signal.SIGKILL)
@@ -237,7 +237,9 @@ def test_num_workers_config():
 
 
 def test_collector_over_workers_gives_the_same_experience():
-    config = PettingZooEnvConfig(env_fn=SPREAD, env_kwargs={"N": 3, "max_cycles": 5}, num_envs=4)
+    # Without overlap the actions are sampled for the whole vector at once, as in-process: the
+    # same random stream (tests/data/test_overlap.py covers the overlapped collection).
+    config = PettingZooEnvConfig(env_fn=SPREAD, env_kwargs={"N": 3, "max_cycles": 5}, num_envs=4, overlap=False)
     spec = config.spec()
     table = BindingTable([PolicyBinding("main", class_path="x.y")], spec)
     population = MultiAgentPolicy({"main": MLPActorCritic(spec.groups["agent"])}, table)

@@ -161,3 +161,29 @@ def test_stacked_weights_follow_in_place_parameter_updates(spread_config):
         after = stacked(td.clone())["agent", "action"]
         assert torch.equal(after, separate(td.clone())["agent", "action"])
     assert not torch.equal(before[:, 1], after[:, 1])  # the update did change binding one's actions
+
+
+# -- one binding for the whole group: the lean forward ----------------------------------------
+def test_one_mlp_binding_takes_the_lean_forward_with_the_actors_outputs(spread_config):
+    lean, group = mlp_population(spread_config, ["two", "two", "two"], stack=True)
+    actor, _ = mlp_population(spread_config, ["two", "two", "two"], stack=False)  # TorchRL's actor itself
+    td = obs_td(group, (6,))
+    for mode in (ExplorationType.DETERMINISTIC, ExplorationType.MODE):
+        with set_exploration_type(mode):
+            a, b = lean(td.clone()), actor(td.clone())
+        assert "logits" not in a["agent"].keys() and "logits" in b["agent"].keys()  # the lean path ran
+        assert torch.equal(a["agent", "action"], b["agent", "action"])
+        torch.testing.assert_close(a["agent", "action_log_prob"], b["agent", "action_log_prob"])
+
+
+def test_one_mlp_binding_samples_from_the_actors_distribution(spread_config):
+    lean, group = mlp_population(spread_config, ["two", "two", "two"], stack=True)
+    td = obs_td(group, (1,)).expand(20000).clone()  # one observation per agent, many draws
+    with set_exploration_type(ExplorationType.RANDOM):
+        out = lean(td.clone())
+    logits = lean.policies["two"].actor.module[0](td[:1].clone())["agent", "logits"][0]  # [agents, actions]
+    probs = logits.softmax(-1)
+    counts = torch.stack([torch.bincount(out["agent", "action"][:, a], minlength=5) for a in range(3)])
+    torch.testing.assert_close(counts / 20000, probs, atol=0.015, rtol=0)  # ~4.5 standard errors at p=0.5
+    expected = probs.log().gather(-1, out["agent", "action"].T).T
+    torch.testing.assert_close(out["agent", "action_log_prob"], expected)

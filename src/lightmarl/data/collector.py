@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, NamedTuple, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -35,6 +35,42 @@ class EpisodeStats:
         return sum(self.lengths) / len(self.lengths) if self.lengths else float("nan")
 
 
+class _Step(NamedTuple):
+    """One env step of a lane: the policy's input and output, the env's results, bookkeeping."""
+
+    td: TensorDict  # observation, action, log-prob, ... of the lane's copies
+    next: dict  # group -> key -> [lane copies, agents, ...] (and ROOT -> "state")
+    episode_id: torch.Tensor  # [lane copies]
+    next_state: dict[str, torch.Tensor]  # recurrent groups: the state after the step
+
+
+class _Lane:
+    """Consecutive env copies stepped as one vector: the whole vector, or one of its phases.
+
+    ``asynchronous`` lanes send their actions (``step_async``) and read the results later
+    (``step_wait``); the others step when the results are asked for.
+    """
+
+    def __init__(self, env: VecEnv, envs: slice, asynchronous: bool) -> None:
+        self.env = env
+        self.envs = envs  # the lane's copies in the whole vector
+        self.asynchronous = asynchronous
+        self._sent: tuple[TensorDict, dict[str, torch.Tensor]] | None = None
+
+    def send(self, td: TensorDict, actions: dict[str, torch.Tensor]) -> None:
+        if self.asynchronous:
+            cast(Any, self.env).step_async(actions)
+        self._sent = (td, actions)
+
+    def receive(self) -> tuple[TensorDict, tuple[dict, torch.Tensor]]:
+        """The td that was sent and the env's ``(next, ended)`` for it."""
+        assert self._sent is not None, "receive() before send()"
+        td, actions = self._sent
+        self._sent = None
+        result = cast(Any, self.env).step_wait() if self.asynchronous else self.env.step(actions)
+        return td, result
+
+
 class RolloutCollector:
     """Steps a vectorized env (:class:`VecEnv`) with a :class:`MultiAgentPolicy` for ``rollout_steps`` steps.
 
@@ -46,6 +82,12 @@ class RolloutCollector:
     records its global state (``PettingZooEnvConfig.state``) it is at the root, ``"state"``
     ``[num_envs, rollout_steps, *state_shape]`` and ``("next", "state")``. Episodes
     continue across calls (envs are never reset between rollouts).
+
+    A vector that comes in phases (``env.phases()``, e.g. worker processes with
+    ``PettingZooEnvConfig.overlap``) is stepped phase by phase: while the workers step one
+    phase's copies, the policy computes the other phase's actions. The experience is laid out
+    as for a vector stepped whole; actions are sampled per phase, so the random stream (not
+    the distribution) differs from a whole-vector collection with the same seed.
 
     Args:
         env: the vectorized env.
@@ -96,6 +138,13 @@ class RolloutCollector:
                 f"buffers: no agent group named {sorted(unknown)}; groups are {[g.name for g in self._groups]}"
             )
         self._table_version = self.table.version
+        split = getattr(env, "phases", None)
+        phases: list[VecEnv] = split() if callable(split) else [env]
+        self._lanes = []
+        start = 0
+        for phase in phases:
+            self._lanes.append(_Lane(phase, slice(start, start + phase.num_envs), asynchronous=len(phases) > 1))
+            start += phase.num_envs
         self.recurrent = RecurrentStates(
             dict(policy.policies.items()),
             self.table.group_of_binding,
@@ -106,51 +155,68 @@ class RolloutCollector:
     @torch.no_grad()
     def collect(self) -> TensorDict:
         if not self._started:
-            self.env.reset()
+            for lane in self._lanes:
+                lane.env.reset()
             self._started = True
         if self.table.version != self._table_version:
             # Another binding controls some agents now: its memory starts from scratch.
             self.recurrent.restart_all()
             self._table_version = self.table.version
-        steps: list[TensorDict] = []
-        nexts: list[dict] = []
-        next_states: list[dict[str, torch.Tensor]] = []
-        episode_ids: list[torch.Tensor] = []
+        steps: list[list[_Step]] = [[] for _ in self._lanes]
         with set_exploration_type(self.exploration):
-            for _ in range(self.rollout_steps):
-                td = self.env.observation_td()
-                self.recurrent.prepare(td)
-                td = td.to(self.device)
-                self.policy(td)
-                actions = {g.name: td.get((g.name, schema.ACTION)).cpu() for g in self._groups}
-                nxt, ended = self.env.step(actions)
-                if self.recurrent:
-                    self.recurrent.advance(td, ended)
-                    # The state after the step goes with the next observation (a recurrent critic's input).
-                    next_states.append({g: td.get((g, NEXT_RECURRENT_STATE)) for g in self.recurrent.states})
-                    td = td.exclude(*[(g, NEXT_RECURRENT_STATE) for g in self.recurrent.states])
-                steps.append(td)
-                nexts.append(nxt)
-                episode_ids.append(self._episode_id.clone())
-                self._track_episodes(td, nxt, ended)
+            for lane in self._lanes:
+                self._act(lane)
+            for t in range(self.rollout_steps):
+                # Phase by phase: the next phase's workers step while this one's actions are computed.
+                for lane, lane_steps in zip(self._lanes, steps):
+                    td, nxt, ended = self._receive(lane)
+                    if t + 1 < self.rollout_steps:
+                        self._act(lane)
+                    # Bookkeeping after sending the next actions: worker processes step meanwhile.
+                    lane_steps.append(self._record(lane, td, nxt, ended))
         self.frames += self.num_envs * self.rollout_steps
-        experience = self._assemble(steps, nexts, torch.stack(episode_ids, dim=1), next_states)
+        experience = self._assemble(steps)
         for group, buffer in self.buffers.items():
             rows = experience.get(group).clone(recurse=False)
             rows.set("next", experience.get(("next", group)))
             buffer.add_rollout(rows)
         return experience
 
-    def _track_episodes(self, td: TensorDict, nxt: dict, ended: torch.Tensor) -> None:
+    def _act(self, lane: _Lane) -> None:
+        """The policy's actions for the lane's copies, sent to its env (stepped by :meth:`_receive`)."""
+        td = lane.env.observation_td()
+        self.recurrent.prepare(td, lane.envs)
+        td = td.to(self.device)
+        self.policy(td, env_start=lane.envs.start)
+        lane.send(td, {g.name: td.get((g.name, schema.ACTION)).cpu() for g in self._groups})
+
+    def _receive(self, lane: _Lane) -> tuple[TensorDict, dict, torch.Tensor]:
+        """The lane's step results, its recurrent states advanced (the next actions need them)."""
+        td, (nxt, ended) = lane.receive()
+        if self.recurrent:
+            self.recurrent.advance(td, ended, lane.envs)
+        return td, nxt, ended
+
+    def _record(self, lane: _Lane, td: TensorDict, nxt: dict, ended: torch.Tensor) -> _Step:
+        next_state = {}
+        if self.recurrent:
+            # The state after the step goes with the next observation (a recurrent critic's input).
+            next_state = {g: td.get((g, NEXT_RECURRENT_STATE)) for g in self.recurrent.states}
+            td = td.exclude(*[(g, NEXT_RECURRENT_STATE) for g in self.recurrent.states])
+        episode_id = self._episode_id[lane.envs].clone()
+        self._track_episodes(td, nxt, ended, lane.envs)
+        return _Step(td, nxt, episode_id, next_state)
+
+    def _track_episodes(self, td: TensorDict, nxt: dict, ended: torch.Tensor, envs: slice) -> None:
         for g in self._groups:
             valid = td.get((g.name, schema.VALID)).cpu()
             # Every reward counts, also one on a step the agent did not act (turn-based envs: the
             # loser's -1 arrives on the winner's turn); parallel envs reward present agents only.
-            self._episode_return[g.name] += nxt[g.name]["reward"]
-            self._episode_steps[g.name] += valid.long()
+            self._episode_return[g.name][envs] += nxt[g.name]["reward"]
+            self._episode_steps[g.name][envs] += valid.long()
         if not ended.any():
             return
-        env_ids = torch.nonzero(ended).flatten()
+        env_ids = torch.nonzero(ended).flatten() + (envs.start or 0)
         for g in self._groups:
             returns = self._episode_return[g.name][env_ids]
             lengths = self._episode_steps[g.name][env_ids]
@@ -171,20 +237,23 @@ class RolloutCollector:
         self._episode_id[env_ids] = new_ids
         self._next_episode_id += len(env_ids)
 
-    def _assemble(
-        self,
-        steps: list[TensorDict],
-        nexts: list[dict],
-        episode_ids: torch.Tensor,
-        next_states: list[dict[str, torch.Tensor]],
-    ) -> TensorDict:
-        experience = cast(TensorDictBase, torch.stack(steps, dim=1))  # [E, T] root, [E, T, A] groups
+    def _assemble(self, steps: list[list[_Step]]) -> TensorDict:
+        """One TensorDict ``[E, T]`` from each lane's steps (lanes cover consecutive env copies)."""
+
+        def over_time(parts: list[list[Any]]) -> Any:
+            # Per lane, its parts stacked over time; then the lanes joined along the env dim.
+            per_lane = [torch.stack(lane_parts, dim=1) for lane_parts in parts]
+            return per_lane[0] if len(per_lane) == 1 else torch.cat(per_lane, dim=0)
+
+        experience = cast(TensorDictBase, over_time([[s.td for s in lane] for lane in steps]))  # [E, T] / [E, T, A]
+        episode_ids = over_time([[s.episode_id for s in lane] for lane in steps])
+        first = steps[0][0]
         E, T = self.num_envs, self.rollout_steps
         next_groups = {}
         for g in self._groups:
             name = g.name
             A = g.num_agents
-            stacked = {k: torch.stack([n[name][k] for n in nexts], dim=1) for k in nexts[0][name]}
+            stacked = {k: over_time([[s.next[name][k] for s in lane] for lane in steps]) for k in first.next[name]}
             next_groups[name] = TensorDict(
                 {
                     schema.OBSERVATION: stacked["observation"],
@@ -196,8 +265,10 @@ class RolloutCollector:
                 },
                 batch_size=[E, T, A],
             )
-            if next_states and name in next_states[0]:
-                next_groups[name].set(RECURRENT_STATE, torch.stack([s[name] for s in next_states], dim=1).cpu())
+            if name in first.next_state:
+                next_groups[name].set(
+                    RECURRENT_STATE, over_time([[s.next_state[name] for s in lane] for lane in steps]).cpu()
+                )
                 # The next observation continues the step's episode: never a reset.
                 next_groups[name].set(IS_INIT, torch.zeros(E, T, A, dtype=torch.bool))
             # Annotations follow the map each env copy plays (per-env overrides included).
@@ -208,8 +279,8 @@ class RolloutCollector:
             rows.set(schema.IS_TRAINABLE_AGENT, self.table.trainable[binding])
             rows.set(schema.EPISODE_ID, episode_ids.unsqueeze(-1).expand(E, T, A))
             rows.set(schema.ENV_INDEX, torch.arange(E).view(E, 1, 1).expand(E, T, A))
-        if ROOT in nexts[0]:  # the env's global state after each step (the final one where an episode ended)
-            next_groups[schema.STATE] = torch.stack([n[ROOT]["state"] for n in nexts], dim=1)
+        if ROOT in first.next:  # the env's global state after each step (the final one where an episode ended)
+            next_groups[schema.STATE] = over_time([[s.next[ROOT]["state"] for s in lane] for lane in steps])
         experience.set("next", TensorDict(next_groups, batch_size=[E, T]).to(self.device))
         return experience
 

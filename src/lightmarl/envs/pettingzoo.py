@@ -9,6 +9,7 @@ instead (:mod:`lightmarl.envs.workers`), with the same stepping code and traject
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -41,6 +42,16 @@ class PettingZooEnvConfig(EnvConfig):
             ``k >= 1`` splits them over ``k`` worker processes
             (:class:`~lightmarl.envs.workers.ProcessVecEnv`, same trajectories). At most
             ``num_envs``; a vector asked for fewer copies gets at most one worker per copy.
+        overlap: with worker processes, step the copies as two halves in alternation, so that the
+            policy computes one half's actions while the workers step the other (the
+            collector's forward pass overlaps env stepping). It pays where the training process
+            has a core of its own (1 worker on 2 cores: 1.03x instead of 0.89x the in-process
+            collector) and costs where it competes with the workers for one (2 workers on 2
+            cores: see ``benchmarks/README.md``). ``None`` (default): overlap when this process
+            may run on more cores than there are workers. Needs ``num_envs >= 2 * num_workers``
+            (otherwise one half). Actions are sampled per half: same distribution, another
+            random stream than the in-process vector with the same seed; ``false`` gives
+            bit-identical experience.
         state: also record the env's global ``state()`` (PettingZoo's ``state_space``) at the
             experience root, ``"state"`` and ``("next", "state")``, e.g. for a QMIX mixer. Off by
             default: it costs a ``state()`` call per env step.
@@ -53,6 +64,7 @@ class PettingZooEnvConfig(EnvConfig):
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     num_envs: int = 16
     num_workers: int = 0
+    overlap: bool | None = None
     state: bool = False
     transforms: list[VecTransform] = field(default_factory=list)
 
@@ -62,6 +74,8 @@ class PettingZooEnvConfig(EnvConfig):
             raise ValueError(f"env.num_envs: expected a positive integer, got {self.num_envs!r}")
         if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
             raise ValueError(f"env.num_workers: expected an integer >= 0, got {self.num_workers!r}")
+        if self.overlap not in (None, True, False):
+            raise ValueError(f"env.overlap: expected true, false or null (automatic), got {self.overlap!r}")
         if self.num_workers > self.num_envs:
             raise ValueError(
                 f"env.num_workers: {self.num_workers} workers for {self.num_envs} env copies; "
@@ -117,7 +131,10 @@ class PettingZooEnvConfig(EnvConfig):
             # Validates the env here (clear errors before any process starts); workers build
             # their copies from the import path and kwargs.
             spec = self.base_spec()
-            return ProcessVecEnv(self.env_fn, dict(self.env_kwargs), spec, seeds, min(self.num_workers, count))
+            workers = min(self.num_workers, count)
+            overlap = len(os.sched_getaffinity(0)) > workers if self.overlap is None else self.overlap
+            phases = 2 if overlap and count >= 2 * workers else 1
+            return ProcessVecEnv(self.env_fn, dict(self.env_kwargs), spec, seeds, workers, num_phases=phases)
         make = self.constructor()
         envs: list[Any] = []
         for _ in range(count):

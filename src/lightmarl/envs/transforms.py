@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 from tensordict import TensorDict
@@ -480,6 +480,7 @@ class TransformedVecEnv:
 
     def __init__(self, base: VecEnv, transforms: Sequence[VecTransform], training: bool = True) -> None:
         self.base = base
+        self.transforms = list(transforms)
         self.training = training
         spec = base.spec
         self.bound: list[BoundTransform] = []
@@ -504,7 +505,25 @@ class TransformedVecEnv:
         return current
 
     def step(self, actions: dict[str, torch.Tensor]) -> tuple[Outputs, torch.Tensor]:
-        nxt, ended = self.base.step(actions)
+        return self._transform_step(*self.base.step(actions))
+
+    def step_async(self, actions: dict[str, torch.Tensor]) -> None:
+        """Where the base vector steps asynchronously (a phase of worker processes): start a step."""
+        cast(Any, self.base).step_async(actions)
+
+    def step_wait(self) -> tuple[Outputs, torch.Tensor]:
+        return self._transform_step(*cast(Any, self.base).step_wait())
+
+    def phases(self) -> list[TransformedVecEnv]:
+        """The base vector's phases (if it has more than one), each with transforms of its own
+        (their statistics shared, as between all vectors of a recipe)."""
+        split = getattr(self.base, "phases", None)
+        parts = split() if callable(split) else [self.base]
+        if len(parts) == 1:
+            return [self]
+        return [TransformedVecEnv(part, self.transforms, self.training) for part in parts]
+
+    def _transform_step(self, nxt: Outputs, ended: torch.Tensor) -> tuple[Outputs, torch.Tensor]:
         nxt, current = self._copy(nxt), self._copy(self.base.current)
         for bound in self.bound:
             bound.step(nxt, current, ended)

@@ -42,7 +42,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.shared_memory import SharedMemory
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -385,9 +385,9 @@ class _WorkerArgs:
     groups: tuple[GroupLayout, ...]
     num_envs: int
     shm_name: str
-    start: int
-    seeds: tuple[int, ...]
+    chunks: tuple[tuple[int, tuple[int, ...]], ...]  # per phase: (first copy, seeds of its copies)
     state_shape: tuple[int, ...] | None = None
+    spin_wait: float = 0.0
 
 
 def _limit_torch_threads() -> None:
@@ -402,7 +402,11 @@ def _describe(err: BaseException) -> tuple[str, str]:
 
 
 def _worker_main(conn: Connection, args: _WorkerArgs) -> None:
-    """A worker's life: build its env copies, then answer commands until ``close`` or EOF."""
+    """A worker's life: build its env copies, then answer commands until ``close`` or EOF.
+
+    The copies are held as one :class:`EnvSlice` per phase of the vector; ``step`` and
+    ``reset`` name a phase (``None``: all of them).
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _limit_torch_threads()
     parent = os.getppid()
@@ -411,25 +415,32 @@ def _worker_main(conn: Connection, args: _WorkerArgs) -> None:
     try:
         try:
             fn = import_object(args.env_fn, field="env.env_fn")
-            for j, seed in enumerate(args.seeds):
-                try:
-                    envs.append(fn(**args.env_kwargs))
-                except Exception as err:
-                    raise RuntimeError(
-                        f"env {args.env_name!r} (copy {args.start + j}, seed {seed}): "
-                        f"{args.env_fn}(**{args.env_kwargs!r}) raised {type(err).__name__}: {err}"
-                    ) from err
-            block = slice_class_for(envs)(
-                envs, args.groups, args.seeds, args.start, args.env_name, args.possible_agents
-            )
+            blocks = []
+            for start, seeds in args.chunks:
+                mine = []
+                for j, seed in enumerate(seeds):
+                    try:
+                        mine.append(fn(**args.env_kwargs))
+                    except Exception as err:
+                        raise RuntimeError(
+                            f"env {args.env_name!r} (copy {start + j}, seed {seed}): "
+                            f"{args.env_fn}(**{args.env_kwargs!r}) raised {type(err).__name__}: {err}"
+                        ) from err
+                    envs.append(mine[-1])
+                slice_class = slice_class_for(mine)
+                blocks.append(slice_class(mine, args.groups, seeds, start, args.env_name, args.possible_agents))
             _limit_torch_threads()  # the env's module may have imported torch
             shared = SharedArrays(args.groups, args.num_envs, name=args.shm_name, state_shape=args.state_shape)
         except Exception as err:  # noqa: BLE001 -- whatever it is, the parent must hear of it
             conn.send(("error", _describe(err)))
             return
         conn.send(("ready", os.getpid()))
-        rows = slice(block.start, block.stop)
         while True:
+            # Poll (yielding the CPU to anyone who wants it) before sleeping: the next command
+            # usually comes within a few ms, and waking a sleeping process costs 0.3-1 ms on a VM.
+            spin_until = time.perf_counter() + args.spin_wait
+            while time.perf_counter() < spin_until and not conn.poll(0):
+                os.sched_yield()
             while not conn.poll(1.0):
                 if os.getppid() != parent:  # parent gone (its pipe may live on in a forked process)
                     return
@@ -439,12 +450,15 @@ def _worker_main(conn: Connection, args: _WorkerArgs) -> None:
             try:
                 payload: Any = None
                 if command == "step":
-                    shared.clear_rows(rows)
-                    block.step(shared.actions, shared.next, shared.current, shared.ended)
+                    for block in blocks if arg is None else (blocks[arg],):
+                        shared.clear_rows(slice(block.start, block.stop))
+                        block.step(shared.actions, shared.next, shared.current, shared.ended)
                 elif command == "reset":
-                    shared.clear_rows(rows, sections=("current",))
-                    block.reset(shared.current)
+                    for block in blocks if arg is None else (blocks[arg],):
+                        shared.clear_rows(slice(block.start, block.stop), sections=("current",))
+                        block.reset(shared.current)
                 elif command == "render":
+                    block = next(b for b in blocks if b.start <= arg < b.stop)
                     payload = block.envs[arg - block.start].render()
                 else:
                     raise ValueError(f"unknown command {command!r}")
@@ -478,13 +492,16 @@ class _Worker:
     index: int
     process: Any  # multiprocessing.context.SpawnProcess / ForkServerProcess
     conn: Connection
-    start: int
-    stop: int
-    seeds: tuple[int, ...]
+    chunks: tuple[tuple[int, tuple[int, ...]], ...]  # per phase: (first copy, seeds of its copies)
+
+    def holds(self, index: int) -> bool:
+        return any(start <= index < start + len(seeds) for start, seeds in self.chunks)
 
     def describe(self) -> str:
-        copies = f"copy {self.start}" if self.stop - self.start == 1 else f"copies {self.start}..{self.stop - 1}"
-        return f"env worker {self.index} (pid {self.process.pid}, {copies}, seeds {list(self.seeds)})"
+        ranges = [f"{s}" if len(seeds) == 1 else f"{s}..{s + len(seeds) - 1}" for s, seeds in self.chunks]
+        copies = ("copy " if ranges == [str(self.chunks[0][0])] else "copies ") + ", ".join(ranges)
+        seeds = [seed for _, chunk in self.chunks for seed in chunk]
+        return f"env worker {self.index} (pid {self.process.pid}, {copies}, seeds {seeds})"
 
 
 def _shutdown(workers: list[_Worker], shared: SharedArrays, timeout: float = 5.0) -> None:
@@ -554,6 +571,11 @@ def _skip_main_reimport(env_fn: str) -> Iterator[None]:
                 main.__dict__[attr] = value
 
 
+def split_evenly(count: int, parts: int) -> list[int]:
+    """``parts`` sizes summing to ``count``, the first ``count % parts`` one larger."""
+    return [count // parts + (k < count % parts) for k in range(parts)]
+
+
 class ProcessVecEnv:
     """``num_envs`` PettingZoo envs stepped by ``num_workers`` worker processes, with auto-reset.
 
@@ -563,9 +585,17 @@ class ProcessVecEnv:
     Same interface and results as :class:`~lightmarl.envs.pettingzoo.ParallelVecEnv` (copy
     ``i`` reset with ``seeds[i]``): ``reset()`` / ``step()`` return per group tensors shaped
     ``[num_envs, agents_in_group, ...]`` (fresh tensors each call, safe to keep), and an env
-    whose episode ended is reset inside ``step``. Worker ``k`` steps a contiguous slice of the
-    copies; the parent waits for all of them, so the env work of a step runs in parallel while
-    the policy's forward pass runs in the parent between steps.
+    whose episode ended is reset inside ``step``. The parent waits for all workers, so the env
+    work of a step runs in parallel while the policy's forward pass runs in the parent between
+    steps.
+
+    Phases: with ``num_phases=2`` the copies form two halves (:meth:`phases`, each a
+    :class:`VecEnvPhase` with the same interface plus ``step_async`` / ``step_wait``), and
+    every worker holds copies of both halves. A collector then sends one half's actions and
+    computes the other half's while the workers step the first: the policy's forward pass
+    overlaps env stepping instead of alternating with it. Phase ``p`` covers copies
+    ``phase_bounds[p] .. phase_bounds[p + 1] - 1``; copy ``i`` is still reset with
+    ``seeds[i]``, so the phases step exactly the trajectories of the whole vector.
 
     Errors: an exception in a worker's env raises :class:`RuntimeError` here naming the env
     copy and its seed, with the worker's traceback chained; a worker that dies or does not
@@ -579,10 +609,16 @@ class ProcessVecEnv:
         spec: the env's :class:`EnvSpec` (built in the parent, e.g. by ``PettingZooEnvConfig.spec()``).
         seeds: one reset seed per env copy.
         num_workers: worker processes, ``1 <= num_workers <= len(seeds)``.
+        num_phases: ``1``, or ``2`` halves stepped in alternation (needs ``2 * num_workers``
+            copies or more: every worker holds at least one copy of each half).
         start_method: ``"spawn"`` (default) or ``"forkserver"``; ``"fork"`` is refused (unsafe
             once torch has started threads).
         timeout: seconds to wait for a step / reset / render answer.
         start_timeout: seconds to wait for the workers to import and build their envs.
+        spin_wait: seconds a worker keeps polling for its next command (yielding the CPU to
+            any other runnable process) before it sleeps. Between the steps of a rollout the
+            next command comes within a few milliseconds, and on a virtual machine waking a
+            sleeping process costs 0.3-1 ms, a large part of a step; ``0`` sleeps at once.
     """
 
     def __init__(
@@ -593,13 +629,20 @@ class ProcessVecEnv:
         seeds: Sequence[int],
         num_workers: int,
         *,
+        num_phases: int = 1,
         start_method: str = "spawn",
         timeout: float = 300.0,
         start_timeout: float = 120.0,
+        spin_wait: float = 0.005,
     ) -> None:
         seeds = [int(s) for s in seeds]
         if not isinstance(num_workers, int) or not 1 <= num_workers <= len(seeds):
             raise ValueError(f"num_workers: expected 1..{len(seeds)} (the number of env copies), got {num_workers!r}")
+        if num_phases not in (1, 2) or num_phases * num_workers > len(seeds):
+            raise ValueError(
+                f"num_phases: expected 1, or 2 with at least 2 env copies per worker; got {num_phases!r} "
+                f"for {len(seeds)} copies and {num_workers} workers"
+            )
         if start_method not in ("spawn", "forkserver"):
             raise ValueError(f"start_method: expected 'spawn' or 'forkserver', got {start_method!r}")
         self.spec = spec
@@ -608,19 +651,27 @@ class ProcessVecEnv:
         self.num_workers = num_workers
         self.timeout = timeout
         self.current: dict[str, dict[str, torch.Tensor]] = {}
+        self.phase_bounds = [0]
+        for size in split_evenly(self.num_envs, num_phases):
+            self.phase_bounds.append(self.phase_bounds[-1] + size)
         self._groups = GroupLayout.of(spec)
         self._agent_ids: dict[str, Any] = {}
         self._broken: str | None = None
+        self._in_flight: list[int] = []  # phases sent ``step`` whose answers are not read yet, in order
         self._shared = SharedArrays(self._groups, self.num_envs, state_shape=spec.state_shape)
         self._workers: list[_Worker] = []
         # Registered before any process starts, so a failure below still cleans up.
         self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._shared)
         ctx: Any = mp.get_context(start_method)
-        sizes = [self.num_envs // num_workers + (k < self.num_envs % num_workers) for k in range(num_workers)]
-        start = 0
+        chunks: list[list[tuple[int, tuple[int, ...]]]] = [[] for _ in range(num_workers)]
+        for first, stop in zip(self.phase_bounds, self.phase_bounds[1:]):
+            start = first
+            for k, size in enumerate(split_evenly(stop - first, num_workers)):
+                chunks[k].append((start, tuple(seeds[start : start + size])))
+                start += size
         try:
             with _single_threaded_children(), _skip_main_reimport(env_fn):
-                for k, size in enumerate(sizes):
+                for k in range(num_workers):
                     args = _WorkerArgs(
                         index=k,
                         env_fn=env_fn,
@@ -630,9 +681,9 @@ class ProcessVecEnv:
                         groups=tuple(self._groups),
                         num_envs=self.num_envs,
                         shm_name=self._shared.name,
-                        start=start,
-                        seeds=tuple(seeds[start : start + size]),
+                        chunks=tuple(chunks[k]),
                         state_shape=spec.state_shape,
+                        spin_wait=float(spin_wait),
                     )
                     parent_conn, child_conn = ctx.Pipe(duplex=True)
                     process = ctx.Process(
@@ -640,34 +691,61 @@ class ProcessVecEnv:
                     )
                     process.start()
                     child_conn.close()  # only the worker holds its end: its death reads as EOF here
-                    self._workers.append(_Worker(k, process, parent_conn, start, start + size, args.seeds))
-                    start += size
-            self._request(self._workers, "start", None, timeout=start_timeout)
+                    self._workers.append(_Worker(k, process, parent_conn, args.chunks))
+            self._request("start", None, timeout=start_timeout)
         except BaseException:
             self.close()
             raise
 
     # -- protocol ----------------------------------------------------------------------
-    def _request(self, workers: Sequence[_Worker], command: str, arg: Any, timeout: float | None) -> list[Any]:
-        """Send ``command`` to ``workers`` (``"start"``: nothing to send) and return their payloads in order.
+    def _request(self, command: str, arg: Any, timeout: float | None, workers: Sequence[_Worker] = ()) -> list[Any]:
+        """Send ``command`` to ``workers`` (default: all; ``"start"``: nothing to send) and return
+        their payloads in order; answers of steps still in flight are read (and dropped) first."""
+        self._drain()
+        workers = workers or self._workers
+        self._send(workers, command, arg)
+        return self._answers(workers, command, timeout)
+
+    def _drain(self) -> None:
+        """Read the answers of steps still in flight (e.g. after the collector stopped on an error)."""
+        while self._in_flight:
+            self._in_flight.pop(0)
+            with contextlib.suppress(RuntimeError):  # a worker's error in a step nobody waits for
+                self._answers(self._workers, "step", self.timeout)
+
+    def _send(self, workers: Sequence[_Worker], command: str, arg: Any) -> None:
+        self._check_usable()
+        if command == "start":
+            return
+        for w in workers:
+            try:
+                w.conn.send((command, arg))
+            except OSError:
+                w.process.join(1.0)
+                self._fail(RuntimeError(f"{w.describe()} died (exit code {w.process.exitcode}) before {command}"))
+
+    def _answers(self, workers: Sequence[_Worker], command: str, timeout: float | None) -> list[Any]:
+        """Every worker's answer to ``command``, in order.
 
         Waits on the pipes and the process sentinels together: a dead worker is seen at once.
         Every answer is read before a worker's error is raised, so the pipes stay in step and
         the vector stays usable; a dead, silent or unstartable worker shuts the vector down.
         """
-        self._check_usable()
         try:
-            payloads, error = self._exchange(workers, command, arg, timeout)
+            payloads, error = self._exchange(workers, command, timeout)
         except _Fatal as fatal:
-            self._broken = str(fatal)
-            self.close()
-            raise fatal.error from fatal.error.__cause__  # a worker's traceback, or None
+            self._fail(fatal.error)
         except BaseException as err:  # e.g. KeyboardInterrupt while waiting: answers may still come
             self._broken = f"interrupted by {type(err).__name__} during {command}"
             raise
         if error is not None:  # every answer was read: the vector can go on
             raise error
         return payloads
+
+    def _fail(self, error: BaseException) -> NoReturn:
+        self._broken = str(error)
+        self.close()
+        raise error from error.__cause__  # a worker's traceback, or None
 
     def _check_usable(self) -> None:
         if self._broken is not None:
@@ -676,17 +754,8 @@ class ProcessVecEnv:
             raise RuntimeError("ProcessVecEnv is closed")
 
     def _exchange(
-        self, workers: Sequence[_Worker], command: str, arg: Any, timeout: float | None
+        self, workers: Sequence[_Worker], command: str, timeout: float | None
     ) -> tuple[list[Any], RuntimeError | None]:
-        if command != "start":
-            for w in workers:
-                try:
-                    w.conn.send((command, arg))
-                except OSError:
-                    w.process.join(1.0)
-                    raise _Fatal(
-                        RuntimeError(f"{w.describe()} died (exit code {w.process.exitcode}) before {command}")
-                    ) from None
         pending = {w.index: w for w in workers}
         payloads: dict[int, Any] = {}
         errors: list[tuple[_Worker, str, str]] = []
@@ -727,34 +796,68 @@ class ProcessVecEnv:
         return [payloads[w.index] for w in workers], None
 
     # -- the vector env interface ------------------------------------------------------
-    def _copy_out(self, arrays: Arrays) -> dict[str, dict[str, torch.Tensor]]:
+    def _copy_out(self, arrays: Arrays, rows: slice = slice(None)) -> dict[str, dict[str, torch.Tensor]]:
         import torch
 
-        return {g: {k: torch.from_numpy(v.copy()) for k, v in d.items()} for g, d in arrays.items()}
+        return {g: {k: torch.from_numpy(v[rows].copy()) for k, v in d.items()} for g, d in arrays.items()}
+
+    def _rows(self, phase: int | None) -> slice:
+        return slice(None) if phase is None else slice(self.phase_bounds[phase], self.phase_bounds[phase + 1])
 
     def reset(self) -> dict[str, dict[str, torch.Tensor]]:
-        self._request(self._workers, "reset", None, self.timeout)
+        self._reset(None)
         self.current = self._copy_out(self._shared.current)
         return self.current
 
+    def _reset(self, phase: int | None) -> dict[str, dict[str, torch.Tensor]]:
+        self._request("reset", phase, self.timeout)
+        return self._copy_out(self._shared.current, self._rows(phase))
+
     def step(self, actions: dict[str, torch.Tensor]) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]:
         """Step every env copy; arguments and results as in ``ParallelVecEnv.step``."""
-        import torch
+        self._drain()
+        self._step_async(actions, None)
+        nxt, ended, self.current = self._receive(None)
+        return nxt, ended
 
+    def _step_async(self, actions: dict[str, torch.Tensor], phase: int | None) -> None:
+        """Write ``phase``'s actions into the shared block and tell every worker to step its copies of it."""
         self._check_usable()
+        rows = self._rows(phase)
         for g in self._groups:
-            target = self._shared.actions[g.name]
+            target = self._shared.actions[g.name][rows]
             try:
                 target[...] = actions[g.name].numpy()
             except KeyError:
                 raise KeyError(f"actions: no entry for group {g.name!r}") from None
             except ValueError as err:
                 raise ValueError(f"actions[{g.name!r}]: expected shape {tuple(target.shape)}: {err}") from None
-        self._request(self._workers, "step", None, self.timeout)
-        nxt = self._copy_out(self._shared.next)
-        ended = torch.from_numpy(self._shared.ended.copy())
-        self.current = self._copy_out(self._shared.current)
-        return nxt, ended
+        self._send(self._workers, "step", phase)
+        self._in_flight.append(-1 if phase is None else phase)
+
+    def _receive(self, phase: int | None) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor, dict]:
+        """Read the answers to the oldest step in flight, which must be ``phase``'s: ``(next, ended, current)``."""
+        import torch
+
+        expected = -1 if phase is None else phase
+        if not self._in_flight or self._in_flight[0] != expected:
+            raise RuntimeError(
+                f"step_wait: no step of phase {phase} is the next in flight (in flight: {self._in_flight}); "
+                "wait for the steps in the order they were sent"
+            )
+        self._in_flight.pop(0)
+        self._answers(self._workers, "step", self.timeout)
+        rows = self._rows(phase)
+        ended = torch.from_numpy(self._shared.ended[rows].copy())
+        return self._copy_out(self._shared.next, rows), ended, self._copy_out(self._shared.current, rows)
+
+    def phases(self) -> list[VecEnvPhase]:
+        """The copies as :attr:`num_phases` vectors of their own, to be stepped in alternation."""
+        return [VecEnvPhase(self, p) for p in range(self.num_phases)]
+
+    @property
+    def num_phases(self) -> int:
+        return len(self.phase_bounds) - 1
 
     def observation_td(self) -> TensorDict:
         """As ``ParallelVecEnv.observation_td``: per group ``observation``, ``valid``, ``agent_id``
@@ -766,8 +869,8 @@ class ProcessVecEnv:
     def render(self, index: int = 0) -> Any:
         if not 0 <= index < self.num_envs:
             raise IndexError(f"render: env copy {index} out of range (num_envs={self.num_envs})")
-        worker = next(w for w in self._workers if w.start <= index < w.stop)
-        return self._request([worker], "render", index, self.timeout)[0]
+        worker = next(w for w in self._workers if w.holds(index))
+        return self._request("render", index, self.timeout, workers=[worker])[0]
 
     @property
     def worker_processes(self) -> list[Any]:
@@ -787,6 +890,57 @@ class ProcessVecEnv:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class VecEnvPhase:
+    """One phase (a contiguous range of copies) of a :class:`ProcessVecEnv`, as a vector of its own.
+
+    The :class:`~lightmarl.envs.pettingzoo.VecEnv` interface over copies
+    ``vector.phase_bounds[phase] ..`` (indices here are relative to the phase), plus
+    :meth:`step_async` / :meth:`step_wait`: send this phase's actions, do other work (e.g. the
+    other phase's forward pass), then read the results. Steps of different phases must be
+    waited for in the order they were sent. :meth:`close` closes the whole vector.
+    """
+
+    def __init__(self, vector: ProcessVecEnv, phase: int) -> None:
+        self.vector = vector
+        self.phase = phase
+        self.first = vector.phase_bounds[phase]
+        self.num_envs = vector.phase_bounds[phase + 1] - self.first
+        self.spec = vector.spec
+        self.seeds = vector.seeds[self.first : self.first + self.num_envs]
+        self.current: dict[str, dict[str, torch.Tensor]] = {}
+        self._agent_ids: dict[str, Any] = {}
+
+    def reset(self) -> dict[str, dict[str, torch.Tensor]]:
+        self.current = self.vector._reset(self.phase)
+        return self.current
+
+    def step_async(self, actions: dict[str, torch.Tensor]) -> None:
+        """Start stepping this phase's copies with ``actions`` (``[num_envs, agents_in_group, ...]`` per group)."""
+        self.vector._step_async(actions, self.phase)
+
+    def step_wait(self) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]:
+        """The results of the step :meth:`step_async` started, as ``ParallelVecEnv.step`` returns them."""
+        nxt, ended, self.current = self.vector._receive(self.phase)
+        return nxt, ended
+
+    def step(self, actions: dict[str, torch.Tensor]) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]:
+        self.step_async(actions)
+        return self.step_wait()
+
+    def observation_td(self) -> TensorDict:
+        from lightmarl.envs.pettingzoo import observation_td
+
+        return observation_td(self.spec, self.current, self.num_envs, self._agent_ids)
+
+    def render(self, index: int = 0) -> Any:
+        if not 0 <= index < self.num_envs:
+            raise IndexError(f"render: env copy {index} out of range (num_envs={self.num_envs})")
+        return self.vector.render(self.first + index)
+
+    def close(self) -> None:
+        self.vector.close()
 
 
 class _Fatal(Exception):

@@ -254,18 +254,20 @@ class RecurrentStates:
     def __bool__(self) -> bool:
         return bool(self.states)
 
-    def prepare(self, observation: TensorDictBase) -> None:
-        """Write ``recurrent_state`` and ``is_init`` into a ``[num_envs]`` observation TensorDict."""
+    def prepare(self, observation: TensorDictBase, envs: slice = slice(None)) -> None:
+        """Write ``recurrent_state`` and ``is_init`` into the observation TensorDict of env copies ``envs``."""
         for group, state in self.states.items():
             rows = observation.get(group)
-            rows.set(RECURRENT_STATE, state.to(rows.device))
-            rows.set(IS_INIT, self._episode_start.to(rows.device).unsqueeze(-1).expand(rows.batch_size).clone())
+            # A copy: the stored rows must not change when advance() writes the next state in place.
+            rows.set(RECURRENT_STATE, state[envs].to(rows.device, copy=True))
+            start = self._episode_start[envs].to(rows.device)
+            rows.set(IS_INIT, start.unsqueeze(-1).expand(rows.batch_size).clone())
 
-    def advance(self, acted: TensorDictBase, episode_end: torch.Tensor) -> None:
-        """Keep the state after the step; envs whose episode ended start the next one from zeros."""
+    def advance(self, acted: TensorDictBase, episode_end: torch.Tensor, envs: slice = slice(None)) -> None:
+        """Keep the state after the step of env copies ``envs``; those whose episode ended start the next from zeros."""
         for group in self.states:
-            self.states[group] = acted.get((group, NEXT_RECURRENT_STATE)).detach().cpu()
-        self._episode_start = episode_end.clone()
+            self.states[group][envs] = acted.get((group, NEXT_RECURRENT_STATE)).detach().cpu()
+        self._episode_start[envs] = episode_end
 
     def restart_all(self) -> None:
         """Reset every row at the next step (e.g. after the agent -> binding map changed)."""

@@ -271,7 +271,7 @@ class BindingTable:
         self.policy_mapping_fn = policy_mapping_fn
         self.group_of_binding = group_of
         self.groups = {name: self._group_index(name) for name in self.env_spec.groups}
-        self._row_index_cache: dict[tuple[str, tuple[int, ...]], GroupBindingIndex] = {}
+        self._row_index_cache: dict[tuple[str, tuple[int, ...], int], GroupBindingIndex] = {}
         self._env_map_cache: dict[tuple[str, int], torch.Tensor] = {}
         self.version += 1
 
@@ -303,17 +303,20 @@ class BindingTable:
             self._env_map_cache[key] = cached
         return cached
 
-    def row_index(self, group_name: str, batch_shape: tuple[int, ...], flat: bool = False) -> GroupBindingIndex:
+    def row_index(
+        self, group_name: str, batch_shape: tuple[int, ...], flat: bool = False, env_start: int = 0
+    ) -> GroupBindingIndex:
         """The row grouping of ``group_name`` for rows ``[*batch_shape, agents]`` (cached per shape).
 
         With the same map in every env copy and ``flat=False`` this is ``groups[group_name]``
         (positions along the agent dim) whatever the shape. With a per-env map, or when
         ``flat`` asks for it, positions are flat over ``[*batch_shape, agents]``; a per-env map
-        needs ``batch_shape[0]`` to be the env copies.
+        needs ``batch_shape[0]`` to be the env copies, copies ``env_start ..`` of the vector.
         """
         if not self.per_env_maps and not flat:
             return self.groups[group_name]
-        key = (group_name, tuple(batch_shape))
+        env_start = env_start if self.per_env_maps else 0
+        key = (group_name, tuple(batch_shape), env_start)
         cached = self._row_index_cache.get(key)
         if cached is None:
             if self.per_env_maps:
@@ -322,7 +325,7 @@ class BindingTable:
                         "agent_binding_map has per_env overrides, so the policy needs rows with a leading "
                         f"env-copy dim ([num_envs, ..., agents]); group {group_name!r} rows have no batch dim"
                     )
-                of_env = self.bindings_of_envs(group_name, batch_shape[0])
+                of_env = self.bindings_of_envs(group_name, env_start + batch_shape[0])[env_start:]
                 view = (batch_shape[0],) + (1,) * (len(batch_shape) - 1) + (of_env.shape[-1],)
                 of_row = of_env.view(view).expand(*batch_shape, of_env.shape[-1])
             else:
