@@ -10,9 +10,13 @@ Compares, on the same envs, seeds and number of env copies:
   ``UniformRandomPolicy`` (the multi-binding gather/scatter path);
 * ``lightmarl, W worker processes``: the ``lightmarl`` path with ``num_workers=W`` (default 2):
   the env copies stepped by a :class:`~lightmarl.envs.workers.ProcessVecEnv`, the policy in
-  this process;
+  this process; ``workers`` with the default settings, ``workers-overlap`` /
+  ``workers-no-overlap`` with ``overlap`` forced on / off, ``workers-plain`` without overlap
+  and without the workers' spin-wait;
 * ``raw, W processes``: the raw loop split over W processes, synchronised once per 25 steps --
-  the ceiling for the worker path on this machine at this moment;
+  the ceiling for the worker path on this machine at this moment; ``raw-workers-sync``:
+  synchronised after every step (a pipe round trip, no data, no policy) -- the ceiling for
+  workers that wait for the training process's actions at every step;
 * ``torchrl``: TorchRL's ``PettingZooWrapper`` in a ``SerialEnv``, ``rollout()`` with random actions.
 
 The paths take turns, one ``collect()`` / ``rollout()`` each, until each has run
@@ -22,7 +26,7 @@ shared machine does not decide the ratios; the worker path is also compared with
 in-process collector the same way. Run from the repository root with the project's virtualenv::
 
     python benchmarks/collector_speed.py --num-envs 1 16 32 --seconds 5
-    python benchmarks/collector_speed.py --num-envs 16 32 --paths raw lightmarl workers --workers 2
+    python benchmarks/collector_speed.py --num-envs 16 32 --paths raw lightmarl workers raw-workers --workers 2
 
 The result is a Markdown table on stdout (see ``benchmarks/README.md``).
 """
@@ -67,7 +71,7 @@ class Runner:
     close: Callable[[], None]
 
 
-def raw_runner(num_envs: int, seed: int) -> Runner:
+def raw_runner(num_envs: int, seed: int, steps: int = ROLLOUT_STEPS) -> Runner:
     envs = [ENV_CONFIG.make_one() for _ in range(num_envs)]
     for i, env in enumerate(envs):
         env.reset(seed=seed + i)
@@ -75,13 +79,13 @@ def raw_runner(num_envs: int, seed: int) -> Runner:
     rng = np.random.default_rng(seed)
 
     def run() -> int:
-        for _ in range(ROLLOUT_STEPS):
+        for _ in range(steps):
             for env in envs:
                 if not env.agents:
                     env.reset()
                 agents = env.agents
                 env.step(dict(zip(agents, rng.integers(num_actions, size=len(agents)).tolist())))
-        return ROLLOUT_STEPS * num_envs
+        return steps * num_envs
 
     def close() -> None:
         for env in envs:
@@ -90,25 +94,34 @@ def raw_runner(num_envs: int, seed: int) -> Runner:
     return Runner("raw PettingZoo loop", run, close)
 
 
-def _raw_loop_process(conn, num_envs: int, seed: int) -> None:
-    """One process of ``raw_processes_runner``: a raw loop over its envs on every ``"go"``."""
+def _raw_loop_process(conn, num_envs: int, seed: int, steps: int) -> None:
+    """One process of ``raw_processes_runner``: ``steps`` raw steps of its envs on every ``"go"``;
+    between commands it polls for 10 ms before sleeping, as lightmarl's workers do."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    runner = raw_runner(num_envs, seed)
+    runner = raw_runner(num_envs, seed, steps)
     conn.send("ready")
-    while conn.recv() == "go":
+    while True:
+        spin_until = time.perf_counter() + 0.01
+        while time.perf_counter() < spin_until and not conn.poll(0):
+            os.sched_yield()
+        if conn.recv() != "go":
+            break
         conn.send(runner.run())
     runner.close()
 
 
-def raw_processes_runner(num_envs: int, seed: int, processes: int) -> Runner:
+def raw_processes_runner(num_envs: int, seed: int, processes: int, every_step: bool = False) -> Runner:
     """The raw loop split over ``processes`` processes (copy ``i`` seeded ``seed + i`` as above),
-    synchronised once per unit of work: the ceiling for collection with env workers."""
+    synchronised once per unit of work: the ceiling for collection with env workers; with
+    ``every_step``, synchronised after every env step (a round trip per step, no policy, no data):
+    the ceiling for workers that wait for the training process's actions at every step."""
     ctx = mp.get_context("spawn")
     sizes = [num_envs // processes + (k < num_envs % processes) for k in range(processes)]
     conns, procs, start = [], [], 0
     for size in sizes:
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_raw_loop_process, args=(child, size, seed + start), daemon=True)
+        steps = 1 if every_step else ROLLOUT_STEPS
+        proc = ctx.Process(target=_raw_loop_process, args=(child, size, seed + start, steps), daemon=True)
         proc.start()
         child.close()
         conns.append(parent)
@@ -118,9 +131,12 @@ def raw_processes_runner(num_envs: int, seed: int, processes: int) -> Runner:
         assert conn.recv() == "ready"
 
     def run() -> int:
-        for conn in conns:
-            conn.send("go")
-        return sum(conn.recv() for conn in conns)
+        done = 0
+        for _ in range(ROLLOUT_STEPS if every_step else 1):
+            for conn in conns:
+                conn.send("go")
+            done += sum(conn.recv() for conn in conns)
+        return done
 
     def close() -> None:
         for conn in conns:
@@ -128,20 +144,17 @@ def raw_processes_runner(num_envs: int, seed: int, processes: int) -> Runner:
         for proc in procs:
             proc.join(10)
 
-    return Runner(f"raw PettingZoo loop, {processes} processes", run, close)
-
-
-WORKER_MODES = {
-    "overlap": "",  # the default: two phases, workers spin-wait
-    "no overlap": ", no overlap",  # one phase, workers spin-wait
-    "plain": ", no overlap, no spin-wait",  # one phase, workers sleep between commands
-}
+    sync = "synchronised every step" if every_step else "synchronised every 25 steps"
+    return Runner(f"raw PettingZoo loop, {processes} processes, {sync}", run, close)
 
 
 def collector_runner(
-    num_envs: int, seed: int, two_bindings: bool, num_workers: int = 0, mode: str = "overlap"
+    num_envs: int, seed: int, two_bindings: bool, num_workers: int = 0, mode: str = "default"
 ) -> Runner:
-    config = replace(ENV_CONFIG, num_envs=num_envs, num_workers=num_workers, overlap=mode == "overlap")
+    """``mode`` (worker processes only): ``default`` settings, ``overlap`` forced on or ``no-overlap``
+    forced off, or ``plain``: no overlap and no spin-wait (workers sleep between commands)."""
+    overlap = {"overlap": True, "no-overlap": False}.get(mode)
+    config = replace(ENV_CONFIG, num_envs=num_envs, num_workers=num_workers, overlap=overlap)
     if num_workers and mode == "plain":
         seeds = [seed + i for i in range(num_envs)]
         vec: Any = ProcessVecEnv(config.env_fn, config.env_kwargs, config.spec(), seeds, num_workers, spin_wait=0.0)
@@ -159,7 +172,9 @@ def collector_runner(
         table = BindingTable([PolicyBinding(id="main", **mlp)], vec.spec)
         name = "lightmarl collector"
         if num_workers:
-            name += f", {num_workers} worker processes{WORKER_MODES[mode]}"
+            phases = "overlap" if vec.num_phases == 2 else "no overlap"
+            spin = "no spin-wait" if mode == "plain" else "spin-wait"
+            name += f", {num_workers} worker processes ({phases}, {spin}{', default' if mode == 'default' else ''})"
     registry = PolicyRegistry()
     policies = {b: registry.get(table.binding(b), vec.spec.groups[table.group_of_binding[b]]) for b in table.active_ids}
     collector = RolloutCollector(vec, MultiAgentPolicy(policies, table), rollout_steps=ROLLOUT_STEPS)
@@ -208,8 +223,19 @@ def interleaved_rates(runners: list[Runner], seconds: float) -> list[float]:
     return [s / t for s, t in zip(steps, elapsed)]
 
 
-PATHS = ("raw", "lightmarl", "bindings", "workers", "workers-no-overlap", "workers-plain", "raw-workers", "torchrl")
-WORKER_PATHS = ("workers", "workers-no-overlap", "workers-plain", "raw-workers")
+PATHS = (
+    "raw",
+    "lightmarl",
+    "bindings",
+    "workers",
+    "workers-overlap",
+    "workers-no-overlap",
+    "workers-plain",
+    "raw-workers",
+    "raw-workers-sync",
+    "torchrl",
+)
+WORKER_PATHS = tuple(p for p in PATHS if "workers" in p)
 
 
 def benchmark(
@@ -221,9 +247,11 @@ def benchmark(
         "lightmarl": lambda: collector_runner(num_envs, seed, two_bindings=False),
         "bindings": lambda: collector_runner(num_envs, seed, two_bindings=True),
         "workers": lambda: collector_runner(num_envs, seed, False, min(workers, num_envs)),
-        "workers-no-overlap": lambda: collector_runner(num_envs, seed, False, min(workers, num_envs), "no overlap"),
+        "workers-overlap": lambda: collector_runner(num_envs, seed, False, min(workers, num_envs), "overlap"),
+        "workers-no-overlap": lambda: collector_runner(num_envs, seed, False, min(workers, num_envs), "no-overlap"),
         "workers-plain": lambda: collector_runner(num_envs, seed, False, min(workers, num_envs), "plain"),
         "raw-workers": lambda: raw_processes_runner(num_envs, seed, min(workers, num_envs)),
+        "raw-workers-sync": lambda: raw_processes_runner(num_envs, seed, min(workers, num_envs), every_step=True),
         "torchrl": lambda: torchrl_runner(num_envs, seed),
     }
     runners: list[Runner] = []

@@ -633,7 +633,7 @@ class ProcessVecEnv:
         start_method: str = "spawn",
         timeout: float = 300.0,
         start_timeout: float = 120.0,
-        spin_wait: float = 0.005,
+        spin_wait: float = 0.01,
     ) -> None:
         seeds = [int(s) for s in seeds]
         if not isinstance(num_workers, int) or not 1 <= num_workers <= len(seeds):
