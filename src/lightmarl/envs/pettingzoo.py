@@ -45,7 +45,7 @@ class PettingZooEnvConfig(EnvConfig):
         overlap: with worker processes, step the copies as two halves in alternation, so that the
             policy computes one half's actions while the workers step the other (the
             collector's forward pass overlaps env stepping). It pays where the training process
-            has a core of its own (1 worker on 2 cores: 1.03x instead of 0.89x the in-process
+            has a core of its own (1 worker on 2 cores: 1.02x instead of 0.93x the in-process
             collector) and costs where it competes with the workers for one (2 workers on 2
             cores: see ``benchmarks/README.md``). ``None`` (default): overlap when this process
             may run on more cores than there are workers. Needs ``num_envs >= 2 * num_workers``
