@@ -216,3 +216,36 @@ def test_sampled_overlapped_collection_is_reproducible():
     a, b = run(), run()
     for key in a.keys(True, True):
         assert torch.equal(a[key], b[key]), key
+
+
+class BadAction(ScriptedPolicy):
+    """Action 0, except an out-of-range action for the last copy at the 3rd forward of its phase."""
+
+    def __init__(self, group) -> None:
+        super().__init__(group)
+        self.calls = 0
+
+    def act(self, observation, action_mask=None):
+        action = torch.zeros(observation.shape[:-1], dtype=torch.int64)
+        self.calls += 1
+        if self.calls == 6:  # phases alternate: the 6th forward is the second phase's 3rd
+            action[-1, 0] = 99
+        return action
+
+
+def test_an_env_error_in_one_phase_names_the_copy_and_leaves_the_vector_usable():
+    config = replace(spread(num_envs=4), num_workers=2)
+    spec = config.spec()
+    table = BindingTable([PolicyBinding("a", class_path="x.y")], spec)
+    collector = RolloutCollector(
+        config.make_vector(seed=0), MultiAgentPolicy({"a": BadAction(spec.groups["agent"])}, table), 5
+    )
+    try:
+        with pytest.raises(RuntimeError, match=r"copy 3, seed 3\) raised in step\(\)"):
+            collector.collect()
+        # The collector read the first phase's step that was still out (no stale answer is left
+        # for the next collect() to mistake for its own), and the vector answers the next command.
+        assert collector.env._in_flight == []
+        assert collector.env.reset()["agent"]["observation"].shape == (4, 3, 18)
+    finally:
+        collector.close()

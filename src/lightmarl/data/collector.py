@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
@@ -61,6 +62,13 @@ class _Lane:
         if self.asynchronous:
             cast(Any, self.env).step_async(actions)
         self._sent = (td, actions)
+
+    def abandon(self) -> None:
+        """Forget a step that was sent and will not be received (its results, or error, are dropped)."""
+        if self._sent is not None and self.asynchronous:
+            with contextlib.suppress(Exception):
+                cast(Any, self.env).step_wait()
+        self._sent = None
 
     def receive(self) -> tuple[TensorDict, tuple[dict, torch.Tensor]]:
         """The td that was sent and the env's ``(next, ended)`` for it."""
@@ -163,17 +171,22 @@ class RolloutCollector:
             self.recurrent.restart_all()
             self._table_version = self.table.version
         steps: list[list[_Step]] = [[] for _ in self._lanes]
-        with set_exploration_type(self.exploration):
-            for lane in self._lanes:
-                self._act(lane)
-            for t in range(self.rollout_steps):
-                # Phase by phase: the next phase's workers step while this one's actions are computed.
-                for lane, lane_steps in zip(self._lanes, steps):
-                    td, nxt, ended = self._receive(lane)
-                    if t + 1 < self.rollout_steps:
-                        self._act(lane)
-                    # Bookkeeping after sending the next actions: worker processes step meanwhile.
-                    lane_steps.append(self._record(lane, td, nxt, ended))
+        try:
+            with set_exploration_type(self.exploration):
+                for lane in self._lanes:
+                    self._act(lane)
+                for t in range(self.rollout_steps):
+                    # Phase by phase: the next phase's workers step while this one's actions are computed.
+                    for lane, lane_steps in zip(self._lanes, steps):
+                        td, nxt, ended = self._receive(lane)
+                        if t + 1 < self.rollout_steps:
+                            self._act(lane)
+                        # Bookkeeping after sending the next actions: worker processes step meanwhile.
+                        lane_steps.append(self._record(lane, td, nxt, ended))
+        except BaseException:
+            for lane in self._lanes:  # e.g. an env error in one phase: the other phase's step is still out
+                lane.abandon()
+            raise
         self.frames += self.num_envs * self.rollout_steps
         experience = self._assemble(steps)
         for group, buffer in self.buffers.items():
