@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,7 +140,8 @@ class VmasEnvConfig(EnvConfig):
         scenario = self._scenario()
         random_state = VmasRandomState()
         try:
-            with random_state.active():
+            with random_state.active(), warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
                 env = vmas.make_env(
                     scenario,
                     num_envs=num_envs,
@@ -155,6 +157,11 @@ class VmasEnvConfig(EnvConfig):
                 f"env: VMAS scenario {self.scenario!r} with scenario_kwargs {self.scenario_kwargs!r} failed to build: "
                 f"{type(err).__name__}: {err}"
             ) from err
+        for warning in caught:
+            # VMAS only warns about kwargs its scenario ignores (a typo would silently train another task).
+            if "passed but not used by the scenario" in str(warning.message):
+                raise ValueError(f"env.scenario_kwargs: VMAS scenario {self.scenario!r}: {warning.message}")
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
         return VmasVecEnv(env, vmas_spec_of(env, self.name), seed, random_state)
 
     def base_spec(self) -> EnvSpec:

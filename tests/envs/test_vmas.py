@@ -1,0 +1,112 @@
+"""VMAS scenarios as a torch-native vector: the VecEnv contract, auto-reset, collection, bad input.
+
+Skipped without the optional ``vmas`` package (``pip install 'lightmarl[vmas]'``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchrl.envs.utils import ExplorationType
+
+from lightmarl.data.collector import RolloutCollector
+from lightmarl.envs.checks import check_same_trajectories, check_vec_env, random_actions
+from lightmarl.envs.transforms import FrameStack, ObservationNorm
+from lightmarl.envs.vmas import VmasEnvConfig
+from lightmarl.policies import MLPActorCritic, MultiAgentPolicy
+from lightmarl.population import BindingTable, PolicyBinding
+
+pytest.importorskip("vmas")  # lightmarl.envs.vmas imports vmas only when a scenario is built
+
+
+def balance(**changes) -> VmasEnvConfig:
+    settings = {"scenario": "balance", "scenario_kwargs": {"n_agents": 3}, "num_envs": 4, "max_steps": 5}
+    return VmasEnvConfig(**{**settings, **changes})
+
+
+def test_spec_groups_the_scenarios_agents():
+    spec = balance().spec()
+    assert spec.name == "balance" and spec.possible_agents == ("agent_0", "agent_1", "agent_2")
+    group = spec.groups["agent"]
+    assert group.action_kind == "discrete" and group.num_actions == 9 and group.observation_shape == (16,)
+    moving = balance(continuous_actions=True).spec().groups["agent"]
+    assert moving.action_kind == "continuous" and moving.action_shape == (2,)
+    assert moving.action_low == (-1.0, -1.0) and moving.action_high == (1.0, 1.0)
+
+
+@pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "continuous"])
+def test_vectors_keep_the_contract_and_seeds_reproduce_trajectories(continuous):
+    config = balance(continuous_actions=continuous)
+    report = check_vec_env(config.make_vector(seed=3), num_steps=12)
+    assert report.episode_ends > 0  # max_steps=5: every copy is reset inside step()
+    check_same_trajectories(config.make_vector(seed=3), config.make_vector(seed=3), num_steps=12)
+    a, b = config.make_vector(seed=3), config.make_vector(seed=4)
+    assert not torch.equal(a.reset()["agent"]["observation"], b.reset()["agent"]["observation"])
+
+
+def test_copies_are_truncated_at_max_steps_and_reset_inside_step():
+    env = balance().make_vector(seed=0)
+    env.reset()
+    generator = torch.Generator().manual_seed(0)
+    for step in range(5):
+        before = env.current["agent"]["observation"].clone()
+        nxt, ended = env.step(random_actions(env.spec, env.current, generator))
+        assert nxt["agent"]["reward"].shape == (4, 3) and torch.isfinite(nxt["agent"]["reward"]).all()
+        if step < 4:
+            assert not ended.any() and not nxt["agent"]["done"].any()
+            assert torch.equal(env.current["agent"]["observation"], nxt["agent"]["observation"])
+    assert ended.all() and nxt["agent"]["truncated"].all() and not nxt["agent"]["terminated"].any()
+    # The step reports each copy's final observation; the vector holds the reset one.
+    assert not torch.equal(env.current["agent"]["observation"], nxt["agent"]["observation"])
+    assert not torch.equal(env.current["agent"]["observation"], before)
+    assert env.current["agent"]["valid"].all()
+
+
+def test_vectors_draw_from_their_own_random_state():
+    """An evaluation vector built mid-training leaves the training vector's episode starts alone."""
+    config = balance()
+    generator = torch.Generator().manual_seed(0)
+    reference, probed = config.make_vector(seed=1), config.make_vector(seed=1)
+    reference.reset()
+    probed.reset()
+    for step in range(12):
+        actions = random_actions(reference.spec, reference.current, generator)
+        if step == 2:
+            other = config.make_vector(seed=9)
+            other.reset()
+            other.step(random_actions(other.spec, other.current, torch.Generator().manual_seed(1)))
+        a, b = reference.step(actions), probed.step(actions)
+        assert torch.equal(a[0]["agent"]["observation"], b[0]["agent"]["observation"]), step
+    assert torch.equal(reference.current["agent"]["observation"], probed.current["agent"]["observation"])
+
+
+def test_the_collector_rolls_out_a_vmas_vector_with_transforms():
+    config = balance(transforms=[ObservationNorm(), FrameStack(num_frames=2)])
+    spec = config.spec()
+    assert spec.groups["agent"].observation_shape == (32,)
+    table = BindingTable([PolicyBinding("main", class_path="x.y")], spec)
+    population = MultiAgentPolicy({"main": MLPActorCritic(spec.groups["agent"])}, table)
+    collector = RolloutCollector(config.make_vector(seed=0), population, 8, exploration=ExplorationType.RANDOM)
+    experience = collector.collect()
+    assert experience.batch_size == (4, 8)
+    assert experience["agent", "observation"].shape == (4, 8, 3, 32)
+    assert experience["next", "agent", "done"][:, 4].all()  # every copy ends at step 5
+    assert collector.episode_summary()["main"]["episodes"] == 4
+    # The first observations, then each step's next ones (the reset ones where a copy ended).
+    assert config.transforms[0].statistics["agent"].count == 4 * 3 * (1 + 8)
+    check_vec_env(config.make_vector(seed=0, evaluation=True), num_steps=6)
+
+
+def test_bad_scenarios_fail_when_the_recipe_is_built():
+    with pytest.raises(ValueError, match=r"env.scenario: VMAS has no scenario 'no_such_scenario'"):
+        balance(scenario="no_such_scenario").spec()
+    with pytest.raises(ValueError, match=r"env.scenario: 'torch.nn.Linear' is not a vmas BaseScenario subclass"):
+        balance(scenario="torch.nn.Linear").spec()
+    with pytest.raises(ValueError, match=r"env.scenario_kwargs: VMAS scenario 'balance'.*no_such_kwarg.*not used"):
+        balance(scenario_kwargs={"n_agents": 3, "no_such_kwarg": 1}).spec()
+    with pytest.raises(ValueError, match=r"VMAS scenario 'balance' with scenario_kwargs .* failed to build"):
+        balance(scenario_kwargs={"n_agents": "three"}).spec()
+    with pytest.raises(ValueError, match=r"env.max_steps: expected a positive integer or null"):
+        balance(max_steps=0)
+    with pytest.raises(ValueError, match=r"env.device: 'gpu7' is not a torch device"):
+        balance(device="gpu7")
