@@ -2,8 +2,9 @@
 
 :class:`ProcessVecEnv` has the interface of :class:`~lightmarl.envs.pettingzoo.ParallelVecEnv`
 but splits its ``num_envs`` copies over ``num_workers`` processes; each worker steps its
-contiguous slice of copies serially with the same code as the in-process vector
-(:class:`EnvSlice`), so both produce the same trajectories for the same seeds and actions.
+contiguous slice of copies (one slice per phase, see :class:`ProcessVecEnv`) serially with the
+same code as the in-process vector (:class:`EnvSlice`), so both produce the same trajectories
+for the same seeds and actions.
 
 Layout and protocol:
 
@@ -14,9 +15,10 @@ Layout and protocol:
   root ``ended [num_envs]`` flag; where the env's global state is recorded, also the
   ``state [num_envs, ...]`` after the step and for the next step (under :data:`ROOT`).
   Worker ``k`` writes only the rows of its own copies.
-* A duplex pipe per worker carries small commands (``("step", None)``, ``("reset", None)``,
-  ``("render", index)``, ``("close", None)``) and replies (``("ok", payload)`` or
-  ``("error", (message, traceback))``); observations never go through the pipe.
+* A duplex pipe per worker carries small commands (``("step", phase)``, ``("reset", phase)``
+  with ``phase=None`` for all of the worker's copies, ``("render", index)``, ``("close", None)``)
+  and replies (``("ok", payload)`` or ``("error", (message, traceback))``); observations never go
+  through the pipe. Between commands a worker spin-waits briefly before it sleeps (``spin_wait``).
 * The parent waits on every pending pipe *and* every worker's process sentinel with a
   timeout, so a worker that dies or hangs raises instead of blocking forever.
 
