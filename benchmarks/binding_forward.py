@@ -5,8 +5,8 @@ by ``B`` bindings, each an ``MLPActorCritic`` with hidden sizes 64, 64. The grou
 ``MultiAgentPolicy`` with the agents split between the bindings, measured both with its
 stacked path (same-shaped MLP actors as one batched matmul chain, the default) and with
 ``stack_same_shape=False`` (each binding's policy forwarded on its own rows); the reference is one
-``MLPActorCritic`` forward over all ``A`` rows (``MultiAgentPolicy`` with one binding, its
-fast path). Layouts:
+``MLPActorCritic`` actor over all ``A`` rows (``MultiAgentPolicy`` with one binding: the
+stacked path's plain forward without a gather). Layouts:
 
 - ``blocks``: agent ``a`` -> binding ``a * B // A`` (contiguous blocks), one env copy;
 - ``round-robin``: agent ``a`` -> binding ``a % B``, one env copy;
