@@ -12,7 +12,7 @@ from torchrl.envs.utils import ExplorationType
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs.checks import check_same_trajectories, check_vec_env, random_actions
 from lightmarl.envs.transforms import FrameStack, ObservationNorm
-from lightmarl.envs.vmas import VmasEnvConfig
+from lightmarl.envs.vmas import VmasEnvConfig, VmasVecEnv
 from lightmarl.policies import MLPActorCritic, MultiAgentPolicy
 from lightmarl.population import BindingTable, PolicyBinding
 
@@ -110,3 +110,35 @@ def test_bad_scenarios_fail_when_the_recipe_is_built():
         balance(max_steps=0)
     with pytest.raises(ValueError, match=r"env.device: 'gpu7' is not a torch device"):
         balance(device="gpu7")
+
+
+def test_render_draws_rgb_frames_of_one_copy_without_a_display(monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    env = balance(num_envs=2, transforms=[ObservationNorm()]).make_vector(seed=0)
+    try:
+        env.reset()
+        first = env.render(0)
+        assert first.dtype.name == "uint8"
+        assert first.ndim == 3 and first.shape[2] == 3 and first.shape[0] >= 100
+        assert len({tuple(pixel) for pixel in first.reshape(-1, 3)[::97]}) > 2  # not a blank canvas
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(3):
+            env.step(random_actions(env.spec, env.current, generator))
+        assert env.render(0).shape == first.shape and (env.render(0) != first).any()  # the robots moved
+        with pytest.raises(IndexError, match="env copy 2 out of range for 2 copies"):
+            env.render(2)
+    finally:
+        env.close()
+
+
+def test_render_failures_name_the_env(monkeypatch):
+    env = balance(num_envs=1).make_vector(seed=0)
+    assert isinstance(env, VmasVecEnv)
+    env.reset()
+
+    def no_opengl(*args, **kwargs):
+        raise ImportError("Library 'GL' not found")
+
+    monkeypatch.setattr(env._env, "render", no_opengl)
+    with pytest.raises(RuntimeError, match=r"env 'balance': VMAS cannot render RGB frames here \(ImportError: Library"):
+        env.render(0)

@@ -175,10 +175,12 @@ def test_dead_worker_is_detected_not_waited_for():
 
 _PARENT = textwrap.dedent(
     """
-    import sys, torch
+    import signal, sys, torch
     from lightmarl.envs import PettingZooEnvConfig
 
     if __name__ == "__main__":
+        # As in a terminal: a shell starts background jobs with SIGINT ignored, which Python keeps.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         env = PettingZooEnvConfig(num_envs=4, num_workers=2).make_vector(seed=0)
         env.reset()
         print(*[p.pid for p in env.worker_processes], flush=True)

@@ -355,9 +355,26 @@ class VmasVecEnv:
         return observation_td(self.spec, self.current, self.num_envs, self._agent_ids)
 
     def render(self, index: int = 0) -> Any:
-        """An RGB frame of copy ``index`` (VMAS renders with pyglet: needs a display, e.g. Xvfb)."""
-        with self._random_state.active():
-            return self._env.render(mode="rgb_array", env_index=index)
+        """An RGB frame ``[height, width, 3]`` (uint8) of copy ``index``.
+
+        VMAS draws with pyglet's OpenGL: off-screen through EGL where ``libEGL`` finds a device
+        (Mesa's software one counts, so no display is needed), otherwise in a window, which needs
+        a display (``DISPLAY``, e.g. Xvfb).
+
+        Raises:
+            IndexError: ``index`` is not a copy of this vector.
+            RuntimeError: naming the scenario when VMAS cannot draw here.
+        """
+        if not 0 <= index < self.num_envs:
+            raise IndexError(f"render: env copy {index} out of range for {self.num_envs} copies")
+        try:
+            with self._random_state.active():
+                return self._env.render(mode="rgb_array", env_index=index)
+        except Exception as err:
+            raise RuntimeError(
+                f"env {self.spec.name!r}: VMAS cannot render RGB frames here ({type(err).__name__}: {err}); it needs "
+                "pyglet and either libEGL (off-screen) or a display (DISPLAY, e.g. xvfb-run)"
+            ) from err
 
     def close(self) -> None:
         viewer = getattr(self._env, "viewer", None)
