@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
 from lightmarl.data import schema
 from lightmarl.data.collector import RolloutCollector
+from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, UniformRandomPolicy
 from lightmarl.population import BindingTable, PolicyBinding
 
@@ -157,3 +160,99 @@ def test_collector_writes_traceable_trajectories_into_a_rollout_buffer(spread_co
             assert traj[schema.IS_TRAINABLE_AGENT].eq(agent != 1).all()
     with pytest.raises(ValueError, match="no agent group named"):
         RolloutCollector(spread_config.make_vector(seed=0), population, 7, buffers={"agents": buffer})
+
+
+class UnevenEpisodesEnv:
+    """Episodes of 1-6 steps drawn at each reset; ``agent_2`` may leave early; random rewards.
+
+    The observation is ``[step, episode length, agent index]``, so a test can tell from the
+    experience where each episode ended.
+    """
+
+    metadata = {"name": "uneven_v0", "render_modes": []}
+    possible_agents = ["agent_0", "agent_1", "agent_2"]
+
+    def __init__(self):
+        self.rng = np.random.default_rng()
+        self.agents = []
+
+    def observation_space(self, agent):
+        return spaces.Box(0.0, 10.0, (3,), np.float32)
+
+    def action_space(self, agent):
+        return spaces.Discrete(2)
+
+    def _observe(self):
+        return {a: np.array([self.t, self.length, self.possible_agents.index(a)], np.float32) for a in self.agents}
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.t, self.length = 0, int(self.rng.integers(1, 7))
+        self.leaves = int(self.rng.integers(1, self.length + 1))  # agent_2's last step is leaves - 1
+        self.agents = list(self.possible_agents)
+        return self._observe(), {}
+
+    def step(self, actions):
+        rewards = {a: float(self.rng.normal()) for a in self.agents}
+        self.t += 1
+        over = self.t >= self.length
+        terminations = {a: over or (a == "agent_2" and self.t >= self.leaves) for a in self.agents}
+        truncations = dict.fromkeys(self.agents, False)
+        observations = self._observe()
+        self.agents = [a for a in self.agents if not terminations[a]]
+        return observations, rewards, terminations, truncations, {}
+
+    def close(self):
+        pass
+
+
+def test_episode_ids_and_statistics_match_a_step_by_step_reference():
+    """Uneven episodes that cross rollout boundaries, an agent that leaves, two bindings: the
+    per-rollout bookkeeping equals a plain loop over steps and copies."""
+    config = PettingZooEnvConfig(env_fn=f"{__name__}.UnevenEpisodesEnv", num_envs=5)
+    spec = config.spec()
+    group = spec.groups["agent"]
+    table = BindingTable(
+        [PolicyBinding("learner", class_path="x.y"), PolicyBinding("npc", class_path="x.y", trainable=False)],
+        spec,
+        {"default": ["learner", "npc", "learner"], "per_env": {3: ["npc", "npc", "npc"]}},
+    )
+    population = MultiAgentPolicy({"learner": UniformRandomPolicy(group), "npc": UniformRandomPolicy(group)}, table)
+    collector = RolloutCollector(config.make_vector(seed=0), population, rollout_steps=4, stats_window=10_000)
+    rollouts = [collector.collect() for _ in range(6)]
+    ids = torch.cat([r["agent", schema.EPISODE_ID][..., 0] for r in rollouts], dim=1)  # [E, T]
+    obs = torch.cat([r["agent", "observation"][:, :, 0] for r in rollouts], dim=1)  # agent_0 never leaves early
+    ended = obs[..., 0] == obs[..., 1] - 1  # the step was the episode's last
+    rewards = torch.cat([r["next", "agent", "reward"][..., 0] for r in rollouts], dim=1).double()  # [E, T, A]
+    valid = torch.cat([r["agent", schema.VALID] for r in rollouts], dim=1)
+    assert ended.any(0).sum() > 10 and not ended.all(0).any()  # ends at many steps, never all at once
+    assert not valid[..., 2].all()  # agent_2 leaves early in some episodes
+
+    E, T = ended.shape
+    bindings = table.bindings_of_envs("agent", E)
+    running_return, running_length = torch.zeros(E, 3, dtype=torch.float64), torch.zeros(E, 3)
+    current, next_id = torch.arange(E), E
+    returns: dict[int, list[float]] = {0: [], 1: []}
+    lengths: dict[int, list[float]] = {0: [], 1: []}
+    for t in range(T):
+        for e in range(E):
+            assert ids[e, t] == current[e]
+            running_return[e] += rewards[e, t]
+            running_length[e] += valid[e, t]
+            if not ended[e, t]:
+                continue
+            for b in (0, 1):
+                mine = bindings[e] == b
+                if mine.any():
+                    returns[b].append(float(running_return[e][mine].mean()))
+                    lengths[b].append(float(running_length[e][mine].max()))
+            running_return[e], running_length[e] = 0, 0
+            current[e], next_id = next_id, next_id + 1
+    for b, name in enumerate(("learner", "npc")):
+        stats = collector.stats[name]
+        assert stats.finished == len(returns[b]) > 10
+        assert list(stats.returns) == pytest.approx(returns[b], abs=1e-9)
+        assert list(stats.lengths) == lengths[b]
+    # The next rollout goes on with each copy's current episode.
+    assert torch.equal(collector.collect()["agent", schema.EPISODE_ID][:, 0, 0], current)

@@ -37,11 +37,11 @@ class EpisodeStats:
 
 
 class _Step(NamedTuple):
-    """One env step of a lane: the policy's input and output, the env's results, bookkeeping."""
+    """One env step of a lane: the policy's input and output, the env's results."""
 
     td: TensorDict  # observation, action, log-prob, ... of the lane's copies
     next: dict  # group -> key -> [lane copies, agents, ...] (and ROOT -> "state")
-    episode_id: torch.Tensor  # [lane copies]
+    ended: torch.Tensor  # [lane copies]: the copy's episode ended at this step (and it was reset)
     next_state: dict[str, torch.Tensor]  # recurrent groups: the state after the step
 
 
@@ -130,9 +130,12 @@ class RolloutCollector:
         self.table.check_num_envs(self.num_envs)  # per-env map indices, before the first env step
         self.stats = {b: EpisodeStats(deque(maxlen=stats_window), deque(maxlen=stats_window)) for b in self.table.ids}
         self._groups = list(env.spec.groups.values())
-        self._episode_id = torch.arange(self.num_envs, dtype=torch.int64)
+        self._episode_id = torch.arange(self.num_envs, dtype=torch.int64)  # each copy's current episode
         self._next_episode_id = self.num_envs
-        self._episode_return = {g.name: torch.zeros(self.num_envs, g.num_agents) for g in self._groups}
+        # Each copy's current episode so far, per agent (float64: sums over long episodes stay exact).
+        self._episode_return = {
+            g.name: torch.zeros(self.num_envs, g.num_agents, dtype=torch.float64) for g in self._groups
+        }
         self._episode_steps = {
             g.name: torch.zeros(self.num_envs, g.num_agents, dtype=torch.int64) for g in self._groups
         }
@@ -181,8 +184,7 @@ class RolloutCollector:
                         td, nxt, ended = self._receive(lane)
                         if t + 1 < self.rollout_steps:
                             self._act(lane)
-                        # Bookkeeping after sending the next actions: worker processes step meanwhile.
-                        lane_steps.append(self._record(lane, td, nxt, ended))
+                        lane_steps.append(self._record(td, nxt, ended))
         except BaseException:
             for lane in self._lanes:  # e.g. an env error in one phase: the other phase's step is still out
                 lane.abandon()
@@ -199,7 +201,8 @@ class RolloutCollector:
         """The policy's actions for the lane's copies, sent to its env (stepped by :meth:`_receive`)."""
         td = lane.env.observation_td()
         self.recurrent.prepare(td, lane.envs)
-        td = td.to(self.device)
+        if self.device.type != "cpu":  # envs hand out CPU tensors; moving a TensorDict costs even when a no-op
+            td = td.to(self.device)
         self.policy(td, env_start=lane.envs.start)
         lane.send(td, {g.name: td.get((g.name, schema.ACTION)).cpu() for g in self._groups})
 
@@ -210,30 +213,62 @@ class RolloutCollector:
             self.recurrent.advance(td, ended, lane.envs)
         return td, nxt, ended
 
-    def _record(self, lane: _Lane, td: TensorDict, nxt: dict, ended: torch.Tensor) -> _Step:
+    def _record(self, td: TensorDict, nxt: dict, ended: torch.Tensor) -> _Step:
         next_state = {}
         if self.recurrent:
             # The state after the step goes with the next observation (a recurrent critic's input).
             next_state = {g: td.get((g, NEXT_RECURRENT_STATE)) for g in self.recurrent.states}
             td = td.exclude(*[(g, NEXT_RECURRENT_STATE) for g in self.recurrent.states])
-        episode_id = self._episode_id[lane.envs].clone()
-        self._track_episodes(td, nxt, ended, lane.envs)
-        return _Step(td, nxt, episode_id, next_state)
+        return _Step(td, nxt, ended, next_state)
 
-    def _track_episodes(self, td: TensorDict, nxt: dict, ended: torch.Tensor, envs: slice) -> None:
+    def _episode_ids(self, ended: torch.Tensor) -> torch.Tensor:
+        """``[E, T]`` id of the episode each step belongs to (the step that ends one, included).
+
+        A new episode gets the next free id when the previous one ends, in the order (step, env
+        copy) of the ends; ids grow along each copy's steps, so a running maximum carries them
+        forward to the steps that follow.
+        """
+        E, T = ended.shape
+        starts = torch.full((E, T + 1), -1, dtype=torch.int64)  # the id of an episode starting before step t
+        starts[:, 0] = self._episode_id
+        step, env = torch.nonzero(ended.t(), as_tuple=True)  # ends in (step, copy) order
+        starts[env, step + 1] = torch.arange(self._next_episode_id, self._next_episode_id + len(env))
+        self._next_episode_id += len(env)
+        ids = starts.cummax(dim=1).values
+        self._episode_id = ids[:, T].clone()
+        return ids[:, :T]
+
+    def _track_episodes(
+        self, rewards: dict[str, torch.Tensor], valid: dict[str, torch.Tensor], ended: torch.Tensor
+    ) -> None:
+        """Fold one rollout into the running episode statistics.
+
+        ``rewards`` / ``valid``: group -> ``[E, T, agents]``; ``ended``: ``[E, T]``. Every reward
+        counts, also one on a step the agent did not act (turn-based envs: the loser's -1 arrives
+        on the winner's turn); an episode's length per agent is its valid steps.
+        """
+        E, T = ended.shape
+        step, env = torch.nonzero(ended.t(), as_tuple=True)  # ends in (step, copy) order
+        # Per copy and step: 1 + the step of the copy's latest end up to this step (0: none yet).
+        latest_end = torch.where(ended, torch.arange(1, T + 1), 0).cummax(dim=1).values
+        previous_end = torch.cat([torch.zeros(E, 1, dtype=torch.int64), latest_end[:, :-1]], dim=1)
         for g in self._groups:
-            valid = td.get((g.name, schema.VALID)).cpu()
-            # Every reward counts, also one on a step the agent did not act (turn-based envs: the
-            # loser's -1 arrives on the winner's turn); parallel envs reward present agents only.
-            self._episode_return[g.name][envs] += nxt[g.name]["reward"]
-            self._episode_steps[g.name][envs] += valid.long()
-        if not ended.any():
-            return
-        env_ids = torch.nonzero(ended).flatten() + (envs.start or 0)
-        for g in self._groups:
-            returns = self._episode_return[g.name][env_ids]
-            lengths = self._episode_steps[g.name][env_ids]
-            binding_of = self.table.bindings_of_envs(g.name, self.num_envs)[env_ids]  # [ended envs, agents]
+            totals = []
+            for running, per_step in (
+                (self._episode_return[g.name], rewards[g.name].to(torch.float64)),
+                (self._episode_steps[g.name], valid[g.name].to(torch.int64)),
+            ):
+                # Sums since the rollout began, from the episode so far; an episode's own sum is
+                # the difference to the sum at the copy's previous end.
+                sums = torch.cat([torch.zeros_like(running).unsqueeze(1), running.unsqueeze(1) + per_step.cumsum(1)], 1)
+                agents = sums.shape[-1]
+                before = sums.gather(1, previous_end.unsqueeze(-1).expand(E, T, agents))
+                totals.append((sums[:, 1:] - before)[env, step])  # [ends, agents]
+                running.copy_(sums[:, T] - sums.gather(1, latest_end[:, -1:, None].expand(E, 1, agents)).squeeze(1))
+            if not len(env):
+                continue
+            returns, lengths = totals
+            binding_of = self.table.bindings_of_envs(g.name, self.num_envs)[env]  # [ends, agents]
             for binding in binding_of.unique().tolist():
                 mine = binding_of == binding
                 played = mine.any(-1)
@@ -244,11 +279,6 @@ class RolloutCollector:
                 stats.returns.extend(mean_return.tolist())
                 stats.lengths.extend(length.tolist())
                 stats.finished += int(played.sum())
-            self._episode_return[g.name][env_ids] = 0
-            self._episode_steps[g.name][env_ids] = 0
-        new_ids = torch.arange(self._next_episode_id, self._next_episode_id + len(env_ids))
-        self._episode_id[env_ids] = new_ids
-        self._next_episode_id += len(env_ids)
 
     def _assemble(self, steps: list[list[_Step]]) -> TensorDict:
         """One TensorDict ``[E, T]`` from each lane's steps (lanes cover consecutive env copies)."""
@@ -259,10 +289,12 @@ class RolloutCollector:
             return per_lane[0] if len(per_lane) == 1 else torch.cat(per_lane, dim=0)
 
         experience = cast(TensorDictBase, over_time([[s.td for s in lane] for lane in steps]))  # [E, T] / [E, T, A]
-        episode_ids = over_time([[s.episode_id for s in lane] for lane in steps])
+        ended = over_time([[s.ended for s in lane] for lane in steps])
+        episode_ids = self._episode_ids(ended)
         first = steps[0][0]
         E, T = self.num_envs, self.rollout_steps
         next_groups = {}
+        rewards, valid = {}, {}
         for g in self._groups:
             name = g.name
             A = g.num_agents
@@ -292,6 +324,8 @@ class RolloutCollector:
             rows.set(schema.IS_TRAINABLE_AGENT, self.table.trainable[binding])
             rows.set(schema.EPISODE_ID, episode_ids.unsqueeze(-1).expand(E, T, A))
             rows.set(schema.ENV_INDEX, torch.arange(E).view(E, 1, 1).expand(E, T, A))
+            rewards[name], valid[name] = stacked["reward"], rows.get(schema.VALID).cpu()
+        self._track_episodes(rewards, valid, ended)
         if ROOT in first.next:  # the env's global state after each step (the final one where an episode ended)
             next_groups[schema.STATE] = over_time([[s.next[ROOT]["state"] for s in lane] for lane in steps])
         experience.set("next", TensorDict(next_groups, batch_size=[E, T]).to(self.device))
