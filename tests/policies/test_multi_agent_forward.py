@@ -187,3 +187,18 @@ def test_one_mlp_binding_samples_from_the_actors_distribution(spread_config):
     torch.testing.assert_close(counts / 20000, probs, atol=0.015, rtol=0)  # ~4.5 standard errors at p=0.5
     expected = probs.log().gather(-1, out["agent", "action"].T).T
     torch.testing.assert_close(out["agent", "action_log_prob"], expected)
+
+
+def test_lean_sampling_never_draws_an_action_of_probability_zero(spread_config):
+    from lightmarl.policies.multi_agent import _StackedMLPActors
+
+    lean, _ = mlp_population(spread_config, ["two", "two", "two"], stack=True)
+    stack = _StackedMLPActors.build([lean.policies["two"]])
+    # exp(-1e4) underflows to 0: actions 1 and 3 are impossible, action 4 is the last one.
+    logits = torch.tensor([0.0, -1e4, 1.0, -1e4, 2.0]).expand(50000, 5)
+    with set_exploration_type(ExplorationType.RANDOM):
+        action, log_prob = stack._act(logits)
+    counts = torch.bincount(action.view(-1), minlength=5)
+    assert len(counts) == 5 and counts[1] == 0 and counts[3] == 0
+    torch.testing.assert_close(counts / 50000, logits[0].softmax(-1), atol=0.01, rtol=0)
+    torch.testing.assert_close(log_prob, logits.log_softmax(-1).gather(-1, action))

@@ -328,7 +328,8 @@ class RolloutCollector:
         self._track_episodes(rewards, valid, ended)
         if ROOT in first.next:  # the env's global state after each step (the final one where an episode ended)
             next_groups[schema.STATE] = over_time([[s.next[ROOT]["state"] for s in lane] for lane in steps])
-        experience.set("next", TensorDict(next_groups, batch_size=[E, T]).to(self.device))
+        next_td = TensorDict(next_groups, batch_size=[E, T])
+        experience.set("next", next_td if self.device.type == "cpu" else next_td.to(self.device))
         return experience
 
     def episode_summary(self) -> dict[str, dict[str, float]]:
