@@ -131,6 +131,37 @@ def test_render_draws_rgb_frames_of_one_copy_without_a_display(monkeypatch):
         env.close()
 
 
+def test_evaluation_video_records_whole_vmas_episodes(monkeypatch, tmp_path):
+    from lightning.pytorch import Trainer
+
+    from lightmarl.evaluation.video import record_episodes
+    from lightmarl.training import MARLModule
+
+    monkeypatch.delenv("DISPLAY", raising=False)
+    config = balance(num_envs=1, transforms=[ObservationNorm()])
+    spec = config.spec()
+    table = BindingTable([PolicyBinding("main", class_path="x.y")], spec)
+    population = MultiAgentPolicy({"main": MLPActorCritic(spec.groups["agent"])}, table)
+    episodes, fps = record_episodes(population, config, num_episodes=2, seed=0, max_side=None)
+    # max_steps=5: the start state and the state after each step, the final one kept before the auto-reset.
+    assert [len(e) for e in episodes] == [6, 6] and fps == 10.0
+    assert episodes[0][0].shape[2] == 3 and episodes[0][0].dtype.name == "uint8"
+    assert not (episodes[0][-1] == episodes[1][0]).all(), "an episode ends on its final state, not the reset one"
+    again, _ = record_episodes(population, config, num_episodes=1, seed=0, max_side=None)
+    assert (again[0][0] == episodes[0][0]).all()  # the seed reproduces the start
+    # The same from a recipe: `lightmarl validate` with eval_video_episodes writes a GIF.
+    module = MARLModule(
+        env=balance(num_envs=2),
+        policy_bindings=[{"id": "main", "class_path": "lightmarl.policies.MLPActorCritic"}],
+        eval_episodes=2,
+        eval_video_episodes=1,
+    )
+    Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path).validate(
+        module
+    )
+    assert [v.name for v in (tmp_path / "videos").glob("*.gif")] == ["eval_iter0.gif"]
+
+
 def test_render_failures_name_the_env(monkeypatch):
     env = balance(num_envs=1).make_vector(seed=0)
     assert isinstance(env, VmasVecEnv)

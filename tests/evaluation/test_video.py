@@ -10,7 +10,7 @@ import pytest
 from lightning.pytorch import Trainer
 
 from lightmarl.envs import PettingZooEnvConfig
-from lightmarl.envs.transforms import FrameStack
+from lightmarl.envs.transforms import FrameStack, ObservationNorm
 from lightmarl.evaluation.video import (
     FrameRecorder,
     frame_stride,
@@ -55,6 +55,22 @@ def test_validate_writes_a_gif_of_one_episode_per_evaluation(tmp_path):
     durations = [meta["duration"] for meta in (iio.immeta(videos[0], index=i) for i in range(len(frames)))]
     assert sum(durations) == 26 * 100, durations
     assert len(frames) <= 26
+
+
+def test_validate_writes_a_gif_with_the_recipes_transforms(tmp_path):
+    normalized = PettingZooEnvConfig(
+        env_fn=SPREAD.env_fn, env_kwargs={"N": 3, "max_cycles": 5}, num_envs=2, transforms=[ObservationNorm()]
+    )
+    mlp = [{"id": "main", "class_path": "lightmarl.policies.MLPActorCritic"}]
+    module = MARLModule(env=normalized, policy_bindings=mlp, eval_episodes=2, eval_video_episodes=2)
+    Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path).validate(
+        module
+    )
+    (video,) = (tmp_path / "videos").glob("*.gif")
+    durations = [
+        meta["duration"] for meta in (iio.immeta(video, index=i) for i in range(len(iio.imread(video, index=None))))
+    ]
+    assert sum(durations) == 2 * 6 * 100  # two episodes of 5 steps: 6 frames each
 
 
 def test_recorded_episodes_end_on_their_final_state_not_the_reset_one():
@@ -131,3 +147,33 @@ def test_recorded_policies_see_the_recipes_transforms():
     population = MultiAgentPolicy({"main": MLPActorCritic(spec.groups["agent"])}, table)
     episodes, _ = record_episodes(population, config, num_episodes=1, seed=0)
     assert len(episodes[0]) == 6
+
+
+def test_an_env_family_without_recording_fails_before_training():
+    from dataclasses import dataclass, field
+
+    from lightmarl.envs.config import EnvConfig
+
+    @dataclass
+    class NoFrames(EnvConfig):
+        """A user's env family that does not implement make_base_recording_vector."""
+
+        num_envs: int = 2
+        transforms: list = field(default_factory=list)
+
+        @property
+        def name(self) -> str:
+            return "no_frames"
+
+        def base_spec(self):
+            return SPREAD.base_spec()
+
+        def make_base_vector(self, seed, num_envs, evaluation=False):
+            return SPREAD.make_base_vector(seed, num_envs, evaluation)
+
+        def describe(self):
+            return {"env": "no_frames"}
+
+    MARLModule(env=NoFrames(), policy_bindings=RANDOM)  # trains and evaluates
+    with pytest.raises(ValueError, match=r"evaluation video: env 'no_frames' \(NoFrames\) cannot record RGB frames"):
+        MARLModule(env=NoFrames(), policy_bindings=RANDOM, eval_video_episodes=1)

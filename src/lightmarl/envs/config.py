@@ -10,6 +10,7 @@ family gets the same transforms, the same way.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lightmarl.envs.spec import EnvSpec
@@ -74,6 +75,26 @@ class EnvConfig(ABC):
         if not self.transforms:
             return vector
         return TransformedVecEnv(vector, self.transforms, training=not evaluation)
+
+    def make_recording_vector(self, seed: int, record: Callable[[Any, Callable[[Any], Any]], Any]) -> VecEnv:
+        """One evaluation copy, seeded ``seed``, whose frames can be recorded; transforms applied frozen.
+
+        The env object that the vector steps is handed to ``record(env, render)`` (``render(env)``
+        draws its current RGB frame) and the vector steps what ``record`` returns instead, e.g. a
+        :class:`~lightmarl.envs.rendering.FrameRecorder`, so frames are drawn before the vector's
+        auto-reset and an episode's final state is kept.
+
+        Raises:
+            ValueError: naming the env when it cannot draw RGB frames.
+        """
+        vector = self.make_base_recording_vector(seed, record)
+        if not self.transforms:
+            return vector
+        return TransformedVecEnv(vector, self.transforms, training=False)
+
+    def make_base_recording_vector(self, seed: int, record: Callable[[Any, Callable[[Any], Any]], Any]) -> VecEnv:
+        """:meth:`make_recording_vector` without the transforms; env families that render override it."""
+        raise ValueError(f"evaluation video: env {self.name!r} ({type(self).__name__}) cannot record RGB frames")
 
     def check_transforms(self) -> None:
         """Fail clearly when ``transforms`` holds something that is not a transform."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -120,6 +120,19 @@ class PettingZooEnvConfig(EnvConfig):
             return spec
         finally:
             env.close()
+
+    def make_rendering_one(self) -> Any:
+        """One env built with ``render_mode="rgb_array"`` added to ``env_kwargs``; a clear error where it cannot be."""
+        config = replace(self, env_kwargs={**self.env_kwargs, "render_mode": "rgb_array"}, num_workers=0, transforms=[])
+        try:
+            return config.make_one()
+        except ValueError as err:
+            raise ValueError(f"evaluation video: the env must accept render_mode='rgb_array': {err}") from None
+
+    def make_base_recording_vector(self, seed: int, record: Callable[[Any, Callable[[Any], Any]], Any]) -> VecEnv:
+        """One in-process copy of :meth:`make_rendering_one`, drawn by its ``render()``."""
+        recorder = record(self.make_rendering_one(), lambda env: env.render())
+        return ParallelVecEnv([recorder], env_spec_of(recorder, name=self.name, state=self.state), seeds=[seed])
 
     def make_base_vector(self, seed: int, num_envs: int, evaluation: bool = False) -> VecEnv:
         """``num_envs`` copies, copy ``i`` reset with ``seed + i``: in this process, or in

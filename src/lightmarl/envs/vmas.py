@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,6 +178,24 @@ class VmasEnvConfig(EnvConfig):
 
     def make_base_vector(self, seed: int, num_envs: int, evaluation: bool = False) -> VecEnv:
         return self._make(num_envs, seed)
+
+    def make_base_recording_vector(self, seed: int, record: Callable[[Any, Callable[[Any], Any]], Any]) -> VecEnv:
+        """One simulated copy; VMAS's ``Environment`` is what ``record`` wraps (its ``step``,
+        ``reset`` and auto-reset ``reset_at``)."""
+        vector = self._make(1, seed)
+        vector._env = record(vector._env, lambda env: render_rgb(env, 0, self.name))
+        return vector
+
+
+def render_rgb(env: Any, index: int, name: str) -> Any:
+    """Copy ``index`` of a VMAS ``Environment`` drawn as an RGB array; a clear error where VMAS cannot draw."""
+    try:
+        return env.render(mode="rgb_array", env_index=index)
+    except Exception as err:
+        raise RuntimeError(
+            f"env {name!r}: VMAS cannot render RGB frames here ({type(err).__name__}: {err}); it needs "
+            "pyglet and either libEGL (off-screen) or a display (DISPLAY, e.g. xvfb-run)"
+        ) from err
 
 
 def vmas_spec_of(env: Any, name: str) -> EnvSpec:
@@ -367,14 +385,8 @@ class VmasVecEnv:
         """
         if not 0 <= index < self.num_envs:
             raise IndexError(f"render: env copy {index} out of range for {self.num_envs} copies")
-        try:
-            with self._random_state.active():
-                return self._env.render(mode="rgb_array", env_index=index)
-        except Exception as err:
-            raise RuntimeError(
-                f"env {self.spec.name!r}: VMAS cannot render RGB frames here ({type(err).__name__}: {err}); it needs "
-                "pyglet and either libEGL (off-screen) or a display (DISPLAY, e.g. xvfb-run)"
-            ) from err
+        with self._random_state.active():
+            return render_rgb(self._env, index, self.spec.name)
 
     def close(self) -> None:
         viewer = getattr(self._env, "viewer", None)

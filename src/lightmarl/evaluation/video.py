@@ -1,14 +1,16 @@
 """Evaluation videos: a population's episodes rendered to RGB frames and written as a GIF (or MP4).
 
-One env copy is built with ``render_mode="rgb_array"`` added to the recipe's ``env_kwargs`` and
-wrapped in a :class:`FrameRecorder`, which renders a frame after every ``reset`` and ``step``.
-The copy is stepped through the same vector code as training and evaluation
-(:class:`~lightmarl.envs.pettingzoo.ParallelVecEnv`), so an episode of ``n`` steps gives
-``n + 1`` frames: the start state, then the state after each step, the final one included
-(the recorder sees it before the vector's auto-reset).
+One env copy is built by the recipe's env config (:meth:`EnvConfig.make_recording_vector`: a
+PettingZoo env with ``render_mode="rgb_array"`` added to its ``env_kwargs``, or one VMAS copy),
+its env object wrapped in a :class:`~lightmarl.envs.rendering.FrameRecorder`, which renders a
+frame after every ``reset`` and ``step``. The copy is stepped through the same vector code as
+training and evaluation, with the recipe's transforms (statistics frozen), so an episode of ``n``
+steps gives ``n + 1`` frames: the start state, then the state after each step, the final one
+included (the recorder sees it before the vector's auto-reset).
 
 Rendering needs no display: the PettingZoo families lightmarl ships recipes for (mpe2, sisl,
-butterfly) draw ``rgb_array`` frames on off-screen pygame surfaces. Files are written with
+butterfly) draw ``rgb_array`` frames on off-screen pygame surfaces, VMAS through EGL where
+``libEGL`` is installed (:meth:`~lightmarl.envs.vmas.VmasVecEnv.render`). Files are written with
 ``imageio``: GIF through Pillow (TensorBoard's ``add_video`` logs nothing with moviepy 2.x),
 MP4 where ``imageio-ffmpeg`` is installed.
 """
@@ -17,9 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import math
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +28,23 @@ import torch
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from lightmarl.data import schema
-from lightmarl.envs.pettingzoo import ParallelVecEnv, PettingZooEnvConfig, VecEnv, env_spec_of
-from lightmarl.envs.transforms import TransformedVecEnv
+from lightmarl.envs.config import EnvConfig
+from lightmarl.envs.pettingzoo import PettingZooEnvConfig, VecEnv
+from lightmarl.envs.rendering import FrameRecorder, frame_stride
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.recurrent import RecurrentStates
+
+__all__ = [
+    "DEFAULT_FPS",
+    "FrameRecorder",
+    "check_renders",
+    "frame_stride",
+    "make_recording_vector",
+    "make_rendering_env",
+    "record_episodes",
+    "write_evaluation_video",
+    "write_video",
+]
 
 log = logging.getLogger(__name__)
 
@@ -39,99 +52,45 @@ log = logging.getLogger(__name__)
 DEFAULT_FPS = 10.0
 
 
-class FrameRecorder:
-    """A PettingZoo ``ParallelEnv`` that keeps an RGB frame of every state it reaches.
-
-    Every other attribute is the wrapped env's. Each ``reset`` starts a new episode in
-    :attr:`episodes`; each ``step`` appends to the current one.
-
-    Args:
-        env: a parallel env built with ``render_mode="rgb_array"``.
-        max_side: downsample frames by the smallest integer stride that brings their longer
-            side to at most this many pixels (``None``: keep full size). Keeps memory and file
-            size small for large screens (knights_archers_zombies renders 1280x720).
-        max_frames: stop keeping frames after this many (an episode that never ends must not
-            fill the memory); :attr:`dropped` counts those not kept.
-    """
-
-    def __init__(self, env: Any, max_side: int | None = 512, max_frames: int = 5_000) -> None:
-        self.env = env
-        self.max_side = max_side
-        self.max_frames = max_frames
-        self.episodes: list[list[np.ndarray]] = []
-        self.kept = 0
-        self.dropped = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["env"], name)
-
-    def reset(self, *args: Any, **kwargs: Any) -> Any:
-        result = self.env.reset(*args, **kwargs)
-        self.episodes.append([])
-        self._record()
-        return result
-
-    def step(self, actions: dict) -> Any:
-        result = self.env.step(actions)
-        self._record()
-        return result
-
-    def _record(self) -> None:
-        if self.kept >= self.max_frames:
-            self.dropped += 1
-            return
-        self.episodes[-1].append(self.frame())
-        self.kept += 1
-
-    def frame(self) -> np.ndarray:
-        """The env's current RGB frame ``[height, width, 3]`` (uint8), downsampled to ``max_side``."""
-        frame = self.env.render()
-        if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[-1] not in (3, 4):
-            raise RuntimeError(
-                f"render() of {type(self.env).__name__} returned {type(frame).__name__} "
-                f"{getattr(frame, 'shape', '')}, not an RGB array [height, width, 3]; "
-                "its render_mode must be 'rgb_array'"
-            )
-        stride = frame_stride(frame.shape[:2], self.max_side)
-        return np.ascontiguousarray(frame[::stride, ::stride, :3], dtype=np.uint8)
-
-
-def frame_stride(size: Sequence[int], max_side: int | None) -> int:
-    """The smallest integer stride that brings the longer of ``size`` to at most ``max_side`` pixels."""
-    if max_side is None:
-        return 1
-    return max(1, math.ceil(max(size) / max_side))
-
-
 def make_rendering_env(env_config: PettingZooEnvConfig, max_side: int | None = 512) -> FrameRecorder:
-    """One copy of the recipe's env with ``render_mode="rgb_array"``, recording its frames.
+    """One copy of a PettingZoo recipe's env with ``render_mode="rgb_array"``, recording its frames.
 
     Raises:
         ValueError: naming the env when it cannot be built with ``render_mode="rgb_array"``.
     """
-    config = replace(env_config, env_kwargs={**env_config.env_kwargs, "render_mode": "rgb_array"}, num_workers=0)
-    try:
-        env = config.make_one()
-    except ValueError as err:
-        raise ValueError(f"evaluation video: the env must accept render_mode='rgb_array': {err}") from None
-    return FrameRecorder(env, max_side=max_side)
+    return FrameRecorder(env_config.make_rendering_one(), max_side=max_side)
 
 
-def check_renders(env_config: PettingZooEnvConfig) -> None:
+def make_recording_vector(
+    env_config: EnvConfig, seed: int, max_side: int | None = 512, max_frames: int = 5_000
+) -> tuple[VecEnv, FrameRecorder]:
+    """One evaluation copy of any env family (:meth:`EnvConfig.make_recording_vector`) and the recorder of its frames."""
+    recorders: list[FrameRecorder] = []
+
+    def record(env: Any, render: Any) -> FrameRecorder:
+        recorders.append(FrameRecorder(env, max_side=max_side, max_frames=max_frames, render=render))
+        return recorders[-1]
+
+    vector = env_config.make_recording_vector(seed, record)
+    (recorder,) = recorders
+    return vector, recorder
+
+
+def check_renders(env_config: EnvConfig) -> None:
     """Fail early (before training) when the env cannot render RGB frames: build, reset and render once."""
-    recorder = make_rendering_env(env_config)
+    vector, _ = make_recording_vector(env_config, seed=0)
     try:
-        recorder.reset(seed=0)
+        vector.reset()
     except Exception as err:
-        raise ValueError(f"evaluation video: env {env_config.env_fn!r} cannot render RGB frames: {err}") from err
+        raise ValueError(f"evaluation video: env {env_config.name!r} cannot render RGB frames: {err}") from err
     finally:
-        recorder.close()
+        vector.close()
 
 
 @torch.no_grad()
 def record_episodes(
     policy: MultiAgentPolicy,
-    env_config: PettingZooEnvConfig,
+    env_config: EnvConfig,
     num_episodes: int,
     seed: int,
     deterministic: bool = True,
@@ -143,11 +102,13 @@ def record_episodes(
 
     The copy is reset with ``seed`` (later episodes continue its RNG) and plays the map of
     training env copy 0, like copy 0 of :func:`~lightmarl.evaluation.evaluate_episodes`; the
-    recipe's ``env.transforms`` apply with frozen statistics, as in evaluation.
+    recipe's ``env.transforms`` apply with frozen statistics, as in evaluation. Any env family
+    whose config implements :meth:`~lightmarl.envs.config.EnvConfig.make_recording_vector`
+    (PettingZoo, VMAS) can be recorded.
 
     Args:
         policy: the population.
-        env_config: the env (``render_mode="rgb_array"`` is added to its ``env_kwargs``).
+        env_config: the env (PettingZoo: ``render_mode="rgb_array"`` is added to its ``env_kwargs``).
         num_episodes: episodes to play.
         seed: reset seed of the env copy.
         deterministic: take each policy's mode action instead of sampling.
@@ -162,14 +123,7 @@ def record_episodes(
     """
     if num_episodes < 1:
         raise ValueError(f"num_episodes: expected a positive integer, got {num_episodes!r}")
-    recorder = make_rendering_env(env_config, max_side=max_side)
-    recorder.max_frames = max_frames
-    env: VecEnv = ParallelVecEnv(
-        [recorder], env_spec_of(recorder, name=env_config.name, state=env_config.state), seeds=[seed]
-    )
-    if env_config.transforms:
-        # The policies act on what they were trained on: the recipe's transforms, statistics frozen.
-        env = TransformedVecEnv(env, env_config.transforms, training=False)
+    env, recorder = make_recording_vector(env_config, seed, max_side=max_side, max_frames=max_frames)
     groups = list(env.spec.groups.values())
     recurrent = RecurrentStates(
         dict(policy.policies.items()),
@@ -177,7 +131,8 @@ def record_episodes(
         1,
         {g.name: g.num_agents for g in groups},
     )
-    fps = float(getattr(recorder, "metadata", {}).get("render_fps") or DEFAULT_FPS)
+    metadata = getattr(recorder, "metadata", None)
+    fps = float((metadata.get("render_fps") if isinstance(metadata, dict) else None) or DEFAULT_FPS)
     finished = 0
     try:
         env.reset()
@@ -234,7 +189,7 @@ def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float = DEF
 
 def write_evaluation_video(
     policy: MultiAgentPolicy,
-    env_config: PettingZooEnvConfig,
+    env_config: EnvConfig,
     path: str | Path,
     num_episodes: int = 1,
     seed: int = 0,

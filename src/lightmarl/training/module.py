@@ -129,11 +129,6 @@ class MARLModule(LightningModule):
         # Everything below validates the recipe before any training starts.
         self.env_spec = self.env_config.spec()
         if self.eval_video_episodes:
-            if not isinstance(self.env_config, PettingZooEnvConfig) or self.env_config.transforms:
-                raise ValueError(
-                    "model.eval_video_episodes: videos are recorded from PettingZoo envs without env.transforms only; "
-                    f"set it to 0 for env {self.env_config.name!r}"
-                )
             check_renders(self.env_config)  # an env that cannot draw RGB frames fails here, not after an epoch
         self.table = BindingTable(
             policy_bindings,
@@ -347,7 +342,7 @@ class MARLModule(LightningModule):
         if self.eval_video_episodes and rank == 0:
             video = write_evaluation_video(
                 self.population,
-                cast(PettingZooEnvConfig, self.env_config),  # checked in __init__
+                self.env_config,
                 os.path.join(self.trainer.log_dir or ".", "videos", f"{prefix}_iter{self.iterations}.gif"),
                 num_episodes=self.eval_video_episodes,
                 seed=self.eval_seed,
