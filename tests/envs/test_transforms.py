@@ -7,6 +7,7 @@ import io
 import pytest
 import torch
 
+from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.envs.checks import check_same_trajectories, check_vec_env, random_actions
 from lightmarl.envs.spec import EnvSpec, GroupSpec
@@ -19,6 +20,8 @@ from lightmarl.envs.transforms import (
     load_transforms_state_dict,
     transforms_state_dict,
 )
+from lightmarl.policies import MultiAgentPolicy, UniformRandomPolicy
+from lightmarl.population.bindings import BindingTable, PolicyBinding
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -222,6 +225,26 @@ def test_reward_clipping_keeps_zero_rewards_zero():
     for _ in range(5):
         nxt, _ = vec.step({})
     assert torch.equal(nxt["agent"]["reward"], torch.tensor([[0.0, 0.1], [-0.1, 0.0]]))
+
+
+def test_training_episode_returns_are_the_envs_own_under_reward_normalization(spread_config):
+    """The collector learns from scaled rewards but reports episode returns in the env's units."""
+    spec = spread_config.spec()
+    table = BindingTable([PolicyBinding("main", class_path="x.y")], spec)
+
+    def collector(transforms):
+        spread_config.transforms = transforms
+        policy = MultiAgentPolicy({"main": UniformRandomPolicy(spec.groups["agent"], seed=3)}, table)
+        return RolloutCollector(spread_config.make_vector(seed=0), policy, rollout_steps=10)
+
+    plain, scaled = collector([]), collector([RewardNorm(gamma=0.9)])
+    plain_rows, scaled_rows = plain.collect(), scaled.collect()
+    torch.testing.assert_close(plain_rows["agent", "action"], scaled_rows["agent", "action"])  # same trajectories
+    reward = ("next", "agent", "reward")
+    assert not torch.allclose(plain_rows[reward], scaled_rows[reward])  # the learner sees scaled rewards ...
+    assert scaled.stats["main"].finished == plain.stats["main"].finished == 2 * spread_config.num_envs
+    torch.testing.assert_close(list(scaled.stats["main"].returns), list(plain.stats["main"].returns))  # ... logs raw
+    plain.close(), scaled.close()
 
 
 # -- FrameStack -----------------------------------------------------------------------------

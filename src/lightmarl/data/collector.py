@@ -324,7 +324,9 @@ class RolloutCollector:
             rows.set(schema.IS_TRAINABLE_AGENT, self.table.trainable[binding])
             rows.set(schema.EPISODE_ID, episode_ids.unsqueeze(-1).expand(E, T, A))
             rows.set(schema.ENV_INDEX, torch.arange(E).view(E, 1, 1).expand(E, T, A))
-            rewards[name], valid[name] = stacked["reward"], rows.get(schema.VALID).cpu()
+            # Episode returns in the env's own rewards, also where a transform rescaled them for learning.
+            rewards[name] = stacked.get(schema.ENV_REWARD, stacked["reward"])
+            valid[name] = rows.get(schema.VALID).cpu()
         self._track_episodes(rewards, valid, ended)
         if ROOT in first.next:  # the env's global state after each step (the final one where an episode ended)
             next_groups[schema.STATE] = over_time([[s.next[ROOT]["state"] for s in lane] for lane in steps])

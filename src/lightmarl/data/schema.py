@@ -22,6 +22,9 @@ TRUNCATED = "truncated"
 # Root entry [num_envs, time, *state_shape] (and ("next", STATE)): the env's global state, where
 # the env config records it (``PettingZooEnvConfig.state``); e.g. the input of a QMIX mixer.
 STATE = "state"
+# A step result beside ``reward`` (not an experience entry) where a transform rescaled the rewards
+# (``RewardNorm``): the env's own reward, which the collector's episode statistics report.
+ENV_REWARD = "env_reward"
 
 # Per-row annotations (int64 ids, bool flags), shape [num_envs, time, agents_in_group].
 BINDING_ID = "binding_id"

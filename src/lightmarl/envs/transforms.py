@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import torch
 from tensordict import TensorDict
 
+from lightmarl.data import schema
 from lightmarl.envs.spec import EnvSpec, GroupSpec
 
 if TYPE_CHECKING:
@@ -284,7 +285,9 @@ class RewardNorm(_GroupStatistics):
     steps so far, scales the rewards: ``reward / sqrt(var(R) + epsilon)``, clipped to
     ``[-clip, clip]``, like the reward half of Stable-Baselines3's ``VecNormalize``. Rewards are
     not centred, so a reward of 0 stays 0. Evaluation vectors pass rewards through unchanged:
-    evaluation reports the env's own returns.
+    evaluation reports the env's own returns. Training vectors keep the env's reward beside the
+    scaled one (``schema.ENV_REWARD``), so the collector's episode returns
+    (``collect/<binding>/episode_return``) are the env's own too.
 
     Args:
         gamma: discount of the returns whose spread sets the scale; use the algorithm's.
@@ -337,6 +340,7 @@ class _BoundRewardNorm(BoundTransform):
             entries, acted = nxt[g], self.present[g]
             returns.mul_(self.transform.gamma).add_(entries["reward"].to(torch.float64) * acted)
             self.transform.statistics[g].update(returns[acted])
+            entries.setdefault(schema.ENV_REWARD, entries["reward"])  # episode statistics report the env's own
             entries["reward"] = self.transform.scale(g, entries["reward"])
             returns.masked_fill_(entries["done"], 0.0)
             self.present[g] = current[g]["valid"]
