@@ -185,3 +185,23 @@ def test_fit_resumes_from_the_last_checkpoint(tmp_path, monkeypatch):
     assert resumed["lightmarl"]["frames"] == 240
     adam_steps = [s["step"] for s in resumed["optimizer_states"][0]["state"].values()]
     assert all(int(step) == 2 * first["global_step"] for step in adam_steps)
+
+
+def test_a_resumed_run_keeps_the_target_networks_it_saved(tmp_path, monkeypatch):
+    """Target networks are built from the policy before a resumed run loads its weights: they come from the checkpoint."""
+    monkeypatch.chdir(tmp_path)
+    recipe = yaml.safe_load((ROOT / "recipes/ppo_vs_dqn.yaml").read_text())
+    dqn = recipe["model"]["algorithms"]["dqn_policy"]["init_args"]
+    dqn.update(target_update="hard", target_update_interval=2, learning_starts=16, updates_per_iteration=4)
+    (tmp_path / "first.yaml").write_text(yaml.safe_dump(recipe))
+    dqn["target_update_interval"] = 10_000  # the resumed run never copies: its targets stay as loaded
+    (tmp_path / "resumed.yaml").write_text(yaml.safe_dump(recipe))
+    main(["fit", "--config", "first.yaml", *TINY])
+    first = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
+    main(["fit", "--config", "resumed.yaml", *TINY, "--model.max_frames=240", "--ckpt_path", "last"])
+    resumed = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
+    saved, kept = (c["lightmarl"]["trainers"]["dqn_policy"] for c in (first, resumed))
+    assert resumed["lightmarl"]["iterations"] == 6 and kept["grad_steps"] > saved["grad_steps"] > 0
+    assert saved["networks"] and saved["networks"].keys() == kept["networks"].keys()
+    for key, target in saved["networks"].items():
+        assert torch.equal(kept["networks"][key], target), key

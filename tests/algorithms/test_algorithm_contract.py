@@ -18,6 +18,7 @@ from tensordict.nn import TensorDictModuleBase
 from torchrl.objectives import LossModule
 
 from lightmarl.algorithms import DDPG, DQN, PPO, QMIX, SAC, VDN, Algorithm, PlainStepper
+from lightmarl.algorithms.off_policy import OffPolicyUnitTrainer
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs.pettingzoo import PettingZooEnvConfig
 from lightmarl.training.module import MARLModule
@@ -165,6 +166,10 @@ def test_algorithm_contract(name: str) -> None:
     fresh_unit = fresh.marl_trainer.unit_trainers["learner"]
     fresh_unit.load_state_dict(state)
     assert_same_state(fresh_unit.state_dict(), state)
+    if isinstance(unit, OffPolicyUnitTrainer):  # target networks are checkpointed (a resumed run builds them anew)
+        assert state["networks"], "no target network in the trainer state"
+        for restored, saved in zip(fresh_unit.target_parameters(), unit.target_parameters(), strict=True):
+            assert torch.equal(restored, saved)
     fresh.policies.load_state_dict(module.policies.state_dict())
     for (n, p), (_, q) in zip(fresh.policies.state_dict().items(), module.policies.state_dict().items()):
         assert torch.equal(p, q), n

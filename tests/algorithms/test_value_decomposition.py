@@ -235,7 +235,7 @@ def test_state_dict_round_trip_restores_mixer_targets_counters_and_epsilon():
     for name, value in unit.mixer.state_dict().items():
         assert torch.equal(fresh.mixer.state_dict()[name], value), name
     assert all(torch.equal(a, b) for a, b in zip(fresh.target_parameters(), unit.target_parameters()))
-    with pytest.raises(ValueError, match=r"binding 'team': the saved qmix state lacks"):
+    with pytest.raises(ValueError, match=r"binding 'team': the saved trainer state lacks"):
         fresh.load_state_dict({**state, "networks": {}})
 
 

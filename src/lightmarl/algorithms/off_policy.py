@@ -297,11 +297,32 @@ class OffPolicyUnitTrainer(UnitTrainer):
         return {} if td_error is None else {TD_ERROR: float(td_error.float().mean())}
 
     # -- state ------------------------------------------------------------------------------
+    #: prefixes of the loss's ``state_dict`` entries that a checkpoint keeps: the target networks
+    #: (built as copies of the policy before a resumed run loads its weights, so they must be saved).
+    saved_networks: tuple[str, ...] = ("target_",)
+
     def state_dict(self) -> dict:
-        """Counters only: the replay buffer and the target networks are not checkpointed."""
-        return {"frames": self.frames, "grad_steps": self.grad_steps, "updates": self.updates}
+        """Counters and the loss's networks of :attr:`saved_networks` (the replay buffer is not saved)."""
+        networks = {
+            k: v.detach().clone() for k, v in self.loss.state_dict().items() if k.startswith(self.saved_networks)
+        }
+        return {
+            "frames": self.frames,
+            "grad_steps": self.grad_steps,
+            "updates": self.updates,
+            "networks": networks,
+            "target_updater": self.target_updater.state_dict(),  # a hard update's step counter
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.frames = int(state.get("frames", 0))
         self.grad_steps = int(state.get("grad_steps", 0))
         self.updates = int(state.get("updates", 0))
+        if "networks" in state:  # absent in checkpoints written before target networks were saved
+            expected = [k for k, _ in self.loss.state_dict().items() if k.startswith(self.saved_networks)]
+            missing = [k for k in expected if k not in state["networks"]]
+            if missing:
+                raise ValueError(f"binding {self.binding_id!r}: the saved trainer state lacks {missing}")
+            self.loss.load_state_dict(state["networks"], strict=False)
+        if "target_updater" in state:
+            self.target_updater.load_state_dict(state["target_updater"])

@@ -213,7 +213,7 @@ class SACUnitTrainer(OffPolicyUnitTrainer):
         return float(self.loss.log_alpha.detach().exp())
 
     def state_dict(self) -> dict:
-        """Counters and the temperature (the critics are the policy's; the replay buffer and targets are not saved)."""
+        """Counters, target networks and the temperature (the critics are the policy's; the replay buffer is not saved)."""
         return {**super().state_dict(), "log_alpha": float(self.loss.log_alpha.detach())}
 
     def load_state_dict(self, state: dict) -> None:

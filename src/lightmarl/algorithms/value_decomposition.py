@@ -375,19 +375,5 @@ class ValueDecompositionUnitTrainer(DQNUnitTrainer):
         return {TD_ERROR: float(batch.get(TD_ERROR).mean()), "q_team": float(self.team_action_value(batch).mean())}
 
     # -- state ------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        """Counters, the mixer's weights and the target networks (the replay buffer is not saved)."""
-        networks = {
-            k: v.detach().clone()
-            for k, v in self.loss.state_dict().items()
-            if k.startswith(("mixer_network_params.", "target_"))
-        }
-        return {**super().state_dict(), "networks": networks}
-
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        if "networks" in state:
-            missing = [k for k in self.state_dict()["networks"] if k not in state["networks"]]
-            if missing:
-                raise ValueError(f"binding {self.binding_id!r}: the saved {self.config.name} state lacks {missing}")
-            self.loss.load_state_dict(state["networks"], strict=False)
+    # The mixer lives in the loss, not in the policy: its weights are checkpointed with the targets.
+    saved_networks = ("mixer_network_params.", "target_")
