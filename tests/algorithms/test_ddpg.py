@@ -10,9 +10,9 @@ import torch
 from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from lightmarl import keys
 from lightmarl.algorithms import PPO, IndependentMARLTrainer, PlainStepper
 from lightmarl.algorithms.ddpg import DDPG, DDPGUnitTrainer
-from lightmarl.data import schema
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.envs.spec import GroupSpec
@@ -101,12 +101,12 @@ def test_replay_holds_only_the_bindings_valid_rows(continuous_spread):
     table, _, collector, unit, optimizer = setup(continuous_spread, learning_starts=10**6)
     experience = collector.collect()
     collector.close()
-    experience["agent", schema.VALID][1, 2, 1] = False
+    experience["agent", keys.VALID][1, 2, 1] = False
     metrics = unit.update(experience, optimizer, PlainStepper())
     assert len(unit.replay) == metrics["rows"] == 4 * 10 - 1 and "loss_actor" not in metrics
     rows = unit.replay[:]["agent"]
-    assert (rows[schema.BINDING_ID] == table.index["ddpg"]).all()
-    assert rows[schema.AGENT_ID].unique().tolist() == [1] and rows[schema.VALID].all()
+    assert (rows[keys.BINDING_ID] == table.index["ddpg"]).all()
+    assert rows[keys.AGENT_ID].unique().tolist() == [1] and rows[keys.VALID].all()
 
 
 def test_maddpg_stores_joint_steps_and_trains_on_the_masked_rows(continuous_spread):
@@ -116,7 +116,7 @@ def test_maddpg_stores_joint_steps_and_trains_on_the_masked_rows(continuous_spre
     assert unit.flavour == "MADDPG"
     experience = collector.collect()
     collector.close()
-    experience["agent", schema.VALID][..., 2] = False  # agent_2 absent throughout
+    experience["agent", keys.VALID][..., 2] = False  # agent_2 absent throughout
     metrics = unit.update(experience, optimizer, PlainStepper())
     assert math.isfinite(metrics["loss_value"])
     stored = unit.replay[:]

@@ -10,9 +10,9 @@ import torch
 from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from lightmarl import keys
 from lightmarl.algorithms import PPO, IndependentMARLTrainer, PlainStepper
 from lightmarl.algorithms.dqn import DQN, DQNUnitTrainer
-from lightmarl.data import schema
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.envs.spec import GroupSpec
@@ -96,18 +96,18 @@ def test_hard_target_update_copies_every_interval_steps(spread_config):
 def test_replay_holds_only_the_bindings_valid_rows(spread_config):
     table, _, collector, unit, optimizer = setup(spread_config, agent_map=("ppo", "dqn", "npc"), learning_starts=10**6)
     experience = collector.collect()
-    experience["agent", schema.VALID][0, 3, 1] = False  # a DQN row where the agent was absent
+    experience["agent", keys.VALID][0, 3, 1] = False  # a DQN row where the agent was absent
     metrics = unit.update(experience, optimizer, PlainStepper())
     stored = unit.replay[:]
     assert len(unit.replay) == metrics["rows"] == 4 * 10 - 1 and "loss" not in metrics  # still filling
     rows = stored["agent"]
-    assert (rows[schema.BINDING_ID] == table.index["dqn"]).all()
-    assert rows[schema.AGENT_ID].unique().tolist() == [1]
-    assert rows[schema.VALID].all() and rows[schema.IS_TRAINABLE_AGENT].all()
+    assert (rows[keys.BINDING_ID] == table.index["dqn"]).all()
+    assert rows[keys.AGENT_ID].unique().tolist() == [1]
+    assert rows[keys.VALID].all() and rows[keys.IS_TRAINABLE_AGENT].all()
     # Transitions pair each row with its own next observation, reward and done flags.
-    expected = experience["next", "agent", "reward"][..., 1, :][experience["agent", schema.VALID][..., 1]]
+    expected = experience["next", "agent", "reward"][..., 1, :][experience["agent", keys.VALID][..., 1]]
     assert torch.equal(stored["next", "agent", "reward"], expected)
-    assert stored["next", "agent", "observation"].shape == rows[schema.OBSERVATION].shape
+    assert stored["next", "agent", "observation"].shape == rows[keys.OBSERVATION].shape
 
 
 def test_epsilon_follows_frames_seen_and_survives_a_state_round_trip(spread_config):

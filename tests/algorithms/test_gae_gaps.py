@@ -10,9 +10,9 @@ import pytest
 import torch
 from torchrl.objectives.value.functional import vec_generalized_advantage_estimate
 
+from lightmarl import keys
 from lightmarl.algorithms import PPO
 from lightmarl.algorithms.ppo import valid_row_gae
-from lightmarl.data import schema
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, RecurrentActorCritic
@@ -115,7 +115,7 @@ def test_the_ppo_trainer_matches_torchrls_gae_on_a_parallel_env_rollout(critic):
         policy = MLPActorCritic(group, hidden_sizes=(16,), critic=critic)
     # 10 steps: episodes of 6 end (truncated) inside the rollout.
     data = RolloutCollector(SPREAD.make_vector(seed=0), MultiAgentPolicy({"main": policy}, table), 10).collect()
-    assert data["agent", schema.VALID].all() and data["next", "agent", schema.DONE].any()
+    assert data["agent", keys.VALID].all() and data["next", "agent", keys.DONE].any()
     trainer = PPO(gamma=0.9, lmbda=0.8).make_unit_trainer("main", policy, table)
     ours, theirs = data.clone(), data.clone()
     with torch.no_grad():

@@ -5,8 +5,8 @@ import copy
 import pytest
 import torch
 
+from lightmarl import keys
 from lightmarl.algorithms import PPO, IndependentMARLTrainer, PlainStepper, loss_row_mask
-from lightmarl.data import schema
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, UniformRandomPolicy
 from lightmarl.population import BindingTable, PolicyBinding
@@ -34,7 +34,7 @@ def test_row_mask_is_valid_and_profile_and_trainable_and_binding(spread_config):
     table, policies = population(spread_config, profiles={"default": ["ppo"], "bc": ["distill"]}, npc_profile="bc")
     exp = RolloutCollector(spread_config.make_vector(0), MultiAgentPolicy(policies, table), 3).collect()
     rows = exp["agent"]
-    rows[schema.VALID][0, 0, 0] = False
+    rows[keys.VALID][0, 0, 0] = False
     own = loss_row_mask(rows, table, "ppo", binding_id="learner")
     assert own[1, 1].tolist() == [True, False, True]
     assert not own[0, 0, 0]

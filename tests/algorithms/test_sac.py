@@ -10,9 +10,9 @@ import torch
 from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from lightmarl import keys
 from lightmarl.algorithms import PPO, IndependentMARLTrainer, PlainStepper
 from lightmarl.algorithms.sac import SAC, SACUnitTrainer
-from lightmarl.data import schema
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.evaluation import evaluate_episodes
@@ -101,17 +101,17 @@ def test_replay_holds_only_the_bindings_valid_rows(continuous_spread):
     table, _, collector, unit, optimizer = setup(continuous_spread, learning_starts=10**6)
     experience = collector.collect()
     collector.close()
-    experience["agent", schema.VALID][0, 3, 1] = False  # a SAC row where the agent was absent
+    experience["agent", keys.VALID][0, 3, 1] = False  # a SAC row where the agent was absent
     metrics = unit.update(experience, optimizer, PlainStepper())
     assert len(unit.replay) == metrics["rows"] == 4 * 10 - 1 and "loss_actor" not in metrics  # still filling
     stored = unit.replay[:]
     rows = stored["agent"]
-    assert (rows[schema.BINDING_ID] == table.index["sac"]).all()
-    assert rows[schema.AGENT_ID].unique().tolist() == [1]
-    assert rows[schema.VALID].all() and rows[schema.IS_TRAINABLE_AGENT].all()
-    expected = experience["next", "agent", "reward"][..., 1, :][experience["agent", schema.VALID][..., 1]]
+    assert (rows[keys.BINDING_ID] == table.index["sac"]).all()
+    assert rows[keys.AGENT_ID].unique().tolist() == [1]
+    assert rows[keys.VALID].all() and rows[keys.IS_TRAINABLE_AGENT].all()
+    expected = experience["next", "agent", "reward"][..., 1, :][experience["agent", keys.VALID][..., 1]]
     assert torch.equal(stored["next", "agent", "reward"], expected)
-    assert rows[schema.ACTION].shape == (39, 5)
+    assert rows[keys.ACTION].shape == (39, 5)
 
 
 def test_centralized_critic_stores_joint_steps_and_learns_from_the_masked_rows_only(continuous_spread):
@@ -121,7 +121,7 @@ def test_centralized_critic_stores_joint_steps_and_learns_from_the_masked_rows_o
     assert unit.flavour == "MASAC"
     experience = collector.collect()
     collector.close()
-    experience["agent", schema.VALID][0, 3, 1] = False
+    experience["agent", keys.VALID][0, 3, 1] = False
     unit.update(experience, optimizer, PlainStepper())
     stored = unit.replay[:]
     assert stored.batch_size == (4 * 10,) and stored["agent"].batch_size == (40, 3)

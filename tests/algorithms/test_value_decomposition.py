@@ -11,9 +11,9 @@ import torch
 import yaml
 from lightning.pytorch import Trainer, seed_everything
 
+from lightmarl import keys
 from lightmarl.algorithms import PPO, QMIX, VDN, IndependentMARLTrainer, PlainStepper
-from lightmarl.algorithms.value_decomposition import TEAM_ACTION_VALUE, ValueDecompositionUnitTrainer
-from lightmarl.data import schema
+from lightmarl.algorithms.value_decomposition import ValueDecompositionUnitTrainer
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.evaluation import evaluate_episodes
@@ -77,7 +77,7 @@ def test_env_state_is_recorded_at_the_experience_root(num_workers):
         experience = collector.collect()
     finally:
         collector.close()
-    state, next_state = experience[schema.STATE], experience["next", schema.STATE]
+    state, next_state = experience[keys.STATE], experience["next", keys.STATE]
     assert state.shape == next_state.shape == (4, 7, 62) and state.dtype == torch.float32
     # mpe2's state is every agent's observation in possible_agents order: check it row by row,
     # including the final state of the episodes that ended (max_cycles=5) and the reset one after.
@@ -106,7 +106,7 @@ def test_env_state_is_off_by_default_and_refused_where_the_env_has_none():
         ),
         2,
     ).collect()
-    assert schema.STATE not in experience.keys() and schema.STATE not in experience["next"].keys()
+    assert keys.STATE not in experience.keys() and keys.STATE not in experience["next"].keys()
     memory = PettingZooEnvConfig(env_fn="lightmarl.envs.memory.parallel_env", num_envs=1, state=True)
     with pytest.raises(ValueError, match=r"env.state: env 'memory' has no global state"):
         memory.spec()
@@ -117,19 +117,19 @@ def test_mixers_give_one_team_value_per_env_step():
     _, _, collector, qmix = tag_team(small(QMIX, mixing_embed_dim=8))
     transitions = qmix.transitions(collector.collect())
     assert transitions.batch_size == (40,)  # 4 envs x 10 steps, one joint transition each
-    assert transitions["adversary", schema.OBSERVATION].shape == (40, 3, 16)
-    assert transitions[schema.STATE].shape == transitions["next", schema.STATE].shape == (40, 62)
+    assert transitions["adversary", keys.OBSERVATION].shape == (40, 3, 16)
+    assert transitions[keys.STATE].shape == transitions["next", keys.STATE].shape == (40, 62)
     assert qmix.team_action_value(transitions).shape == (40,)
 
     _, policies, collector, vdn = tag_team(small(VDN), state=False)
     transitions = vdn.transitions(collector.collect())
-    assert schema.STATE not in transitions.keys()  # VDN reads no state
+    assert keys.STATE not in transitions.keys()  # VDN reads no state
     team = vdn.team_action_value(transitions)
     values = policies["team"].qvalue(transitions.clone(recurse=False))["adversary", "action_value"]
-    utilities = values.gather(-1, transitions["adversary", schema.ACTION].unsqueeze(-1)).squeeze(-1)
+    utilities = values.gather(-1, transitions["adversary", keys.ACTION].unsqueeze(-1)).squeeze(-1)
     assert torch.allclose(team, utilities.sum(-1))  # VDN: the sum of the agents' utilities
     # An absent agent's utility enters the mix as 0.
-    transitions["adversary", schema.VALID][:, 1] = False
+    transitions["adversary", keys.VALID][:, 1] = False
     assert torch.allclose(vdn.team_action_value(transitions), utilities[:, [0, 2]].sum(-1))
 
 
@@ -137,10 +137,8 @@ def test_qmix_without_env_state_mixes_on_the_groups_observations():
     _, _, collector, unit = tag_team(small(QMIX), state=False)
     assert unit.state_shape == (3 * 16,)
     transitions = unit.transitions(collector.collect())
-    assert torch.equal(transitions[schema.STATE], transitions["adversary", schema.OBSERVATION].flatten(1))
-    assert torch.equal(
-        transitions["next", schema.STATE], transitions["next", "adversary", schema.OBSERVATION].flatten(1)
-    )
+    assert torch.equal(transitions[keys.STATE], transitions["adversary", keys.OBSERVATION].flatten(1))
+    assert torch.equal(transitions["next", keys.STATE], transitions["next", "adversary", keys.OBSERVATION].flatten(1))
 
 
 # -- the contract every algorithm passes ------------------------------------------------------------
@@ -179,13 +177,13 @@ def test_one_update_changes_the_bindings_network_and_mixer_only_and_the_loss_is_
 
 def test_loss_keys_follow_the_env_group_name():
     _, _, _, unit = tag_team(small(QMIX))
-    keys = unit.loss.tensor_keys
-    assert keys.action == ("adversary", "action") and keys.local_value == ("adversary", "chosen_action_value")
-    assert keys.action_value == ("adversary", "action_value") and keys.global_value == TEAM_ACTION_VALUE
+    accepted = unit.loss.tensor_keys
+    assert accepted.action == ("adversary", "action") and accepted.local_value == ("adversary", "chosen_action_value")
+    assert accepted.action_value == ("adversary", "action_value") and accepted.global_value == keys.TEAM_ACTION_VALUE
     assert unit.mixer_module.in_keys == [
         ("adversary", "chosen_action_value"),
-        ("adversary", schema.VALID),
-        schema.STATE,
+        ("adversary", keys.VALID),
+        keys.STATE,
     ]
 
 
@@ -197,7 +195,7 @@ def test_loss_is_the_td_error_of_the_mixed_value(double_dqn):
         for t in unit.target_parameters():
             t.add_(0.1 * torch.randn_like(t))
     batch = unit.transitions(collector.collect())
-    batch["next", schema.TERMINATED][::3] = True
+    batch["next", keys.TERMINATED][::3] = True
     loss = unit.loss(batch.clone())["loss"]
 
     qvalue, g = policies["team"].qvalue, "adversary"
@@ -211,12 +209,12 @@ def test_loss_is_the_td_error_of_the_mixed_value(double_dqn):
         target_values = target_utilities(nxt.clone(recurse=False))[g, "action_value"]
         greedy = qvalue(nxt.clone(recurse=False))[g, "action"] if double_dqn else target_values.argmax(-1)
         nxt.set((g, "chosen_action_value"), target_values.gather(-1, greedy.unsqueeze(-1)))
-        next_team = target_mixer(nxt)[TEAM_ACTION_VALUE]
+        next_team = target_mixer(nxt)[keys.TEAM_ACTION_VALUE]
         target = batch["next", "reward"] + gamma * (~batch["next", "terminated"]) * next_team
     now = batch.clone(recurse=False)
     values = qvalue(now)[g, "action_value"]
     now.set((g, "chosen_action_value"), values.gather(-1, batch[g, "action"].unsqueeze(-1)))
-    expected = (online_mixer(now)[TEAM_ACTION_VALUE] - target).pow(2).mean()
+    expected = (online_mixer(now)[keys.TEAM_ACTION_VALUE] - target).pow(2).mean()
     assert torch.allclose(loss, expected, atol=1e-5), (loss, expected)
 
 
@@ -270,20 +268,20 @@ def test_replay_holds_only_valid_joint_transitions_with_team_reward_and_done():
     _, _, collector, unit = tag_team(small(QMIX, learning_starts=10**6))
     experience = collector.collect()
     rows = experience["adversary"]
-    rows[schema.VALID][0, 3] = False  # env 0, step 3: no adversary present
-    rows[schema.VALID][1, 2, 0] = False  # env 1, step 2: adversary_0 absent
+    rows[keys.VALID][0, 3] = False  # env 0, step 3: no adversary present
+    rows[keys.VALID][1, 2, 0] = False  # env 1, step 2: adversary_0 absent
     metrics = unit.update(experience, unit.make_optimizer(), PlainStepper())
     stored = unit.replay[:]
     assert len(unit.replay) == metrics["rows"] == 4 * 10 - 1 and "loss" not in metrics  # still filling
-    assert stored["adversary"][schema.VALID].any(-1).all()
-    assert (stored["adversary", schema.BINDING_ID] == unit.table.index["team"]).all()
+    assert stored["adversary"][keys.VALID].any(-1).all()
+    assert (stored["adversary", keys.BINDING_ID] == unit.table.index["team"]).all()
     # Joint transitions keep the annotations: each is traceable to its env copy, step and agents.
-    assert stored["adversary", schema.AGENT_ID].tolist() == [[0, 1, 2]] * 39
-    partial = (stored["adversary", schema.ENV_INDEX][:, 0] == 1) & ~stored["adversary", schema.VALID][:, 0]
+    assert stored["adversary", keys.AGENT_ID].tolist() == [[0, 1, 2]] * 39
+    partial = (stored["adversary", keys.ENV_INDEX][:, 0] == 1) & ~stored["adversary", keys.VALID][:, 0]
     assert int(partial.sum()) == 1
     reward = experience["next", "adversary", "reward"][1, 2].squeeze(-1)
     assert torch.allclose(stored["next", "reward"][partial].squeeze(), reward[1:].mean())  # mean over present agents
-    assert not stored["next", "adversary", schema.VALID][partial][0, 0]  # absent: out of the bootstrap too
+    assert not stored["next", "adversary", keys.VALID][partial][0, 0]  # absent: out of the bootstrap too
     # Team done: the steps at the end of an episode (max_cycles=5), bootstrapped (time limit, not terminated).
     ends = experience["next", "adversary", "done"].squeeze(-1).all(-1)
     assert int(stored["next", "done"].sum()) == int(ends.sum()) - int(ends[0, 3])

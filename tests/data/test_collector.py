@@ -5,7 +5,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from lightmarl.data import schema
+from lightmarl import keys
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, UniformRandomPolicy
@@ -30,13 +30,13 @@ def test_experience_layout_and_annotations(spread_config):
     assert exp.batch_size == (4, 7)
     rows = exp["agent"]
     assert rows.batch_size == (4, 7, 3)
-    assert rows[schema.BINDING_ID][0, 0].tolist() == [0, 1, 0]
-    assert rows[schema.IS_TRAINABLE_AGENT][0, 0].tolist() == [True, False, True]
-    assert rows[schema.LOSS_PROFILE_ID].eq(0).all()
-    assert rows[schema.AGENT_ID][2, 3].tolist() == [0, 1, 2]
-    assert rows[schema.ENV_INDEX][:, 0, 0].tolist() == [0, 1, 2, 3]
-    assert rows[schema.VALID].all()
-    assert exp["next", "agent", schema.REWARD].shape == (4, 7, 3, 1)
+    assert rows[keys.BINDING_ID][0, 0].tolist() == [0, 1, 0]
+    assert rows[keys.IS_TRAINABLE_AGENT][0, 0].tolist() == [True, False, True]
+    assert rows[keys.LOSS_PROFILE_ID].eq(0).all()
+    assert rows[keys.AGENT_ID][2, 3].tolist() == [0, 1, 2]
+    assert rows[keys.ENV_INDEX][:, 0, 0].tolist() == [0, 1, 2, 3]
+    assert rows[keys.VALID].all()
+    assert exp["next", "agent", keys.REWARD].shape == (4, 7, 3, 1)
     assert collector.frames == 28
 
 
@@ -52,14 +52,14 @@ def test_next_observation_is_the_following_observation_within_an_episode(spread_
 def test_episode_ids_change_exactly_at_episode_ends(spread_config):
     collector = make_collector(spread_config, steps=12)  # max_cycles=5: resets after steps 4 and 9
     exp = collector.collect()
-    ids = exp["agent", schema.EPISODE_ID][..., 0]
+    ids = exp["agent", keys.EPISODE_ID][..., 0]
     ended = exp["next", "agent", "done"][..., 0, 0]
     for e in range(4):
         for t in range(11):
             assert (ids[e, t + 1] != ids[e, t]) == bool(ended[e, t])
     assert len(ids.unique()) == 4 * 3  # 3 episodes started per copy within 12 steps
     # Episodes continue across rollouts: the next rollout starts with the same episode ids.
-    assert torch.equal(collector.collect()["agent", schema.EPISODE_ID][:, 0, 0], ids[:, -1])
+    assert torch.equal(collector.collect()["agent", keys.EPISODE_ID][:, 0, 0], ids[:, -1])
 
 
 def test_episode_statistics_per_binding(spread_config):
@@ -111,11 +111,11 @@ def test_per_env_map_annotates_and_acts_per_env_copy(spread_config):
     exp = collector.collect()
     rows = exp["agent"]
     expected = torch.tensor([[0, 1, 0], [1, 1, 1], [0, 1, 0], [0, 0, 1]])  # learner 0, npc 1
-    for key in (schema.BINDING_ID, schema.LOSS_PROFILE_ID):
+    for key in (keys.BINDING_ID, keys.LOSS_PROFILE_ID):
         assert torch.equal(rows[key], expected.unsqueeze(1).expand(4, 10, 3))
-    assert torch.equal(rows[schema.IS_TRAINABLE_AGENT], (expected == 0).unsqueeze(1).expand(4, 10, 3))
+    assert torch.equal(rows[keys.IS_TRAINABLE_AGENT], (expected == 0).unsqueeze(1).expand(4, 10, 3))
     # The per-env map is played, not only annotated: each row's action is its binding's constant.
-    assert torch.equal(rows[schema.ACTION], torch.where(expected == 0, 1, 4).unsqueeze(1).expand(4, 10, 3))
+    assert torch.equal(rows[keys.ACTION], torch.where(expected == 0, 1, 4).unsqueeze(1).expand(4, 10, 3))
     # Episode statistics count each (episode, binding) pair of the copies where the binding plays.
     summary = collector.episode_summary()
     assert summary["learner"]["episodes"] == 2 * 3  # 2 episodes in copies 0, 2, 3
@@ -149,15 +149,15 @@ def test_collector_writes_traceable_trajectories_into_a_rollout_buffer(spread_co
     rollouts = [collector.collect() for _ in range(2)]  # 14 steps: episodes of 5 cross the rollout boundary
     rows = torch.cat([r["agent"].reshape(-1) for r in rollouts])
     rewards = torch.cat([r["next", "agent", "reward"].reshape(-1) for r in rollouts])
-    for episode in rows[schema.EPISODE_ID].unique().tolist():
+    for episode in rows[keys.EPISODE_ID].unique().tolist():
         for agent in range(3):
-            mine = (rows[schema.EPISODE_ID] == episode) & (rows[schema.AGENT_ID] == agent)
+            mine = (rows[keys.EPISODE_ID] == episode) & (rows[keys.AGENT_ID] == agent)
             traj = buffer.trajectory(episode, agent)
             assert torch.equal(traj["action"], rows["action"][mine])
             assert torch.equal(traj["observation"], rows["observation"][mine])
             assert torch.allclose(traj["next", "reward"].reshape(-1), rewards[mine])
-            assert traj[schema.BINDING_ID].eq(1 if agent == 1 else 0).all()
-            assert traj[schema.IS_TRAINABLE_AGENT].eq(agent != 1).all()
+            assert traj[keys.BINDING_ID].eq(1 if agent == 1 else 0).all()
+            assert traj[keys.IS_TRAINABLE_AGENT].eq(agent != 1).all()
     with pytest.raises(ValueError, match="no agent group named"):
         RolloutCollector(spread_config.make_vector(seed=0), population, 7, buffers={"agents": buffer})
 
@@ -221,11 +221,11 @@ def test_episode_ids_and_statistics_match_a_step_by_step_reference():
     population = MultiAgentPolicy({"learner": UniformRandomPolicy(group), "npc": UniformRandomPolicy(group)}, table)
     collector = RolloutCollector(config.make_vector(seed=0), population, rollout_steps=4, stats_window=10_000)
     rollouts = [collector.collect() for _ in range(6)]
-    ids = torch.cat([r["agent", schema.EPISODE_ID][..., 0] for r in rollouts], dim=1)  # [E, T]
+    ids = torch.cat([r["agent", keys.EPISODE_ID][..., 0] for r in rollouts], dim=1)  # [E, T]
     obs = torch.cat([r["agent", "observation"][:, :, 0] for r in rollouts], dim=1)  # agent_0 never leaves early
     ended = obs[..., 0] == obs[..., 1] - 1  # the step was the episode's last
     rewards = torch.cat([r["next", "agent", "reward"][..., 0] for r in rollouts], dim=1).double()  # [E, T, A]
-    valid = torch.cat([r["agent", schema.VALID] for r in rollouts], dim=1)
+    valid = torch.cat([r["agent", keys.VALID] for r in rollouts], dim=1)
     assert ended.any(0).sum() > 10 and not ended.all(0).any()  # ends at many steps, never all at once
     assert not valid[..., 2].all()  # agent_2 leaves early in some episodes
 
@@ -255,4 +255,4 @@ def test_episode_ids_and_statistics_match_a_step_by_step_reference():
         assert list(stats.returns) == pytest.approx(returns[b], abs=1e-9)
         assert list(stats.lengths) == lengths[b]
     # The next rollout goes on with each copy's current episode.
-    assert torch.equal(collector.collect()["agent", schema.EPISODE_ID][:, 0, 0], current)
+    assert torch.equal(collector.collect()["agent", keys.EPISODE_ID][:, 0, 0], current)

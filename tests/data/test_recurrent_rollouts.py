@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from lightmarl import keys
 from lightmarl.algorithms import PPO, IndependentMARLTrainer, PlainStepper
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, RecurrentActorCritic
-from lightmarl.policies.recurrent import IS_INIT, NEXT_RECURRENT_STATE, RECURRENT_STATE
 from lightmarl.population import BindingTable, PolicyBinding
 
 # 3 agents, episodes of delay + 2 = 4 steps.
@@ -34,13 +34,13 @@ def test_state_is_stored_reset_at_episode_starts_and_replayed_exactly():
     collector.collect()  # the second rollout starts mid-episode, from a carried state
     exp = collector.collect()
     rows = exp["agent"]
-    assert NEXT_RECURRENT_STATE not in rows.keys()
-    is_init = rows[IS_INIT][..., 0]
+    assert keys.NEXT_RECURRENT_STATE not in rows.keys()
+    is_init = rows[keys.IS_INIT][..., 0]
     done = exp["next", "agent", "done"][..., 0, 0]
     # Episodes are 4 steps: rollout 2 covers steps 6..11, so episodes start at steps 8 (t=2) and 12.
     assert is_init.tolist() == [[False, False, True, False, False, False]] * 3
     assert torch.equal(is_init[:, 1:], done[:, :-1])
-    state = rows[RECURRENT_STATE]
+    state = rows[keys.RECURRENT_STATE]
     assert state.shape == (3, 6, 3, 2, 1, 8)  # [envs, time, agents, (h, c), layers, hidden]
     assert state[:, 0, [0, 2]].abs().sum() > 0, "the carried state of an episode in progress is stored"
     assert state[:, :, 1].abs().sum() == 0, "the feed-forward binding's rows carry no state"
@@ -65,10 +65,10 @@ def test_state_restarts_when_the_binding_map_changes():
     table, policies = mixed_population()
     collector = RolloutCollector(MEMORY.make_vector(seed=0), MultiAgentPolicy(policies, table), rollout_steps=3)
     collector.collect()
-    assert not collector.collect()["agent"][IS_INIT][:, 0].any()  # mid-episode: state carried on
+    assert not collector.collect()["agent"][keys.IS_INIT][:, 0].any()  # mid-episode: state carried on
     table.set_agent_binding_map(["ff", "rnn", "rnn"])
     restarted = collector.collect()["agent"]
-    assert restarted[IS_INIT][:, 0].all()
+    assert restarted[keys.IS_INIT][:, 0].all()
     assert restarted["action_log_prob"].isfinite().all()
 
 

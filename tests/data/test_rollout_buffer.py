@@ -8,14 +8,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from lightmarl.data.rollout_buffer import (
-    IS_INIT,
-    LOSS_MASK,
-    MASK,
-    TIME_INDEX,
-    MultiAgentRolloutBuffer,
-    RolloutBufferFullError,
-)
+from lightmarl import keys
+from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer, RolloutBufferFullError
 
 OBS_DIM = 5
 HIDDEN = 4
@@ -109,7 +103,7 @@ def test_seed_api_grows_past_initial_episode_capacity() -> None:
     assert buffer.current_episode["episode_length"] == [steps, steps]
     summary = buffer.end_episode()
     assert summary["episode_reward"] == [float(steps), 2.0 * steps]
-    assert torch.equal(buffer.trajectory(summary["episode_id"], 1)[TIME_INDEX], torch.arange(steps))
+    assert torch.equal(buffer.trajectory(summary["episode_id"], 1)[keys.TIME_INDEX], torch.arange(steps))
 
 
 # ------------------------------------------------------------------ random scenario
@@ -242,7 +236,7 @@ def test_every_trajectory_reconstructed_exactly(scenario) -> None:
     for (episode, agent), expected in ref.rows.items():
         traj = buffer.trajectory(episode, agent)
         assert traj.batch_size == torch.Size([len(expected)])
-        assert traj[TIME_INDEX].tolist() == [r["time"] for r in expected]
+        assert traj[keys.TIME_INDEX].tolist() == [r["time"] for r in expected]
         assert torch.equal(traj["observation"], torch.stack([r["observation"] for r in expected]))
         assert torch.equal(traj["next", "observation"], torch.stack([r["observation"] for r in expected]) + 1)
         assert torch.equal(traj["extras", "hidden"], torch.stack([r["hidden"] for r in expected]))
@@ -303,7 +297,7 @@ def test_as_tensordict_masks_variable_lengths(scenario) -> None:
         for r in rows:
             expected_mask[e, r["time"], a] = True
             assert torch.equal(padded["observation"][e, r["time"], a], r["observation"])
-    assert torch.equal(padded[MASK], expected_mask)
+    assert torch.equal(padded[keys.MASK], expected_mask)
     assert not expected_mask.all()  # variable lengths really produced padding
     assert (padded["observation"][~expected_mask] == 0).all()
     assert torch.equal(padded["episode_id"][:, 0, 0], torch.tensor(episodes))
@@ -323,13 +317,13 @@ def test_sequences_chunks_and_extras_at_chunk_start(scenario) -> None:
     length, burn_in = 4, 2
     chunks = buffer.sequences(length, burn_in=burn_in)
     assert chunks.batch_size[1] == length + burn_in
-    assert chunks[MASK][:, 0].all()  # position 0 always holds a stored row
+    assert chunks[keys.MASK][:, 0].all()  # position 0 always holds a stored row
     trained: dict[tuple[int, int], list[int]] = defaultdict(list)
     for c in range(chunks.batch_size[0]):
-        mask = chunks[MASK][c]
+        mask = chunks[keys.MASK][c]
         key = (int(chunks["episode_id"][c, 0]), int(chunks["agent_id"][c, 0]))
         expected = ref.rows[key]
-        times = chunks[TIME_INDEX][c][mask].tolist()
+        times = chunks[keys.TIME_INDEX][c][mask].tolist()
         start = [r["time"] for r in expected].index(times[0])
         window = expected[start : start + len(times)]
         assert times == [r["time"] for r in window]  # consecutive steps of one trajectory
@@ -337,20 +331,20 @@ def test_sequences_chunks_and_extras_at_chunk_start(scenario) -> None:
         assert torch.equal(chunks["extras", "hidden"][c, 0], expected[start]["hidden"])
         assert torch.equal(chunks["extras", "hidden"][c][mask], torch.stack([r["hidden"] for r in window]))
         assert (chunks["observation"][c][~mask] == 0).all()
-        assert chunks[IS_INIT][c, 0].item() == (start == 0)
-        loss = chunks[LOSS_MASK][c]
+        assert chunks[keys.IS_INIT][c, 0].item() == (start == 0)
+        loss = chunks[keys.LOSS_MASK][c]
         assert loss.sum() <= length and not (loss & ~mask).any()
         assert loss[:burn_in].sum() == 0 or start == 0
-        trained[key] += chunks[TIME_INDEX][c][loss].tolist()
+        trained[key] += chunks[keys.TIME_INDEX][c][loss].tolist()
     # Outside the burn-in every stored step is trained on exactly once.
     assert {k: sorted(v) for k, v in trained.items()} == {k: [r["time"] for r in v] for k, v in ref.rows.items()}
 
     whole = buffer.sequences(None)
     assert whole.batch_size == torch.Size([len(ref.rows), max(len(r) for r in ref.rows.values())])
-    assert whole[MASK].sum(1).tolist() == [
+    assert whole[keys.MASK].sum(1).tolist() == [
         len(ref.rows[(int(e), int(a))]) for e, a in zip(whole["episode_id"][:, 0], whole["agent_id"][:, 0])
     ]
-    assert torch.equal(whole[LOSS_MASK], whole[MASK])
+    assert torch.equal(whole[keys.LOSS_MASK], whole[keys.MASK])
 
 
 def test_per_binding_selection(scenario) -> None:
@@ -361,12 +355,12 @@ def test_per_binding_selection(scenario) -> None:
         assert rows.batch_size[0] == expected > 0
         assert (rows["binding_id"] == b).all()
         padded = buffer.as_tensordict(binding_id=b)
-        assert padded[MASK].sum() == expected
-        assert (padded["binding_id"][padded[MASK]] == b).all()
+        assert padded[keys.MASK].sum() == expected
+        assert (padded["binding_id"][padded[keys.MASK]] == b).all()
         chunks = buffer.sequences(8, binding_id=b)
-        assert chunks[MASK].sum() == expected
-        assert (chunks["binding_id"][chunks[MASK]] == b).all()
-        assert (chunks["is_trainable_agent"][chunks[MASK]] == (b == 0)).all()
+        assert chunks[keys.MASK].sum() == expected
+        assert (chunks["binding_id"][chunks[keys.MASK]] == b).all()
+        assert (chunks["is_trainable_agent"][chunks[keys.MASK]] == (b == 0)).all()
 
 
 def test_add_rollout_matches_step_by_step() -> None:
@@ -433,7 +427,7 @@ def test_overwrite_drops_oldest_completed_episodes() -> None:
     assert len(buffer) == 6 * len(held)
     assert sorted(buffer.completed_episodes()["episode_id"].tolist()) == sorted(held)
     for e in held:
-        assert buffer.trajectory(e, 1)[TIME_INDEX].tolist() == [0, 1, 2]
+        assert buffer.trajectory(e, 1)[keys.TIME_INDEX].tolist() == [0, 1, 2]
 
     # Episodes in progress are never dropped: when they alone exceed the bound, it raises.
     small = MultiAgentRolloutBuffer(n_agents=2, capacity=4, max_rows=8, overwrite=True)
@@ -452,9 +446,9 @@ def test_clear_keeps_episodes_in_progress() -> None:
     buffer.add_batch(_fixed_step(1, 1, torch.tensor([4]), done=False))
     buffer.clear()
     buffer.add_batch(_fixed_step(1, 1, torch.tensor([4]), done=True))
-    assert buffer.trajectory(4, 0)[TIME_INDEX].tolist() == [2]  # the env step counter continued
+    assert buffer.trajectory(4, 0)[keys.TIME_INDEX].tolist() == [2]  # the env step counter continued
     assert buffer.completed_episodes()["episode_return"].tolist() == [[3.0]]
-    assert buffer.as_tensordict()[MASK].shape == (1, 1, 1)  # time starts at the first stored step
+    assert buffer.as_tensordict()[keys.MASK].shape == (1, 1, 1)  # time starts at the first stored step
 
 
 def test_validation_errors_name_the_problem() -> None:
@@ -488,8 +482,8 @@ def test_time_index_counts_env_steps_while_every_agent_waits() -> None:
     buffer.add_batch(acting)
     buffer.add_batch(waiting)
     buffer.add_batch(acting)
-    assert buffer.trajectory(5, 0)[TIME_INDEX].tolist() == [0, 2]
-    assert buffer.as_tensordict()[MASK][0, :, 0].tolist() == [True, False, True]
+    assert buffer.trajectory(5, 0)[keys.TIME_INDEX].tolist() == [0, 2]
+    assert buffer.as_tensordict()[keys.MASK][0, :, 0].tolist() == [True, False, True]
 
 
 def test_new_episode_id_closes_an_unfinished_episode() -> None:
@@ -500,4 +494,4 @@ def test_new_episode_id_closes_an_unfinished_episode() -> None:
     table = buffer.completed_episodes()
     assert table["episode_id"].tolist() == [3]
     assert table["episode_length"].tolist() == [[2, 2]]
-    assert buffer.trajectory(9, 1)[TIME_INDEX].tolist() == [0]
+    assert buffer.trajectory(9, 1)[keys.TIME_INDEX].tolist() == [0]

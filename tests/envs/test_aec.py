@@ -16,9 +16,9 @@ import torch
 from gymnasium import spaces
 from pettingzoo import AECEnv
 
+from lightmarl import keys
 from lightmarl.algorithms import PPO, PlainStepper
 from lightmarl.algorithms.ppo import valid_row_gae
-from lightmarl.data import schema
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig, check_same_trajectories
 from lightmarl.envs.aec import AECSlice
@@ -180,15 +180,15 @@ def test_the_losers_reward_arrives_on_the_winners_turn_and_is_credited_to_the_lo
     data = collector.collect()
     rows, nxt = data["player"], data["next", "player"]
     turns = torch.tensor([[True, False], [False, True]]).repeat(4, 1)[:7]  # player_0 on even steps
-    assert torch.equal(rows[schema.VALID][0], turns)
-    reward = nxt[schema.REWARD].squeeze(-1)[0]
+    assert torch.equal(rows[keys.VALID][0], turns)
+    reward = nxt[keys.REWARD].squeeze(-1)[0]
     # player_0 completes four on its 4th move (step 6): +1 for it, -1 for player_1, whose row is not valid.
     assert reward[6].tolist() == [1.0, -1.0] and not reward[:6].any()
-    assert nxt[schema.TERMINATED].squeeze(-1)[0, 6].all() and not nxt[schema.DONE][0, :6].any()
+    assert nxt[keys.TERMINATED].squeeze(-1)[0, 6].all() and not nxt[keys.DONE][0, :6].any()
     # Compaction (gamma = lambda = 1, zero values): each move's advantage is its player's final result.
-    zeros = torch.zeros_like(nxt[schema.REWARD])
+    zeros = torch.zeros_like(nxt[keys.REWARD])
     advantage, _ = valid_row_gae(
-        1.0, 1.0, zeros, zeros, nxt[schema.REWARD], nxt[schema.DONE], nxt[schema.TERMINATED], rows[schema.VALID]
+        1.0, 1.0, zeros, zeros, nxt[keys.REWARD], nxt[keys.DONE], nxt[keys.TERMINATED], rows[keys.VALID]
     )
     advantage = advantage.squeeze(-1)[0]
     assert advantage[turns[:, 0], 0].tolist() == [1.0] * 4
@@ -205,20 +205,20 @@ def test_a_dead_agent_is_stepped_inside_the_adapter_and_its_rows_stay_invalid():
     assert spec.groups["player"].has_action_mask  # found in infos
     collector = RolloutCollector(config.make_vector(seed=0), population(config, {"main": PlayOnes}), 8)
     data = collector.collect()
-    valid = data["player", schema.VALID][0]
+    valid = data["player", keys.VALID][0]
     # Turns: p0, p1 (p0 eliminated, then removed by a dead step), p2, p1, p2, p1 (truncated), then a new game.
     actors = [0, 1, 2, 1, 2, 1, 0, 1]
     assert torch.equal(valid, torch.nn.functional.one_hot(torch.tensor(actors), 3).bool())
     nxt = data["next", "player"]
-    reward = nxt[schema.REWARD].squeeze(-1)[0]
+    reward = nxt[keys.REWARD].squeeze(-1)[0]
     assert reward[1].tolist() == [-10.0, 1.0, 0.0]  # player_0's penalty arrives on player_1's turn
-    terminated, truncated = nxt[schema.TERMINATED].squeeze(-1)[0], nxt[schema.TRUNCATED].squeeze(-1)[0]
+    terminated, truncated = nxt[keys.TERMINATED].squeeze(-1)[0], nxt[keys.TRUNCATED].squeeze(-1)[0]
     # Each end once, in the step the env reports it (the second game eliminates player_0 at step 7 again).
     assert terminated[1].tolist() == [True, False, False] and terminated[:6].sum() == 1
     assert truncated[5].tolist() == [False, True, True] and truncated.sum() == 2
-    zeros = torch.zeros_like(nxt[schema.REWARD])
+    zeros = torch.zeros_like(nxt[keys.REWARD])
     advantage, _ = valid_row_gae(
-        1.0, 1.0, zeros, zeros, nxt[schema.REWARD], nxt[schema.DONE], nxt[schema.TERMINATED], data["player", "valid"]
+        1.0, 1.0, zeros, zeros, nxt[keys.REWARD], nxt[keys.DONE], nxt[keys.TERMINATED], data["player", "valid"]
     )
     advantage = advantage.squeeze(-1)[0]
     assert advantage[0, 0] == 1.0 - 10.0  # its own reward plus the penalty that ended its game
@@ -231,10 +231,10 @@ def test_a_dead_agent_is_stepped_inside_the_adapter_and_its_rows_stay_invalid():
 def test_a_done_agent_that_lingers_in_the_game_is_reported_done_once():
     config = turn_config(num_envs=1, eliminate_at=2, length=6, linger=True)
     data = RolloutCollector(config.make_vector(seed=0), population(config, {"main": PlayOnes}), 6).collect()
-    done = data["next", "player", schema.DONE].squeeze(-1)[0]
+    done = data["next", "player", keys.DONE].squeeze(-1)[0]
     assert done[:, 0].tolist() == [False, True, False, False, False, False]
     assert done[5].tolist() == [False, True, True]
-    assert torch.equal(data["player", schema.VALID][0].nonzero()[:, 1], torch.tensor([0, 1, 2, 1, 2, 1]))
+    assert torch.equal(data["player", keys.VALID][0].nonzero()[:, 1], torch.tensor([0, 1, 2, 1, 2, 1]))
 
 
 # -- masks ----------------------------------------------------------------------------------------
@@ -251,25 +251,25 @@ def connect_four_rollout(steps: int, seed: int = 0):
 def test_sampling_never_picks_an_illegal_column_and_the_ppo_loss_sees_only_legal_ones():
     data, main, table = connect_four_rollout(120)
     rows = data["player"]
-    valid, mask, action = rows[schema.VALID], rows[schema.ACTION_MASK], rows[schema.ACTION]
+    valid, mask, action = rows[keys.VALID], rows[keys.ACTION_MASK], rows[keys.ACTION]
     # Full columns happened (games of up to 42 moves): the stored mask is the env's.
     assert (~mask[valid]).any()
     assert mask.gather(-1, action.unsqueeze(-1)).squeeze(-1)[valid].all()
     # The illegal-move wrapper never fired: every finished game paid +1 / -1 or was a draw (0, 0).
-    finals = data["next", "player", schema.REWARD].squeeze(-1)[data["next", "player", schema.DONE].squeeze(-1).all(-1)]
+    finals = data["next", "player", keys.REWARD].squeeze(-1)[data["next", "player", keys.DONE].squeeze(-1).all(-1)]
     assert ((finals.sum(-1) == 0) & (finals.abs().sum(-1) <= 2)).all()
     # The loss recomputes the distribution from the stored mask: no mass on illegal columns, the
     # stored log-probs are reproduced, and the entropy is at most log(number of legal columns).
     batch = data.reshape(-1)
     dist = main.actor.get_dist(batch.clone())
     probs, legal = (
-        dist.probs[batch["player", schema.VALID]],
-        batch["player", schema.ACTION_MASK][batch["player", schema.VALID]],
+        dist.probs[batch["player", keys.VALID]],
+        batch["player", keys.ACTION_MASK][batch["player", keys.VALID]],
     )
     assert not probs[~legal].any()
-    log_prob = dist.log_prob(batch["player", schema.ACTION])
-    assert torch.allclose(log_prob, batch["player", schema.ACTION_LOG_PROB], atol=1e-5)
-    entropy = dist.entropy()[batch["player", schema.VALID]]
+    log_prob = dist.log_prob(batch["player", keys.ACTION])
+    assert torch.allclose(log_prob, batch["player", keys.ACTION_LOG_PROB], atol=1e-5)
+    entropy = dist.entropy()[batch["player", keys.VALID]]
     assert (entropy <= legal.sum(-1).float().log() + 1e-5).all()
     metrics = (
         PPO(epochs=1, minibatch_size=64)

@@ -14,8 +14,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from lightmarl import keys
 from lightmarl.algorithms import PPO, IndependentMARLTrainer, PlainStepper
-from lightmarl.data import schema
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.evaluation import evaluate_episodes
@@ -90,20 +90,20 @@ def random_bindings(config: PettingZooEnvConfig, ids: list[str], agent_map: list
 def test_rows_of_absent_agents_are_invalid_and_each_agents_last_row_is_terminated():
     collector = RolloutCollector(STAGGERED.make_vector(seed=0), random_bindings(STAGGERED, ["main"]), 2 * EPISODE)
     rows = collector.collect()
-    valid = rows["agent", schema.VALID]
+    valid = rows["agent", keys.VALID]
     presence = expected_presence(2 * EPISODE).expand(2, -1, -1)
     assert torch.equal(valid, presence)
     t = torch.arange(2 * EPISODE) % EPISODE
     last = torch.stack([t == stop - 1 for _, stop in PRESENT.values()], dim=-1).expand(2, -1, -1)
     nxt = rows["next", "agent"]
-    assert torch.equal(nxt[schema.TERMINATED].squeeze(-1), last)
-    assert not nxt[schema.TRUNCATED].any()
-    assert torch.equal(nxt[schema.DONE].squeeze(-1), last)
+    assert torch.equal(nxt[keys.TERMINATED].squeeze(-1), last)
+    assert not nxt[keys.TRUNCATED].any()
+    assert torch.equal(nxt[keys.DONE].squeeze(-1), last)
     # Absent rows carry nothing: no reward, no episode end, zero observations.
-    assert torch.equal(nxt[schema.REWARD].squeeze(-1), presence.float())
-    assert not rows["agent", schema.OBSERVATION][~valid].any()
+    assert torch.equal(nxt[keys.REWARD].squeeze(-1), presence.float())
+    assert not rows["agent", keys.OBSERVATION][~valid].any()
     # Each env copy played two episodes: its episode id changes exactly when the last agent has left.
-    ids = rows["agent", schema.EPISODE_ID][..., 0]
+    ids = rows["agent", keys.EPISODE_ID][..., 0]
     assert torch.equal(ids[:, :EPISODE], ids[:, :1].expand(-1, EPISODE))
     assert (ids[:, EPISODE:] != ids[:, :1]).all()
 
@@ -147,7 +147,7 @@ def test_ppo_learns_nothing_from_the_rows_of_absent_agents(critic):
     actor = MLPActorCritic(group, hidden_sizes=(16,), critic=critic)
     collector = RolloutCollector(STAGGERED.make_vector(seed=0), MultiAgentPolicy({"main": actor}, table), 9)
     clean = collector.collect()
-    absent = ~clean["agent", schema.VALID]
+    absent = ~clean["agent", keys.VALID]
     assert absent.any() and (~absent).any()
     metrics, weights = ppo_update(clean, table, group, critic)
     assert all(np.isfinite(v) for v in metrics.values()), metrics
@@ -157,14 +157,14 @@ def test_ppo_learns_nothing_from_the_rows_of_absent_agents(critic):
     # normalization, value targets, the clipped objective, entropy and value loss must ignore it.
     scrambled = clean.clone()
     rows, nxt = scrambled["agent"], scrambled["next", "agent"]
-    rows[schema.ACTION][absent] = 1 - rows[schema.ACTION][absent]
-    rows[schema.ACTION_LOG_PROB][absent] = -20.0
-    nxt[schema.REWARD][absent] = 1e4
+    rows[keys.ACTION][absent] = 1 - rows[keys.ACTION][absent]
+    rows[keys.ACTION_LOG_PROB][absent] = -20.0
+    nxt[keys.REWARD][absent] = 1e4
     if critic == "local":
         # A centralized critic reads every agent's observation (absent ones' are zeros): only the
         # local critic and the actor must be blind to what absent rows hold.
-        rows[schema.OBSERVATION][absent] = 50.0 * torch.randn_like(rows[schema.OBSERVATION][absent])
-        nxt[schema.OBSERVATION][absent] = 50.0
+        rows[keys.OBSERVATION][absent] = 50.0 * torch.randn_like(rows[keys.OBSERVATION][absent])
+        nxt[keys.OBSERVATION][absent] = 50.0
     garbage_metrics, garbage_weights = ppo_update(scrambled, table, group, critic)
     assert torch.allclose(garbage_weights, weights, atol=1e-6)
     for name in ("loss_objective", "loss_critic", "loss_entropy", "value_target_mean"):
@@ -201,9 +201,9 @@ def test_knights_archers_zombies_dead_agents_stay_invalid_and_ppo_updates_stay_f
     deaths = 0
     for group in ("archer", "knight"):
         rows, nxt = experience[group], experience["next", group]
-        valid, episode = rows[schema.VALID], rows[schema.EPISODE_ID]
-        done, terminated = nxt[schema.DONE].squeeze(-1), nxt[schema.TERMINATED].squeeze(-1)
-        assert not (done & ~valid).any() and not nxt[schema.REWARD].squeeze(-1)[~valid].any()
+        valid, episode = rows[keys.VALID], rows[keys.EPISODE_ID]
+        done, terminated = nxt[keys.DONE].squeeze(-1), nxt[keys.TERMINATED].squeeze(-1)
+        assert not (done & ~valid).any() and not nxt[keys.REWARD].squeeze(-1)[~valid].any()
         E, T, A = valid.shape
         for e in range(E):
             for a in range(A):
@@ -225,7 +225,7 @@ def test_knights_archers_zombies_dead_agents_stay_invalid_and_ppo_updates_stay_f
     trainer = IndependentMARLTrainer(table, policies, {b: PPO(epochs=1, minibatch_size=60) for b in policies})
     metrics = trainer.update(experience, trainer.make_optimizers(), PlainStepper())
     for binding, values in metrics.items():
-        assert values["rows"] == float(experience[binding, schema.VALID].sum())
+        assert values["rows"] == float(experience[binding, keys.VALID].sum())
         assert all(np.isfinite(v) for v in values.values()), (binding, values)
 
     # The running episode metrics match the rows: per episode, the binding's agents' mean return
@@ -233,19 +233,19 @@ def test_knights_archers_zombies_dead_agents_stay_invalid_and_ppo_updates_stay_f
     # An env copy's episode ends at a step where every agent present is done.
     ended = torch.ones(experience.batch_size, dtype=torch.bool)
     for group in ("archer", "knight"):
-        ended &= (experience["next", group, schema.DONE].squeeze(-1) | ~experience[group, schema.VALID]).all(-1)
+        ended &= (experience["next", group, keys.DONE].squeeze(-1) | ~experience[group, keys.VALID]).all(-1)
     expected: dict[str, list[tuple[float, int]]] = {"archer": [], "knight": []}
     for group in ("archer", "knight"):
         rows = experience[group]
-        reward = experience["next", group, schema.REWARD].squeeze(-1) * rows[schema.VALID]
+        reward = experience["next", group, keys.REWARD].squeeze(-1) * rows[keys.VALID]
         for e in range(KAZ.num_envs):
-            episode = rows[schema.EPISODE_ID][e, :, 0]
+            episode = rows[keys.EPISODE_ID][e, :, 0]
             for finished in episode.unique().tolist():
                 steps = episode == finished
                 if not ended[e, torch.nonzero(steps).max()]:
                     continue  # still running at the end of the rollout
                 expected[group].append(
-                    (float(reward[e, steps].sum(0).mean()), int(rows[schema.VALID][e, steps].sum(0).max()))
+                    (float(reward[e, steps].sum(0).mean()), int(rows[keys.VALID][e, steps].sum(0).max()))
                 )
     for binding, episodes in expected.items():
         stats = collector.stats[binding]

@@ -6,8 +6,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from lightmarl import keys
 from lightmarl.envs import PettingZooEnvConfig
-from lightmarl.policies.recurrent import IS_INIT, NEXT_RECURRENT_STATE, RECURRENT_STATE, RecurrentActorCritic
+from lightmarl.policies.recurrent import RecurrentActorCritic
 
 MEMORY = PettingZooEnvConfig(env_fn="lightmarl.envs.memory.parallel_env", env_kwargs={"num_agents": 3, "delay": 2})
 
@@ -28,20 +29,26 @@ def test_sequence_replay_matches_step_by_step_acting(cell):
     stored_states, step_logits = [], []
     for step in range(t):
         td = TensorDict(
-            {"agent": {"observation": observations[:, step], IS_INIT: is_init[:, step], RECURRENT_STATE: state}},
+            {
+                "agent": {
+                    "observation": observations[:, step],
+                    keys.IS_INIT: is_init[:, step],
+                    keys.RECURRENT_STATE: state,
+                }
+            },
             batch_size=[n],
         )
         stored_states.append(state)
         policy(td)
         step_logits.append(td["agent", "logits"])
-        state = td["agent", NEXT_RECURRENT_STATE]
+        state = td["agent", keys.NEXT_RECURRENT_STATE]
 
     rollout = TensorDict(
         {
             "agent": {
                 "observation": observations,
-                IS_INIT: is_init,
-                RECURRENT_STATE: torch.stack(stored_states, dim=1),
+                keys.IS_INIT: is_init,
+                keys.RECURRENT_STATE: torch.stack(stored_states, dim=1),
                 "action": torch.zeros(n, t, a, dtype=torch.int64),
             }
         },
@@ -64,14 +71,14 @@ def test_state_carries_information_across_steps():
             {
                 "agent": {
                     "observation": obs,
-                    IS_INIT: torch.zeros(2, group.num_agents, dtype=torch.bool),
-                    RECURRENT_STATE: state,
+                    keys.IS_INIT: torch.zeros(2, group.num_agents, dtype=torch.bool),
+                    keys.RECURRENT_STATE: state,
                 }
             },
             batch_size=[2],
         )
         policy(td)
-        state = td["agent", NEXT_RECURRENT_STATE]
+        state = td["agent", keys.NEXT_RECURRENT_STATE]
     # Same observation now, different past: different action distributions.
     assert not torch.allclose(td["agent", "logits"][0], td["agent", "logits"][1])
 

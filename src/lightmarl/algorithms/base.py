@@ -15,7 +15,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from lightmarl.data import schema
+from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
 from lightmarl.population import BindingTable
@@ -76,11 +76,11 @@ def loss_row_mask(
         [allowed is None or loss_name in allowed for allowed in table.loss_profiles.values()],
         device=rows.device,
     )
-    mask = rows.get(schema.VALID) & profile_allows[rows.get(schema.LOSS_PROFILE_ID)]
+    mask = rows.get(keys.VALID) & profile_allows[rows.get(keys.LOSS_PROFILE_ID)]
     if trainable_only:
-        mask = mask & rows.get(schema.IS_TRAINABLE_AGENT)
+        mask = mask & rows.get(keys.IS_TRAINABLE_AGENT)
     if binding_id is not None:
-        mask = mask & (rows.get(schema.BINDING_ID) == table.index[binding_id])
+        mask = mask & (rows.get(keys.BINDING_ID) == table.index[binding_id])
     return mask
 
 

@@ -17,18 +17,11 @@ from tensordict.nn import TensorDictModuleBase
 from torch import nn
 from torchrl.objectives import DDPGLoss, SoftUpdate, ValueEstimators
 
+from lightmarl import keys
 from lightmarl.algorithms.base import Algorithm, check_hyperparameters, require_policy_outputs
-from lightmarl.algorithms.off_policy import (
-    LOSS_MASK,
-    TD_ERROR,
-    OffPolicyUnitTrainer,
-    linear_schedule,
-    replay_checks,
-    require_whole_group,
-)
-from lightmarl.data import schema
+from lightmarl.algorithms.off_policy import OffPolicyUnitTrainer, linear_schedule, replay_checks, require_whole_group
 from lightmarl.policies.base import Policy
-from lightmarl.policies.continuous import STATE_ACTION_VALUE, DeterministicActorCritic
+from lightmarl.policies.continuous import DeterministicActorCritic
 from lightmarl.population import BindingTable
 
 LOSS_NAME = "ddpg"
@@ -117,17 +110,19 @@ class DDPG(Algorithm):
         missing = []
         g = policy.group.name
         actor = getattr(policy, "actor", None)
-        if not (isinstance(actor, TensorDictModuleBase) and (g, schema.ACTION) in actor.out_keys):
-            missing.append(f"a deterministic `actor` writing {(g, schema.ACTION)!r}")
+        if not (isinstance(actor, TensorDictModuleBase) and (g, keys.ACTION) in actor.out_keys):
+            missing.append(f"a deterministic `actor` writing {(g, keys.ACTION)!r}")
         elif callable(getattr(actor, "get_dist", None)):
             missing.append("a deterministic `actor` (it has a stochastic one)")
         qvalue = getattr(policy, "qvalue", None)
         if not (
             isinstance(qvalue, TensorDictModuleBase)
-            and (g, STATE_ACTION_VALUE) in qvalue.out_keys
-            and (g, schema.ACTION) in qvalue.in_keys
+            and (g, keys.STATE_ACTION_VALUE) in qvalue.out_keys
+            and (g, keys.ACTION) in qvalue.in_keys
         ):
-            missing.append(f"a Q critic (`qvalue` reading {(g, schema.ACTION)!r}, writing {(g, STATE_ACTION_VALUE)!r})")
+            missing.append(
+                f"a Q critic (`qvalue` reading {(g, keys.ACTION)!r}, writing {(g, keys.STATE_ACTION_VALUE)!r})"
+            )
         if not isinstance(getattr(policy, "exploration_noise", None), torch.Tensor):
             missing.append("an `exploration_noise` buffer")
         require_policy_outputs(
@@ -171,14 +166,14 @@ class DDPGUnitTrainer(OffPolicyUnitTrainer):
             delay_value=True,
         )
         self.loss.set_keys(
-            state_action_value=(g, STATE_ACTION_VALUE),
-            reward=(g, schema.REWARD),
-            done=(g, schema.DONE),
-            terminated=(g, schema.TERMINATED),
-            priority=(g, TD_ERROR),
+            state_action_value=(g, keys.STATE_ACTION_VALUE),
+            reward=(g, keys.REWARD),
+            done=(g, keys.DONE),
+            terminated=(g, keys.TERMINATED),
+            priority=(g, keys.TD_ERROR),
         )
         if centralized:
-            self.loss.loss_mask_key = (g, LOSS_MASK)
+            self.loss.loss_mask_key = (g, keys.LOSS_MASK)
         self.loss.make_value_estimator(ValueEstimators.TD0, gamma=config.gamma)
         self._init_targets()
         self._set_noise()

@@ -28,7 +28,7 @@ from torch.nn import functional as F
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.objectives import LossModule
 
-from lightmarl.data import schema
+from lightmarl import keys
 from lightmarl.errors import ConfigError
 from lightmarl.policies.base import Policy, ScriptedPolicy, masked_logits
 from lightmarl.population import BindingTable
@@ -163,7 +163,7 @@ class Distillation:
                 )
                 raise ConfigError(
                     f"{field}.teacher: {self.teacher!r} ({type(teacher).__name__}) gives no action distribution "
-                    f"(no {schema.LOGITS!r} output), so mode 'kl' cannot learn from it{hint}; "
+                    f"(no {keys.LOGITS!r} output), so mode 'kl' cannot learn from it{hint}; "
                     "use mode 'clone' to learn from its actions instead"
                 )
             if not table.profile_allows(student_id, DISTILL_LOSS):
@@ -189,18 +189,18 @@ def gives_logits(policy: Policy) -> bool:
         return policy.has_distribution
     group = policy.group
     probe = {
-        schema.OBSERVATION: torch.zeros(1, group.num_agents, *group.observation_shape),
-        schema.AGENT_ID: torch.tensor(group.agent_ids).view(1, -1),
+        keys.OBSERVATION: torch.zeros(1, group.num_agents, *group.observation_shape),
+        keys.AGENT_ID: torch.tensor(group.agent_ids).view(1, -1),
     }
     if group.has_action_mask:
-        probe[schema.ACTION_MASK] = torch.ones(1, group.num_agents, group.num_actions, dtype=torch.bool)
+        probe[keys.ACTION_MASK] = torch.ones(1, group.num_agents, group.num_actions, dtype=torch.bool)
     td = TensorDict({group.name: TensorDict(probe, [1, group.num_agents])}, [1])
     parameter = next(policy.parameters(), None)
     if parameter is not None:
         td = td.to(parameter.device)
     with set_exploration_type(ExplorationType.DETERMINISTIC):
         out = policy(td)
-    logits = out.get((group.name, schema.LOGITS), None)
+    logits = out.get((group.name, keys.LOGITS), None)
     return logits is not None and logits.shape[-1] == group.num_actions
 
 
@@ -219,10 +219,10 @@ class _TeacherLoss(LossModule):
             mask: the rows this loss learns from (written by the UnitTrainer from ``loss_row_mask``).
         """
 
-        observation: NestedKey = schema.OBSERVATION
-        action_mask: NestedKey = schema.ACTION_MASK
-        agent_id: NestedKey = schema.AGENT_ID
-        action: NestedKey = schema.ACTION
+        observation: NestedKey = keys.OBSERVATION
+        action_mask: NestedKey = keys.ACTION_MASK
+        agent_id: NestedKey = keys.AGENT_ID
+        action: NestedKey = keys.ACTION
         mask: NestedKey = "distill_mask"
 
     tensor_keys: _AcceptedKeys
@@ -249,8 +249,8 @@ class _TeacherLoss(LossModule):
 
     @property
     def in_keys(self) -> list[NestedKey]:
-        keys = self.tensor_keys
-        return [keys.observation, keys.agent_id, keys.action, keys.mask]
+        accepted = self.tensor_keys
+        return [accepted.observation, accepted.agent_id, accepted.action, accepted.mask]
 
     @property
     def out_keys(self) -> list[str]:
@@ -258,24 +258,24 @@ class _TeacherLoss(LossModule):
 
     def _inputs(self, tensordict: TensorDictBase) -> TensorDict:
         """A fresh TensorDict holding only what a policy reads, so its outputs never touch the experience."""
-        keys = self.tensor_keys
-        entries = {schema.OBSERVATION: tensordict.get(keys.observation)}
-        for name, key in ((schema.ACTION_MASK, keys.action_mask), (schema.AGENT_ID, keys.agent_id)):
+        accepted = self.tensor_keys
+        entries = {keys.OBSERVATION: tensordict.get(accepted.observation)}
+        for name, key in ((keys.ACTION_MASK, accepted.action_mask), (keys.AGENT_ID, accepted.agent_id)):
             value = tensordict.get(key, None)
             if value is not None:
                 entries[name] = value
-        rows = TensorDict(entries, batch_size=entries[schema.OBSERVATION].shape[: tensordict.batch_dims + 1])
+        rows = TensorDict(entries, batch_size=entries[keys.OBSERVATION].shape[: tensordict.batch_dims + 1])
         return TensorDict({self.group: rows}, batch_size=tensordict.batch_size)
 
     def _log_probs(self, policy: Policy, inputs: TensorDict) -> torch.Tensor:
-        logits = policy(inputs.copy()).get((self.group, schema.LOGITS), None)
+        logits = policy(inputs.copy()).get((self.group, keys.LOGITS), None)
         if logits is None:
-            raise RuntimeError(f"{type(policy).__name__} wrote no {schema.LOGITS!r}: it cannot be distilled")
-        return F.log_softmax(masked_logits(logits, inputs.get((self.group, schema.ACTION_MASK), None)), dim=-1)
+            raise RuntimeError(f"{type(policy).__name__} wrote no {keys.LOGITS!r}: it cannot be distilled")
+        return F.log_softmax(masked_logits(logits, inputs.get((self.group, keys.ACTION_MASK), None)), dim=-1)
 
     def _value(self, policy: Policy, inputs: TensorDict) -> torch.Tensor:
         critic = cast(torch.nn.Module, policy.critic)
-        return critic(inputs.copy()).get((self.group, schema.STATE_VALUE))
+        return critic(inputs.copy()).get((self.group, keys.STATE_VALUE))
 
     def _loss(
         self,

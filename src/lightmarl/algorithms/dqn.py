@@ -26,20 +26,13 @@ from tensordict.nn import TensorDictModuleBase
 from torch import nn
 from torchrl.objectives import DQNLoss, HardUpdate, SoftUpdate, ValueEstimators
 
+from lightmarl import keys
 from lightmarl.algorithms.base import Algorithm, check_hyperparameters
-from lightmarl.algorithms.off_policy import (
-    TD_ERROR,
-    OffPolicyUnitTrainer,
-    linear_schedule,
-    replay_checks,
-)
-from lightmarl.data import schema
+from lightmarl.algorithms.off_policy import OffPolicyUnitTrainer, linear_schedule, replay_checks
 from lightmarl.policies.base import Policy
 from lightmarl.population import BindingTable
 
 LOSS_NAME = "dqn"
-ACTION_VALUE = "action_value"
-CHOSEN_ACTION_VALUE = "chosen_action_value"
 
 
 class DQN(Algorithm):
@@ -125,7 +118,7 @@ class DQN(Algorithm):
 
     def check_policy(self, binding_id: str, policy: Policy) -> None:
         qvalue = getattr(policy, "qvalue", None)
-        value_key = (policy.group.name, ACTION_VALUE)
+        value_key = (policy.group.name, keys.ACTION_VALUE)
         has_values = isinstance(qvalue, TensorDictModuleBase) and value_key in qvalue.out_keys
         if not has_values or not isinstance(getattr(policy, "epsilon", None), torch.Tensor):
             raise ValueError(
@@ -168,13 +161,13 @@ class DQNUnitTrainer(OffPolicyUnitTrainer):
             action_space="categorical",
         )
         self.loss.set_keys(
-            action=(g, schema.ACTION),
-            action_value=(g, ACTION_VALUE),
-            value=(g, CHOSEN_ACTION_VALUE),
-            reward=(g, schema.REWARD),
-            done=(g, schema.DONE),
-            terminated=(g, schema.TERMINATED),
-            priority=(g, TD_ERROR),
+            action=(g, keys.ACTION),
+            action_value=(g, keys.ACTION_VALUE),
+            value=(g, keys.CHOSEN_ACTION_VALUE),
+            reward=(g, keys.REWARD),
+            done=(g, keys.DONE),
+            terminated=(g, keys.TERMINATED),
+            priority=(g, keys.TD_ERROR),
         )
         self.loss.make_value_estimator(ValueEstimators.TD0, gamma=config.gamma)
         self._init_targets()
@@ -209,7 +202,7 @@ class DQNUnitTrainer(OffPolicyUnitTrainer):
 
     def _batch_metrics(self, batch: TensorDictBase) -> dict[str, float]:
         with torch.no_grad():
-            chosen = self.qvalue(batch.select(*self.qvalue.in_keys)).get((self.group.name, CHOSEN_ACTION_VALUE))
+            chosen = self.qvalue(batch.select(*self.qvalue.in_keys)).get((self.group.name, keys.CHOSEN_ACTION_VALUE))
         return {**super()._batch_metrics(batch), "q_mean": float(chosen.mean())}
 
     def load_state_dict(self, state: dict) -> None:

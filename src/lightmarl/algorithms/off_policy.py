@@ -31,28 +31,24 @@ from torchrl.data import LazyTensorStorage, ReplayBuffer
 from torchrl.data.replay_buffers import RandomSampler
 from torchrl.objectives import HardUpdate, LossModule, SoftUpdate
 
+from lightmarl import keys
 from lightmarl.algorithms.base import GradientStepper, UnitTrainer, loss_row_mask
-from lightmarl.data import schema
 from lightmarl.policies.base import Policy
 from lightmarl.population import BindingTable
 
 #: row entries copied into the replay buffer next to observation and action.
 TRANSITION_ANNOTATIONS = (
-    schema.BINDING_ID,
-    schema.AGENT_ID,
-    schema.EPISODE_ID,
-    schema.ENV_INDEX,
-    schema.LOSS_PROFILE_ID,
-    schema.IS_TRAINABLE_AGENT,
-    schema.VALID,
+    keys.BINDING_ID,
+    keys.AGENT_ID,
+    keys.EPISODE_ID,
+    keys.ENV_INDEX,
+    keys.LOSS_PROFILE_ID,
+    keys.IS_TRAINABLE_AGENT,
+    keys.VALID,
 )
-#: ``(group, LOSS_MASK)`` of a joint transition: the rows its losses learn from.
-LOSS_MASK = "loss_mask"
-#: where the losses write their per-transition TD error (TorchRL's ``priority`` key).
-TD_ERROR = "td_error"
 
-_NOW_KEYS = (schema.OBSERVATION, schema.ACTION, schema.ACTION_MASK, *TRANSITION_ANNOTATIONS)
-_NEXT_KEYS = (schema.OBSERVATION, schema.REWARD, schema.DONE, schema.TERMINATED, schema.ACTION_MASK)
+_NOW_KEYS = (keys.OBSERVATION, keys.ACTION, keys.ACTION_MASK, *TRANSITION_ANNOTATIONS)
+_NEXT_KEYS = (keys.OBSERVATION, keys.REWARD, keys.DONE, keys.TERMINATED, keys.ACTION_MASK)
 
 
 def row_transitions(experience: TensorDictBase, group_name: str, mask: torch.Tensor) -> TensorDict:
@@ -62,10 +58,10 @@ def row_transitions(experience: TensorDictBase, group_name: str, mask: torch.Ten
     ``("next", group, observation/reward/done/terminated/action_mask)``.
     """
     now = experience.get(group_name).select(*_NOW_KEYS, strict=False)[mask]
-    nxt = experience.get(("next", group_name)).select(*_NEXT_KEYS, strict=False)[mask]
+    nxt = experience.get((keys.NEXT, group_name)).select(*_NEXT_KEYS, strict=False)[mask]
     n = int(mask.sum())
     return TensorDict(
-        {group_name: now, "next": TensorDict({group_name: nxt}, batch_size=[n])},
+        {group_name: now, keys.NEXT: TensorDict({group_name: nxt}, batch_size=[n])},
         batch_size=[n],
         device=experience.device,
     )
@@ -79,11 +75,11 @@ def joint_transitions(experience: TensorDictBase, group_name: str, mask: torch.T
     """
     steps = mask.any(-1)  # [envs, time]
     now = experience.get(group_name).select(*_NOW_KEYS, strict=False)[steps]
-    now.set(LOSS_MASK, mask[steps])
-    nxt = experience.get(("next", group_name)).select(*_NEXT_KEYS, strict=False)[steps]
+    now.set(keys.LOSS_MASK, mask[steps])
+    nxt = experience.get((keys.NEXT, group_name)).select(*_NEXT_KEYS, strict=False)[steps]
     n = int(steps.sum())
     return TensorDict(
-        {group_name: now, "next": TensorDict({group_name: nxt}, batch_size=[n])},
+        {group_name: now, keys.NEXT: TensorDict({group_name: nxt}, batch_size=[n])},
         batch_size=[n],
         device=experience.device,
     )
@@ -236,7 +232,7 @@ class OffPolicyUnitTrainer(UnitTrainer):
         if not self.joint:
             return row_transitions(experience, g, mask)
         steps = mask.any(-1)
-        others = (rows.get(schema.BINDING_ID)[steps] != self.table.index[self.binding_id]).any()
+        others = (rows.get(keys.BINDING_ID)[steps] != self.table.index[self.binding_id]).any()
         if bool(others):
             raise ValueError(
                 f"binding {self.binding_id!r}: its centralized critic needs every agent of group {g!r}, but the "
@@ -293,8 +289,8 @@ class OffPolicyUnitTrainer(UnitTrainer):
 
     def _batch_metrics(self, batch: TensorDictBase) -> dict[str, float]:
         """Extra per-batch metrics read after the loss ran on ``batch`` (default: its mean TD error)."""
-        td_error = batch.get((self.group.name, TD_ERROR), None)
-        return {} if td_error is None else {TD_ERROR: float(td_error.float().mean())}
+        td_error = batch.get((self.group.name, keys.TD_ERROR), None)
+        return {} if td_error is None else {keys.TD_ERROR: float(td_error.float().mean())}
 
     # -- state ------------------------------------------------------------------------------
     #: prefixes of the loss's ``state_dict`` entries that a checkpoint keeps: the target networks

@@ -22,6 +22,7 @@ from torchrl.objectives import ValueEstimators
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 from torchrl.objectives.value.functional import vec_generalized_advantage_estimate
 
+from lightmarl import keys
 from lightmarl.algorithms.base import (
     Algorithm,
     GradientStepper,
@@ -30,7 +31,6 @@ from lightmarl.algorithms.base import (
     loss_row_mask,
 )
 from lightmarl.algorithms.distillation import CLONE_LOSS, Distillation, KickstarterLoss, SlicedClonerLoss
-from lightmarl.data import schema
 from lightmarl.policies.base import Policy
 from lightmarl.policies.recurrent import RecurrentActorCritic
 from lightmarl.population import BindingTable
@@ -162,14 +162,14 @@ class PPOUnitTrainer(UnitTrainer):
             functional=False,
         )
         self.loss.set_keys(
-            action=(g, schema.ACTION),
-            sample_log_prob=(g, schema.ACTION_LOG_PROB),
-            value=(g, schema.STATE_VALUE),
-            advantage=(g, "advantage"),
-            value_target=(g, "value_target"),
-            reward=(g, schema.REWARD),
-            done=(g, schema.DONE),
-            terminated=(g, schema.TERMINATED),
+            action=(g, keys.ACTION),
+            sample_log_prob=(g, keys.ACTION_LOG_PROB),
+            value=(g, keys.STATE_VALUE),
+            advantage=(g, keys.ADVANTAGE),
+            value_target=(g, keys.VALUE_TARGET),
+            reward=(g, keys.REWARD),
+            done=(g, keys.DONE),
+            terminated=(g, keys.TERMINATED),
         )
         self.loss.make_value_estimator(
             ValueEstimators.GAE,
@@ -178,7 +178,7 @@ class PPOUnitTrainer(UnitTrainer):
             # torch.vmap has no batching rule for recurrent layers: call a recurrent critic twice.
             deactivate_vmap=getattr(policy, "is_recurrent", False),
         )
-        self.loss.loss_mask_key = (g, "loss_mask")
+        self.loss.loss_mask_key = (g, keys.LOSS_MASK)
         self.update_every = config.update_every
         self.updates = 0
 
@@ -221,13 +221,13 @@ class PPOUnitTrainer(UnitTrainer):
         if num_rows:
             with torch.no_grad():
                 self.estimate_advantages(data)
-            advantage = rows.get("advantage")
+            advantage = rows.get(keys.ADVANTAGE)
             if self.config.normalize_advantage:
                 valid_adv = advantage[mask]
                 std = valid_adv.std() if num_rows > 1 else torch.ones((), device=advantage.device)
                 advantage = (advantage - valid_adv.mean()) / (std + 1e-8)
-                rows.set("advantage", advantage)
-            rows.set("loss_mask", mask)
+                rows.set(keys.ADVANTAGE, advantage)
+            rows.set(keys.LOSS_MASK, mask)
 
         recurrent = getattr(self.policy, "is_recurrent", False)
         replay: Callable[[], AbstractContextManager[Any]]
@@ -265,7 +265,7 @@ class PPOUnitTrainer(UnitTrainer):
         metrics = {k: v / count for k, v in sums.items() if math.isfinite(v)}
         metrics["rows"] = float(num_rows)
         if num_rows:
-            metrics["value_target_mean"] = float(rows.get("value_target")[mask].mean())
+            metrics["value_target_mean"] = float(rows.get(keys.VALUE_TARGET)[mask].mean())
         if self.distillation is not None:
             metrics[f"{self.distillation.loss_name}_rows"] = float(distill_rows)
         return metrics
@@ -295,10 +295,10 @@ class PPOUnitTrainer(UnitTrainer):
             self.config.lmbda,
             value,
             next_value,
-            reward=data.get(("next", g, schema.REWARD)),
-            done=data.get(("next", g, schema.DONE)),
-            terminated=data.get(("next", g, schema.TERMINATED)),
-            valid=data.get((g, schema.VALID)),
+            reward=data.get((keys.NEXT, g, keys.REWARD)),
+            done=data.get((keys.NEXT, g, keys.DONE)),
+            terminated=data.get((keys.NEXT, g, keys.TERMINATED)),
+            valid=data.get((g, keys.VALID)),
             time_dim=data.ndim - 1,
         )
         data.set(self.loss.tensor_keys.advantage, advantage)

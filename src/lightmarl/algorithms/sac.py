@@ -18,17 +18,11 @@ from tensordict.nn import TensorDictParams
 from torch import nn
 from torchrl.objectives import SACLoss, SoftUpdate, ValueEstimators
 
+from lightmarl import keys
 from lightmarl.algorithms.base import Algorithm, check_hyperparameters, require_policy_outputs
-from lightmarl.algorithms.off_policy import (
-    LOSS_MASK,
-    TD_ERROR,
-    OffPolicyUnitTrainer,
-    replay_checks,
-    require_whole_group,
-)
-from lightmarl.data import schema
+from lightmarl.algorithms.off_policy import OffPolicyUnitTrainer, replay_checks, require_whole_group
 from lightmarl.policies.base import Policy
-from lightmarl.policies.continuous import STATE_ACTION_VALUE, SACActorCritic
+from lightmarl.policies.continuous import SACActorCritic
 from lightmarl.population import BindingTable
 
 LOSS_NAME = "sac"
@@ -116,16 +110,18 @@ class SAC(Algorithm):
         g = policy.group.name
         actor = getattr(policy, "actor", None)
         if not (
-            callable(getattr(actor, "get_dist", None)) and (g, schema.ACTION_LOG_PROB) in getattr(actor, "out_keys", ())
+            callable(getattr(actor, "get_dist", None)) and (g, keys.ACTION_LOG_PROB) in getattr(actor, "out_keys", ())
         ):
-            missing.append(f"a stochastic `actor` (ProbabilisticActor) writing {(g, schema.ACTION_LOG_PROB)!r}")
+            missing.append(f"a stochastic `actor` (ProbabilisticActor) writing {(g, keys.ACTION_LOG_PROB)!r}")
         qvalue = getattr(policy, "qvalue", None)
         if not (
             qvalue is not None
-            and (g, STATE_ACTION_VALUE) in getattr(qvalue, "out_keys", ())
+            and (g, keys.STATE_ACTION_VALUE) in getattr(qvalue, "out_keys", ())
             and isinstance(getattr(policy, "qvalue_params", None), TensorDictParams)
         ):
-            missing.append(f"Q critics (`qvalue` writing {(g, STATE_ACTION_VALUE)!r} with stacked `qvalue_params`)")
+            missing.append(
+                f"Q critics (`qvalue` writing {(g, keys.STATE_ACTION_VALUE)!r} with stacked `qvalue_params`)"
+            )
         require_policy_outputs(
             binding_id, "SAC", policy, missing, use="lightmarl.policies.SACActorCritic", action_kind="continuous"
         )
@@ -174,17 +170,17 @@ class SACUnitTrainer(OffPolicyUnitTrainer):
         self.loss.qvalue_network_params = qvalue_params
         self.loss.target_qvalue_network_params = TensorDictParams(qvalue_params.data.clone(), no_convert=True)
         self.loss.set_keys(
-            action=(g, schema.ACTION),
-            log_prob=(g, schema.ACTION_LOG_PROB),
-            value=(g, schema.STATE_VALUE),
-            state_action_value=(g, STATE_ACTION_VALUE),
-            reward=(g, schema.REWARD),
-            done=(g, schema.DONE),
-            terminated=(g, schema.TERMINATED),
-            priority=(g, TD_ERROR),
+            action=(g, keys.ACTION),
+            log_prob=(g, keys.ACTION_LOG_PROB),
+            value=(g, keys.STATE_VALUE),
+            state_action_value=(g, keys.STATE_ACTION_VALUE),
+            reward=(g, keys.REWARD),
+            done=(g, keys.DONE),
+            terminated=(g, keys.TERMINATED),
+            priority=(g, keys.TD_ERROR),
         )
         if centralized:
-            self.loss.loss_mask_key = (g, LOSS_MASK)
+            self.loss.loss_mask_key = (g, keys.LOSS_MASK)
         self.loss.make_value_estimator(ValueEstimators.TD0, gamma=config.gamma)
         self._init_targets()
 

@@ -43,19 +43,13 @@ from torchrl.modules.models.multiagent import Mixer, QMixer, VDNMixer
 from torchrl.objectives import ValueEstimators
 from torchrl.objectives.multiagent import QMixerLoss
 
+from lightmarl import keys
 from lightmarl.algorithms.base import check_hyperparameters, loss_row_mask
 from lightmarl.algorithms.dqn import DQN, DQNUnitTrainer
-from lightmarl.algorithms.off_policy import TD_ERROR, TRANSITION_ANNOTATIONS, OffPolicyUnitTrainer
-from lightmarl.data import schema
+from lightmarl.algorithms.off_policy import TRANSITION_ANNOTATIONS, OffPolicyUnitTrainer
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
-from lightmarl.policies.qnet import ACTION_VALUE, CHOSEN_ACTION_VALUE
 from lightmarl.population import BindingTable
-
-#: root key of the mixed (team) value of the taken joint action.
-TEAM_ACTION_VALUE = "team_action_value"
-#: ``("next", group, BOOTSTRAP_ACTION)``: double Q's next action, the online network's greedy one.
-BOOTSTRAP_ACTION = "bootstrap_action"
 
 
 class ValueDecomposition(DQN):
@@ -92,7 +86,7 @@ class ValueDecomposition(DQN):
     def check_policy(self, binding_id: str, policy: Policy) -> None:
         g = policy.group.name
         qvalue = getattr(policy, "qvalue", None)
-        needed = {(g, ACTION_VALUE), (g, CHOSEN_ACTION_VALUE)}
+        needed = {(g, keys.ACTION_VALUE), (g, keys.CHOSEN_ACTION_VALUE)}
         has_values = isinstance(qvalue, TensorDictModuleBase) and needed <= set(qvalue.out_keys)
         if not has_values or not isinstance(getattr(policy, "epsilon", None), torch.Tensor):
             raise ValueError(
@@ -208,14 +202,14 @@ class BootstrapActionValue(TensorDictModuleBase):
     def __init__(self, group_name: str) -> None:
         super().__init__()
         self.group_name = group_name
-        self.in_keys = [(group_name, ACTION_VALUE), (group_name, BOOTSTRAP_ACTION)]
-        self.out_keys = [(group_name, CHOSEN_ACTION_VALUE)]
+        self.in_keys = [(group_name, keys.ACTION_VALUE), (group_name, keys.BOOTSTRAP_ACTION)]
+        self.out_keys = [(group_name, keys.CHOSEN_ACTION_VALUE)]
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        action = tensordict.get((self.group_name, BOOTSTRAP_ACTION), None)
+        action = tensordict.get((self.group_name, keys.BOOTSTRAP_ACTION), None)
         if action is not None:
-            values = tensordict.get((self.group_name, ACTION_VALUE))
-            tensordict.set((self.group_name, CHOSEN_ACTION_VALUE), values.gather(-1, action.unsqueeze(-1)))
+            values = tensordict.get((self.group_name, keys.ACTION_VALUE))
+            tensordict.set((self.group_name, keys.CHOSEN_ACTION_VALUE), values.gather(-1, action.unsqueeze(-1)))
         return tensordict
 
 
@@ -229,11 +223,13 @@ class DoubleQMixerLoss(QMixerLoss):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:  # type: ignore[override]
         network = self.local_value_network
-        next_td = tensordict.get("next")
+        next_td = tensordict.get(keys.NEXT)
         with torch.no_grad(), self.local_value_network_params.to_module(network, preserve_module_state=False):
             greedy = network(next_td.select(*network.in_keys, strict=False))
         action_key = self.tensor_keys.action  # (group, "action") -> (group, "bootstrap_action")
-        bootstrap_key = (*action_key[:-1], BOOTSTRAP_ACTION) if isinstance(action_key, tuple) else BOOTSTRAP_ACTION
+        bootstrap_key = (
+            (*action_key[:-1], keys.BOOTSTRAP_ACTION) if isinstance(action_key, tuple) else keys.BOOTSTRAP_ACTION
+        )
         next_td.set(bootstrap_key, greedy.get(action_key))
         return super().forward(tensordict)
 
@@ -258,12 +254,12 @@ class ValueDecompositionUnitTrainer(DQNUnitTrainer):
         self.qvalue: TensorDictModuleBase = policy.qvalue  # type: ignore[assignment]
         self.state_shape = self._mixer_state_shape()
         self.mixer = config.make_mixer(self.group.num_agents, self.state_shape)
-        state_in = [schema.STATE] if config.needs_state else []
+        state_in = [keys.STATE] if config.needs_state else []
         #: ``(group, chosen_action_value)`` + ``(group, valid)`` (+ ``state``) -> ``team_action_value``.
         self.mixer_module = TensorDictModule(
             PresentAgentsMixer(self.mixer),
-            in_keys=[(g, CHOSEN_ACTION_VALUE), (g, schema.VALID), *state_in],
-            out_keys=[TEAM_ACTION_VALUE],
+            in_keys=[(g, keys.CHOSEN_ACTION_VALUE), (g, keys.VALID), *state_in],
+            out_keys=[keys.TEAM_ACTION_VALUE],
         )
         utilities: TensorDictModuleBase = self.qvalue
         loss_class = QMixerLoss
@@ -278,14 +274,14 @@ class ValueDecompositionUnitTrainer(DQNUnitTrainer):
             action_space="categorical",
         )
         self.loss.set_keys(
-            local_value=(g, CHOSEN_ACTION_VALUE),
-            global_value=TEAM_ACTION_VALUE,
-            action_value=(g, ACTION_VALUE),
-            action=(g, schema.ACTION),
-            reward=schema.REWARD,
-            done=schema.DONE,
-            terminated=schema.TERMINATED,
-            priority=TD_ERROR,
+            local_value=(g, keys.CHOSEN_ACTION_VALUE),
+            global_value=keys.TEAM_ACTION_VALUE,
+            action_value=(g, keys.ACTION_VALUE),
+            action=(g, keys.ACTION),
+            reward=keys.REWARD,
+            done=keys.DONE,
+            terminated=keys.TERMINATED,
+            priority=keys.TD_ERROR,
         )
         self.loss.make_value_estimator(ValueEstimators.TD0, gamma=config.gamma)
         self._init_targets()
@@ -312,35 +308,35 @@ class ValueDecompositionUnitTrainer(DQNUnitTrainer):
         rows = experience.get(g)
         per_agent = loss_row_mask(rows, self.table, self.loss_name, binding_id=self.binding_id)
         steps = per_agent.any(-1)  # [envs, time]
-        if bool((rows.get(schema.BINDING_ID)[steps] != self.table.index[self.binding_id]).any()):
+        if bool((rows.get(keys.BINDING_ID)[steps] != self.table.index[self.binding_id]).any()):
             raise ValueError(
                 f"binding {self.binding_id!r}: {self.config.name} needs every agent of group {g!r}, but the rollout "
                 "has rows of other bindings in its env steps (did the agent_binding_map change?)"
             )
-        now = rows.select(schema.OBSERVATION, schema.ACTION, schema.ACTION_MASK, *TRANSITION_ANNOTATIONS, strict=False)
+        now = rows.select(keys.OBSERVATION, keys.ACTION, keys.ACTION_MASK, *TRANSITION_ANNOTATIONS, strict=False)
         now = now[steps]
-        present = now.get(schema.VALID)
-        after = experience.get(("next", g))[steps]
-        reward = after.get(schema.REWARD).squeeze(-1)
-        terminated = after.get(schema.TERMINATED).squeeze(-1)
+        present = now.get(keys.VALID)
+        after = experience.get((keys.NEXT, g))[steps]
+        reward = after.get(keys.REWARD).squeeze(-1)
+        terminated = after.get(keys.TERMINATED).squeeze(-1)
         team_reward = (reward * present).sum(-1, keepdim=True)
         if self.config.team_reward == "mean":
             team_reward = team_reward / present.sum(-1, keepdim=True).clamp_min(1)
-        nxt = after.select(schema.OBSERVATION, schema.ACTION_MASK, strict=False)
-        nxt.set(schema.VALID, present & ~terminated)  # whose utility enters the bootstrap
+        nxt = after.select(keys.OBSERVATION, keys.ACTION_MASK, strict=False)
+        nxt.set(keys.VALID, present & ~terminated)  # whose utility enters the bootstrap
         n = int(steps.sum())
         next_root = {
             g: nxt,
-            schema.REWARD: team_reward,
+            keys.REWARD: team_reward,
             # Over for the team once every agent that acted is done; no bootstrap once all terminated.
-            schema.DONE: (after.get(schema.DONE).squeeze(-1) | ~present).all(-1, keepdim=True),
-            schema.TERMINATED: (terminated | ~present).all(-1, keepdim=True),
+            keys.DONE: (after.get(keys.DONE).squeeze(-1) | ~present).all(-1, keepdim=True),
+            keys.TERMINATED: (terminated | ~present).all(-1, keepdim=True),
         }
         root: dict[str, Any] = {g: now}
         if self.config.needs_state:
             state, next_state = self._states(experience)
-            root[schema.STATE], next_root[schema.STATE] = state[steps], next_state[steps]
-        root["next"] = TensorDict(next_root, batch_size=[n])
+            root[keys.STATE], next_root[keys.STATE] = state[steps], next_state[steps]
+        root[keys.NEXT] = TensorDict(next_root, batch_size=[n])
         return TensorDict(root, batch_size=[n], device=experience.device)
 
     def _states(self, experience: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
@@ -349,15 +345,15 @@ class ValueDecompositionUnitTrainer(DQNUnitTrainer):
         if self.table.env_spec.state_shape is None:
             # [envs, time, agents, *obs] -> [envs, time, agents * prod(obs)]
             return (
-                experience.get((g, schema.OBSERVATION)).flatten(2),
-                experience.get(("next", g, schema.OBSERVATION)).flatten(2),
+                experience.get((g, keys.OBSERVATION)).flatten(2),
+                experience.get((keys.NEXT, g, keys.OBSERVATION)).flatten(2),
             )
-        state = experience.get(schema.STATE, None)
-        next_state = experience.get(("next", schema.STATE), None)
+        state = experience.get(keys.STATE, None)
+        next_state = experience.get((keys.NEXT, keys.STATE), None)
         if state is None or next_state is None:
             raise ValueError(
                 f"binding {self.binding_id!r}: the env spec has a global state {self.state_shape} but the experience "
-                f"has no {schema.STATE!r} / ('next', {schema.STATE!r}) entries to feed {self.config.name}'s mixer"
+                f"has no {keys.STATE!r} / ('next', {keys.STATE!r}) entries to feed {self.config.name}'s mixer"
             )
         return state, next_state
 
@@ -367,12 +363,15 @@ class ValueDecompositionUnitTrainer(DQNUnitTrainer):
         g = self.group.name
         td = transitions.clone(recurse=False)
         self.qvalue(td)  # writes the greedy action into the copy only
-        chosen = td.get((g, ACTION_VALUE)).gather(-1, transitions.get((g, schema.ACTION)).unsqueeze(-1))
-        td.set((g, CHOSEN_ACTION_VALUE), chosen)
-        return self.mixer_module(td).get(TEAM_ACTION_VALUE).squeeze(-1)
+        chosen = td.get((g, keys.ACTION_VALUE)).gather(-1, transitions.get((g, keys.ACTION)).unsqueeze(-1))
+        td.set((g, keys.CHOSEN_ACTION_VALUE), chosen)
+        return self.mixer_module(td).get(keys.TEAM_ACTION_VALUE).squeeze(-1)
 
     def _batch_metrics(self, batch: TensorDictBase) -> dict[str, float]:
-        return {TD_ERROR: float(batch.get(TD_ERROR).mean()), "q_team": float(self.team_action_value(batch).mean())}
+        return {
+            keys.TD_ERROR: float(batch.get(keys.TD_ERROR).mean()),
+            "q_team": float(self.team_action_value(batch).mean()),
+        }
 
     # -- state ------------------------------------------------------------------------------
     # The mixer lives in the loss, not in the policy: its weights are checkpointed with the targets.

@@ -1,6 +1,5 @@
-"""What the population experienced: the experience schema (:mod:`.schema`), the collector
-(:mod:`.collector`) and the rollout buffer (:mod:`.rollout_buffer`).
+"""What the population experienced: the collector (:mod:`.collector`) and the rollout buffer
+(:mod:`.rollout_buffer`). The key names of an experience row live in :mod:`lightmarl.keys`.
 
-Submodules are imported directly; ``schema`` has no dependencies so that every layer can
-use its key names.
+Submodules are imported directly.
 """

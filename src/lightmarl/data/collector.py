@@ -11,12 +11,12 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from lightmarl.data import schema
+from lightmarl import keys
 from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
 from lightmarl.envs.pettingzoo import VecEnv
 from lightmarl.envs.workers import ROOT
 from lightmarl.policies.multi_agent import MultiAgentPolicy
-from lightmarl.policies.recurrent import IS_INIT, NEXT_RECURRENT_STATE, RECURRENT_STATE, RecurrentStates
+from lightmarl.policies.recurrent import RecurrentStates
 
 
 @dataclass
@@ -193,7 +193,7 @@ class RolloutCollector:
         experience = self._assemble(steps)
         for group, buffer in self.buffers.items():
             rows = experience.get(group).clone(recurse=False)
-            rows.set("next", experience.get(("next", group)))
+            rows.set(keys.NEXT, experience.get((keys.NEXT, group)))
             buffer.add_rollout(rows)
         return experience
 
@@ -204,7 +204,7 @@ class RolloutCollector:
         if self.device.type != "cpu":  # envs hand out CPU tensors; moving a TensorDict costs even when a no-op
             td = td.to(self.device)
         self.policy(td, env_start=lane.envs.start)
-        lane.send(td, {g.name: td.get((g.name, schema.ACTION)).cpu() for g in self._groups})
+        lane.send(td, {g.name: td.get((g.name, keys.ACTION)).cpu() for g in self._groups})
 
     def _receive(self, lane: _Lane) -> tuple[TensorDict, dict, torch.Tensor]:
         """The lane's step results, its recurrent states advanced (the next actions need them)."""
@@ -217,8 +217,8 @@ class RolloutCollector:
         next_state = {}
         if self.recurrent:
             # The state after the step goes with the next observation (a recurrent critic's input).
-            next_state = {g: td.get((g, NEXT_RECURRENT_STATE)) for g in self.recurrent.states}
-            td = td.exclude(*[(g, NEXT_RECURRENT_STATE) for g in self.recurrent.states])
+            next_state = {g: td.get((g, keys.NEXT_RECURRENT_STATE)) for g in self.recurrent.states}
+            td = td.exclude(*[(g, keys.NEXT_RECURRENT_STATE) for g in self.recurrent.states])
         return _Step(td, nxt, ended, next_state)
 
     def _episode_ids(self, ended: torch.Tensor) -> torch.Tensor:
@@ -301,37 +301,37 @@ class RolloutCollector:
             stacked = {k: over_time([[s.next[name][k] for s in lane] for lane in steps]) for k in first.next[name]}
             next_groups[name] = TensorDict(
                 {
-                    schema.OBSERVATION: stacked["observation"],
-                    schema.REWARD: stacked["reward"].unsqueeze(-1),
-                    schema.DONE: stacked["done"].unsqueeze(-1),
-                    schema.TERMINATED: stacked["terminated"].unsqueeze(-1),
-                    schema.TRUNCATED: stacked["truncated"].unsqueeze(-1),
-                    **({schema.ACTION_MASK: stacked["action_mask"]} if "action_mask" in stacked else {}),
+                    keys.OBSERVATION: stacked[keys.OBSERVATION],
+                    keys.REWARD: stacked[keys.REWARD].unsqueeze(-1),
+                    keys.DONE: stacked[keys.DONE].unsqueeze(-1),
+                    keys.TERMINATED: stacked[keys.TERMINATED].unsqueeze(-1),
+                    keys.TRUNCATED: stacked[keys.TRUNCATED].unsqueeze(-1),
+                    **({keys.ACTION_MASK: stacked[keys.ACTION_MASK]} if keys.ACTION_MASK in stacked else {}),
                 },
                 batch_size=[E, T, A],
             )
             if name in first.next_state:
                 next_groups[name].set(
-                    RECURRENT_STATE, over_time([[s.next_state[name] for s in lane] for lane in steps]).cpu()
+                    keys.RECURRENT_STATE, over_time([[s.next_state[name] for s in lane] for lane in steps]).cpu()
                 )
                 # The next observation continues the step's episode: never a reset.
-                next_groups[name].set(IS_INIT, torch.zeros(E, T, A, dtype=torch.bool))
+                next_groups[name].set(keys.IS_INIT, torch.zeros(E, T, A, dtype=torch.bool))
             # Annotations follow the map each env copy plays (per-env overrides included).
             binding = self.table.bindings_of_envs(name, E).unsqueeze(1).expand(E, T, A)
             rows = experience.get(name)
-            rows.set(schema.BINDING_ID, binding)
-            rows.set(schema.LOSS_PROFILE_ID, self.table.profile_of_binding[binding])
-            rows.set(schema.IS_TRAINABLE_AGENT, self.table.trainable[binding])
-            rows.set(schema.EPISODE_ID, episode_ids.unsqueeze(-1).expand(E, T, A))
-            rows.set(schema.ENV_INDEX, torch.arange(E).view(E, 1, 1).expand(E, T, A))
+            rows.set(keys.BINDING_ID, binding)
+            rows.set(keys.LOSS_PROFILE_ID, self.table.profile_of_binding[binding])
+            rows.set(keys.IS_TRAINABLE_AGENT, self.table.trainable[binding])
+            rows.set(keys.EPISODE_ID, episode_ids.unsqueeze(-1).expand(E, T, A))
+            rows.set(keys.ENV_INDEX, torch.arange(E).view(E, 1, 1).expand(E, T, A))
             # Episode returns in the env's own rewards, also where a transform rescaled them for learning.
-            rewards[name] = stacked.get(schema.ENV_REWARD, stacked["reward"])
-            valid[name] = rows.get(schema.VALID).cpu()
+            rewards[name] = stacked.get(keys.ENV_REWARD, stacked[keys.REWARD])
+            valid[name] = rows.get(keys.VALID).cpu()
         self._track_episodes(rewards, valid, ended)
         if ROOT in first.next:  # the env's global state after each step (the final one where an episode ended)
-            next_groups[schema.STATE] = over_time([[s.next[ROOT]["state"] for s in lane] for lane in steps])
+            next_groups[keys.STATE] = over_time([[s.next[ROOT][keys.STATE] for s in lane] for lane in steps])
         next_td = TensorDict(next_groups, batch_size=[E, T])
-        experience.set("next", next_td if self.device.type == "cpu" else next_td.to(self.device))
+        experience.set(keys.NEXT, next_td if self.device.type == "cpu" else next_td.to(self.device))
         return experience
 
     def episode_summary(self) -> dict[str, dict[str, float]]:

@@ -17,43 +17,18 @@ import torch
 from tensordict import TensorDict
 from tensordict.utils import NestedKey
 
-from lightmarl.data.schema import (
-    ACTION,
-    ACTION_LOG_PROB,
-    AGENT_ID,
-    BINDING_ID,
-    DONE,
-    ENV_INDEX,
-    EPISODE_ID,
-    IS_TRAINABLE_AGENT,
-    LOSS_PROFILE_ID,
-    OBSERVATION,
-    REWARD,
-    STATE_VALUE,
-    VALID,
-)
-
-TIME_INDEX = "time_index"
-"""Env step of the row within its episode (0 at the episode's first step); stored per row."""
-MASK = "mask"
-"""Bool entry of padded outputs: True where the position holds a stored row."""
-LOSS_MASK = "loss_mask"
-"""Bool entry of :meth:`MultiAgentRolloutBuffer.sequences`: a stored row outside the burn-in."""
-IS_INIT = "is_init"
-"""Bool entry of :meth:`MultiAgentRolloutBuffer.sequences`: the trajectory's first stored row."""
-EXTRAS = "extras"
-NEXT = "next"
+from lightmarl import keys
 
 # The seed's ``current_episode`` field names -> the TensorDict keys the rows are stored under.
 SEED_FIELDS: dict[str, NestedKey] = {
-    "states": OBSERVATION,
-    "state_values": STATE_VALUE,
-    "actions": ACTION,
-    "log_probs": ACTION_LOG_PROB,
-    "rewards": REWARD,
-    "next_states": (NEXT, OBSERVATION),
-    "next_state_values": (NEXT, STATE_VALUE),
-    "dones": DONE,
+    "states": keys.OBSERVATION,
+    "state_values": keys.STATE_VALUE,
+    "actions": keys.ACTION,
+    "log_probs": keys.ACTION_LOG_PROB,
+    "rewards": keys.REWARD,
+    "next_states": (keys.NEXT, keys.OBSERVATION),
+    "next_state_values": (keys.NEXT, keys.STATE_VALUE),
+    "dones": keys.DONE,
 }
 
 _DEFAULT_CAPACITY = 4096
@@ -229,22 +204,28 @@ class MultiAgentRolloutBuffer:
         """
         n = self.n_agents
         entries: dict[NestedKey, torch.Tensor] = {
-            OBSERVATION: torch.as_tensor(states),
-            ACTION: torch.as_tensor(actions),
-            REWARD: _per_agent(rewards, n, torch.float32, "rewards"),
-            (NEXT, OBSERVATION): torch.as_tensor(next_states),
-            DONE: _per_agent(dones, n, torch.bool, "dones"),
+            keys.OBSERVATION: torch.as_tensor(states),
+            keys.ACTION: torch.as_tensor(actions),
+            keys.REWARD: _per_agent(rewards, n, torch.float32, "rewards"),
+            (keys.NEXT, keys.OBSERVATION): torch.as_tensor(next_states),
+            keys.DONE: _per_agent(dones, n, torch.bool, "dones"),
         }
-        optional = {ACTION_LOG_PROB: log_probs, STATE_VALUE: state_values, (NEXT, STATE_VALUE): next_state_values}
+        optional = {
+            keys.ACTION_LOG_PROB: log_probs,
+            keys.STATE_VALUE: state_values,
+            (keys.NEXT, keys.STATE_VALUE): next_state_values,
+        }
         entries.update({k: torch.as_tensor(v) for k, v in optional.items() if v is not None})
         for name, value in (extras or {}).items():
-            entries[(EXTRAS, name)] = torch.as_tensor(value)
+            entries[(keys.EXTRAS, name)] = torch.as_tensor(value)
         for key, value in entries.items():
             if value.shape[:1] != (n,):
                 raise ValueError(
                     f"add_transition: {key!r} must have n_agents={n} as leading dim, got shape {tuple(value.shape)}"
                 )
-        entries[VALID] = torch.ones(n, dtype=torch.bool) if valid is None else _per_agent(valid, n, torch.bool, "valid")
+        entries[keys.VALID] = (
+            torch.ones(n, dtype=torch.bool) if valid is None else _per_agent(valid, n, torch.bool, keys.VALID)
+        )
 
         if self._cur is None:
             self._set_current(_allocate(TensorDict(entries, batch_size=[n]), 64, self.device, stack=True))
@@ -281,20 +262,22 @@ class MultiAgentRolloutBuffer:
         n, T = self.n_agents, self._cur_len
         per_agent: dict[NestedKey, list[torch.Tensor]] = {}
         if self._cur is not None and T > 0:
-            valid = self._cur.get(VALID)[:T]
+            valid = self._cur.get(keys.VALID)[:T]
             all_valid = bool(valid.all())
             for key in self._cur.keys(True, True):
-                if key == VALID:
+                if key == keys.VALID:
                     continue
                 value = self._cur.get(key)[:T]
                 per_agent[key] = [value[:, a] if all_valid else value[:, a][valid[:, a]] for a in range(n)]
             lengths = valid.sum(0)
-            rewards = torch.where(valid, self._cur.get(REWARD)[:T].double(), 0.0).sum(0)
+            rewards = torch.where(valid, self._cur.get(keys.REWARD)[:T].double(), 0.0).sum(0)
         else:
             lengths = torch.zeros(n, dtype=torch.long)
             rewards = torch.zeros(n, dtype=torch.float64)
         view: dict[str, Any] = {name: per_agent.get(key, [[] for _ in range(n)]) for name, key in SEED_FIELDS.items()}
-        view["extras"] = {key[1]: seq for key, seq in per_agent.items() if isinstance(key, tuple) and key[0] == EXTRAS}
+        view["extras"] = {
+            key[1]: seq for key, seq in per_agent.items() if isinstance(key, tuple) and key[0] == keys.EXTRAS
+        }
         view.update(_seed_summary(lengths, rewards, lengths > 0))
         return view
 
@@ -314,22 +297,22 @@ class MultiAgentRolloutBuffer:
             raise ValueError("end_episode: the current episode has no transitions; call add_transition first")
         n, T = self.n_agents, self._cur_len
         staged = self._cur[:T]
-        valid = staged.get(VALID)
+        valid = staged.get(keys.VALID)
         dev = staged.device
         episode_id = self._free_episode_id()
-        rows = staged.exclude(VALID)
-        rows.set(ENV_INDEX, torch.zeros(T, n, dtype=torch.long, device=dev))
-        rows.set(AGENT_ID, torch.arange(n, device=dev).expand(T, n).clone())
-        rows.set(EPISODE_ID, torch.full((T, n), episode_id, dtype=torch.long, device=dev))
-        rows.set(BINDING_ID, torch.zeros(T, n, dtype=torch.long, device=dev))
-        rows.set(LOSS_PROFILE_ID, torch.zeros(T, n, dtype=torch.long, device=dev))
-        rows.set(IS_TRAINABLE_AGENT, torch.ones(T, n, dtype=torch.bool, device=dev))
-        rows.set(TIME_INDEX, torch.arange(T, device=dev).unsqueeze(1).expand(T, n).clone())
-        self._learn_columns(rows.get(AGENT_ID)[0])
+        rows = staged.exclude(keys.VALID)
+        rows.set(keys.ENV_INDEX, torch.zeros(T, n, dtype=torch.long, device=dev))
+        rows.set(keys.AGENT_ID, torch.arange(n, device=dev).expand(T, n).clone())
+        rows.set(keys.EPISODE_ID, torch.full((T, n), episode_id, dtype=torch.long, device=dev))
+        rows.set(keys.BINDING_ID, torch.zeros(T, n, dtype=torch.long, device=dev))
+        rows.set(keys.LOSS_PROFILE_ID, torch.zeros(T, n, dtype=torch.long, device=dev))
+        rows.set(keys.IS_TRAINABLE_AGENT, torch.ones(T, n, dtype=torch.bool, device=dev))
+        rows.set(keys.TIME_INDEX, torch.arange(T, device=dev).unsqueeze(1).expand(T, n).clone())
+        self._learn_columns(rows.get(keys.AGENT_ID)[0])
         self._append_rows(dict(rows.items(True, True)), 2, valid)
 
         lengths = valid.sum(0)
-        returns = torch.where(valid, staged.get(REWARD).reshape(T, n).double(), 0.0).sum(0)
+        returns = torch.where(valid, staged.get(keys.REWARD).reshape(T, n).double(), 0.0).sum(0)
         self._records.append(
             _record(
                 episode_id=torch.tensor([episode_id]),
@@ -403,27 +386,27 @@ class MultiAgentRolloutBuffer:
         if self.device is not None and step.device != self.device:
             step = step.to(self.device)
         E, A = step.batch_size
-        if EPISODE_ID not in step.keys():
+        if keys.EPISODE_ID not in step.keys():
             raise ValueError("add_batch: the step has no 'episode_id' entry; it is required to trace trajectories")
-        dev = step.get(EPISODE_ID).device
-        reward = _find(step, REWARD, "reward")
-        done = _find(step, DONE, "done")
+        dev = step.get(keys.EPISODE_ID).device
+        reward = _find(step, keys.REWARD, keys.REWARD)
+        done = _find(step, keys.DONE, keys.DONE)
         rows: dict[NestedKey, torch.Tensor] = dict(step.items(include_nested=True, leaves_only=True))
-        valid = rows.pop(VALID, None)
+        valid = rows.pop(keys.VALID, None)
         valid = torch.ones(E, A, dtype=torch.bool, device=dev) if valid is None else valid.reshape(E, A).bool()
         defaults = {
-            ENV_INDEX: lambda: torch.arange(E, device=dev).unsqueeze(1).expand(E, A),
-            AGENT_ID: lambda: torch.arange(A, device=dev).expand(E, A),
-            BINDING_ID: lambda: torch.zeros(E, A, dtype=torch.long, device=dev),
-            LOSS_PROFILE_ID: lambda: torch.zeros(E, A, dtype=torch.long, device=dev),
-            IS_TRAINABLE_AGENT: lambda: torch.ones(E, A, dtype=torch.bool, device=dev),
+            keys.ENV_INDEX: lambda: torch.arange(E, device=dev).unsqueeze(1).expand(E, A),
+            keys.AGENT_ID: lambda: torch.arange(A, device=dev).expand(E, A),
+            keys.BINDING_ID: lambda: torch.zeros(E, A, dtype=torch.long, device=dev),
+            keys.LOSS_PROFILE_ID: lambda: torch.zeros(E, A, dtype=torch.long, device=dev),
+            keys.IS_TRAINABLE_AGENT: lambda: torch.ones(E, A, dtype=torch.bool, device=dev),
         }
         for key, make in defaults.items():
             if key not in rows:
                 rows[key] = make()
-        episode_id = rows[EPISODE_ID].reshape(E, A)
+        episode_id = rows[keys.EPISODE_ID].reshape(E, A)
         env_episode = episode_id[:, 0]
-        agent_id = rows[AGENT_ID].reshape(E, A)
+        agent_id = rows[keys.AGENT_ID].reshape(E, A)
         self._learn_columns(agent_id[0])
         assert self._column_agent_ids is not None
         same_episode = (episode_id == env_episode.unsqueeze(1)) | ~valid
@@ -436,7 +419,7 @@ class MultiAgentRolloutBuffer:
                 "add_batch: agent_id per column must be the same in every env and step, "
                 f"expected {self._column_agent_ids.tolist()}"
             )
-        env_index = rows[ENV_INDEX].reshape(E, A)[:, 0]
+        env_index = rows[keys.ENV_INDEX].reshape(E, A)[:, 0]
 
         envs = self._env_trackers(E, dev)
         active = valid.any(1)
@@ -454,7 +437,7 @@ class MultiAgentRolloutBuffer:
                 self._close(interrupted.nonzero().squeeze(1), env_index)
             envs.start(starts, env_episode)
 
-        rows[TIME_INDEX] = envs.step.unsqueeze(1).expand(E, A)
+        rows[keys.TIME_INDEX] = envs.step.unsqueeze(1).expand(E, A)
         self._append_rows(rows, 2, valid)
 
         envs.seen |= valid
@@ -462,7 +445,7 @@ class MultiAgentRolloutBuffer:
         envs.ret += torch.where(valid, reward.reshape(E, A).double(), 0.0)
         envs.length += valid.long()
         first = valid & (envs.binding < 0)
-        envs.binding = torch.where(first, rows[BINDING_ID].reshape(E, A).long(), envs.binding)
+        envs.binding = torch.where(first, rows[keys.BINDING_ID].reshape(E, A).long(), envs.binding)
         # Env steps in which every agent waits still advance the episode's clock.
         envs.step += envs.open.long()
         finished = active & ~(envs.seen & ~envs.done).any(1)
@@ -490,11 +473,11 @@ class MultiAgentRolloutBuffer:
             KeyError: when no row of that agent in that episode is stored.
         """
         rows = self.rows()
-        hit = (rows.get(EPISODE_ID) == episode_id) & (rows.get(AGENT_ID) == agent_id)
+        hit = (rows.get(keys.EPISODE_ID) == episode_id) & (rows.get(keys.AGENT_ID) == agent_id)
         index = hit.nonzero().squeeze(1)
         if index.numel() == 0:
             raise KeyError(f"trajectory: no stored rows for episode_id={episode_id}, agent_id={agent_id}")
-        order = torch.sort(rows.get(TIME_INDEX)[index], stable=True).indices
+        order = torch.sort(rows.get(keys.TIME_INDEX)[index], stable=True).indices
         return rows[index[order]]
 
     def rows(self, binding_id: int | None = None, complete_only: bool = False) -> TensorDict:
@@ -528,19 +511,19 @@ class MultiAgentRolloutBuffer:
         rows = self.rows(binding_id, complete_only)
         n = self.n_agents
         if rows.batch_size[0] == 0:
-            return TensorDict({MASK: torch.zeros(0, 0, n, dtype=torch.bool)}, batch_size=[0, 0, n])
-        episodes, e_idx = torch.unique(rows.get(EPISODE_ID), return_inverse=True)
-        t_idx = self._relative_time(rows.get(TIME_INDEX), e_idx, episodes.numel())
-        a_idx = self._column_of(rows.get(AGENT_ID))
+            return TensorDict({keys.MASK: torch.zeros(0, 0, n, dtype=torch.bool)}, batch_size=[0, 0, n])
+        episodes, e_idx = torch.unique(rows.get(keys.EPISODE_ID), return_inverse=True)
+        t_idx = self._relative_time(rows.get(keys.TIME_INDEX), e_idx, episodes.numel())
+        a_idx = self._column_of(rows.get(keys.AGENT_ID))
         E, T = episodes.numel(), int(t_idx.max()) + 1
         out = _zeros_like_rows(rows, (E, T, n))
         out[e_idx, t_idx, a_idx] = rows
         mask = torch.zeros(E, T, n, dtype=torch.bool, device=rows.device)
         mask[e_idx, t_idx, a_idx] = True
-        out.set(MASK, mask)
-        out.set(EPISODE_ID, episodes.view(E, 1, 1).expand(E, T, n).clone())
+        out.set(keys.MASK, mask)
+        out.set(keys.EPISODE_ID, episodes.view(E, 1, 1).expand(E, T, n).clone())
         assert self._column_agent_ids is not None
-        out.set(AGENT_ID, self._column_agent_ids.to(rows.device).expand(E, T, n).clone())
+        out.set(keys.AGENT_ID, self._column_agent_ids.to(rows.device).expand(E, T, n).clone())
         return out
 
     def sequences(
@@ -579,10 +562,10 @@ class MultiAgentRolloutBuffer:
         if rows.batch_size[0] == 0:
             width = 0 if length is None else burn_in + length
             empty = torch.zeros(0, width, dtype=torch.bool)
-            return TensorDict({MASK: empty, LOSS_MASK: empty, IS_INIT: empty}, batch_size=[0, width])
-        episodes, e_idx = torch.unique(rows.get(EPISODE_ID), return_inverse=True)
-        t_idx = self._relative_time(rows.get(TIME_INDEX), e_idx, episodes.numel())
-        a_idx = self._column_of(rows.get(AGENT_ID))
+            return TensorDict({keys.MASK: empty, keys.LOSS_MASK: empty, keys.IS_INIT: empty}, batch_size=[0, width])
+        episodes, e_idx = torch.unique(rows.get(keys.EPISODE_ID), return_inverse=True)
+        t_idx = self._relative_time(rows.get(keys.TIME_INDEX), e_idx, episodes.numel())
+        a_idx = self._column_of(rows.get(keys.AGENT_ID))
         # Sort rows by (episode, agent, time): stable sorts from the least significant key.
         order = torch.sort(t_idx, stable=True).indices
         order = order[torch.sort(a_idx[order], stable=True).indices]
@@ -609,9 +592,9 @@ class MultiAgentRolloutBuffer:
         out = _zeros_like_rows(rows, (C, width))
         source = order[(offsets[trajectory_of_chunk].unsqueeze(1) + position)[mask]]
         out[mask] = rows[source]
-        out.set(MASK, mask)
-        out.set(LOSS_MASK, mask & (position >= train_start.unsqueeze(1)))
-        out.set(IS_INIT, mask & (position == 0))
+        out.set(keys.MASK, mask)
+        out.set(keys.LOSS_MASK, mask & (position >= train_start.unsqueeze(1)))
+        out.set(keys.IS_INIT, mask & (position == 0))
         return out
 
     # --------------------------------------------------------- statistics
@@ -652,7 +635,7 @@ class MultiAgentRolloutBuffer:
             for every binding with at least one completed episode.
         """
         table = self.completed_episodes()
-        present, bindings = table["present"], table["binding_id"]
+        present, bindings = table["present"], table[keys.BINDING_ID]
         stats: dict[Any, dict[str, float]] = {}
         for b in torch.unique(bindings[present]).tolist():
             mine = present & (bindings == b)
@@ -723,9 +706,9 @@ class MultiAgentRolloutBuffer:
         assert self._storage is not None
         rows = self._storage[: self._size]
         table = self.completed_episodes()
-        episode_of_row = rows.get(EPISODE_ID)
+        episode_of_row = rows.get(keys.EPISODE_ID)
         # Rows held per completed episode (oldest first), counted in one pass over the store.
-        ids = table["episode_id"].to(episode_of_row.device)
+        ids = table[keys.EPISODE_ID].to(episode_of_row.device)
         held = torch.zeros(ids.numel(), dtype=torch.long, device=episode_of_row.device)
         if ids.numel():
             sorted_ids, perm = torch.sort(ids)
@@ -750,9 +733,9 @@ class MultiAgentRolloutBuffer:
     def _select(self, rows: TensorDict, binding_id: int | None, complete_only: bool) -> torch.Tensor | None:
         keep: torch.Tensor | None = None
         if binding_id is not None:
-            keep = rows.get(BINDING_ID) == binding_id
+            keep = rows.get(keys.BINDING_ID) == binding_id
         if complete_only:
-            done = torch.isin(rows.get(EPISODE_ID), self.completed_episodes()["episode_id"].to(rows.device))
+            done = torch.isin(rows.get(keys.EPISODE_ID), self.completed_episodes()[keys.EPISODE_ID].to(rows.device))
             keep = done if keep is None else keep & done
         return None if keep is None else keep.nonzero().squeeze(1)
 
@@ -808,18 +791,18 @@ class MultiAgentRolloutBuffer:
     def _free_episode_id(self) -> int:
         candidates = [-1]
         if self._size:
-            candidates.append(int(self.rows().get(EPISODE_ID).max()))
+            candidates.append(int(self.rows().get(keys.EPISODE_ID).max()))
         table = self.completed_episodes()
         if table.batch_size[0]:
-            candidates.append(int(table["episode_id"].max()))
+            candidates.append(int(table[keys.EPISODE_ID].max()))
         if self._envs is not None:
             candidates.append(int(self._envs.episode.max()))
         return max(candidates) + 1
 
     def _episode_dict(self, record: TensorDict) -> dict[str, Any]:
-        episode_id = int(record["episode_id"])
+        episode_id = int(record[keys.EPISODE_ID])
         n = self.n_agents
-        view: dict[str, Any] = {"episode_id": episode_id, "env_index": int(record["env_index"])}
+        view: dict[str, Any] = {"episode_id": episode_id, "env_index": int(record[keys.ENV_INDEX])}
         trajectories: list[TensorDict | None] = []
         assert self._column_agent_ids is not None or self._size == 0
         for a in range(n):
@@ -828,13 +811,13 @@ class MultiAgentRolloutBuffer:
                 trajectories.append(self.trajectory(episode_id, agent_id))
             except KeyError:
                 trajectories.append(None)
-        keys = next((list(t.keys(True, True)) for t in trajectories if t is not None), [])
+        stored = next((list(t.keys(True, True)) for t in trajectories if t is not None), [])
         for name, key in SEED_FIELDS.items():
-            view[name] = [t.get(key) if t is not None and key in keys else [] for t in trajectories]
+            view[name] = [t.get(key) if t is not None and key in stored else [] for t in trajectories]
         view["extras"] = {
             key[1]: [t.get(key) if t is not None else [] for t in trajectories]
-            for key in keys
-            if isinstance(key, tuple) and key[0] == EXTRAS
+            for key in stored
+            if isinstance(key, tuple) and key[0] == keys.EXTRAS
         }
         view.update(_seed_summary(record["episode_length"], record["episode_return"], record["present"]))
         return view
@@ -882,7 +865,7 @@ def _per_agent(value: Any, n: int, dtype: torch.dtype, name: str) -> torch.Tenso
 def _find(step: TensorDict, key: str, name: str) -> torch.Tensor:
     value = step.get(key, None)
     if value is None:
-        value = step.get((NEXT, key), None)
+        value = step.get((keys.NEXT, key), None)
     if value is None:
         raise ValueError(f"add_batch: the step has no {name!r} entry (looked at {key!r} and ('next', {key!r}))")
     return value
@@ -924,11 +907,11 @@ def _record(
 ) -> TensorDict:
     return TensorDict(
         {
-            EPISODE_ID: episode_id,
-            ENV_INDEX: env_index,
+            keys.EPISODE_ID: episode_id,
+            keys.ENV_INDEX: env_index,
             "episode_return": returns.double(),
             "episode_length": lengths.long(),
-            BINDING_ID: bindings.long(),
+            keys.BINDING_ID: bindings.long(),
             "present": present.bool(),
         },
         batch_size=[episode_id.numel()],

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lightmarl import keys
 from lightmarl.envs.workers import ROOT, Arrays, EnvSlice, GroupLayout
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class AECSlice(EnvSlice):
         observations = self._observe(e, env)
         self.write_obs(arrays, e, observations, (acting,) if valid and acting is not None else ())
         for group in self.masked_groups:
-            arrays[group]["action_mask"][e] = True
+            arrays[group][keys.ACTION_MASK][e] = True
         if acting is None or self.slot[acting][0] not in self.masked_groups:
             return
         group, i = self.slot[acting]
@@ -114,7 +115,7 @@ class AECSlice(EnvSlice):
                 "nor infos[agent]['action_mask']), though its group has one"
             )
         try:
-            arrays[group]["action_mask"][e, i] = mask
+            arrays[group][keys.ACTION_MASK][e, i] = mask
         except (ValueError, TypeError) as err:
             raise RuntimeError(
                 f"{self.where(e)}: the action mask of agent {acting!r} does not fit (expected shape "
@@ -132,8 +133,8 @@ class AECSlice(EnvSlice):
             truncated = bool(env.truncations.get(agent, False))
             if terminated or truncated:
                 group, i = self.slot[agent]
-                nxt[group]["terminated"][e, i] = terminated
-                nxt[group]["truncated"][e, i] = truncated
+                nxt[group][keys.TERMINATED][e, i] = terminated
+                nxt[group][keys.TRUNCATED][e, i] = truncated
                 finished.add(agent)
 
     def _add_rewards(self, e: int, env: Any, nxt: Arrays) -> None:
@@ -145,7 +146,7 @@ class AECSlice(EnvSlice):
                     f"{self.where(e)} reported a reward for unknown agent {agent!r}; "
                     f"possible_agents are {self.possible_agents}"
                 ) from None
-            nxt[group]["reward"][e, i] += reward
+            nxt[group][keys.REWARD][e, i] += reward
 
     def _remove_dead(self, e: int, j: int, env: Any, nxt: Arrays) -> int:
         """Step every selected agent that is done with ``None`` (PettingZoo's dead steps) until a live one
@@ -215,11 +216,11 @@ class AECSlice(EnvSlice):
             if env.agents and not dead_steps:
                 # Nothing changed since the observations above: they are the next step's too.
                 for g, arrays in nxt.items():
-                    for key in ("observation", "action_mask", "state"):
+                    for key in (keys.OBSERVATION, keys.ACTION_MASK, keys.STATE):
                         if key in arrays:
                             current[g][key][e] = arrays[key][e]
                 group, i = self.slot[self._selected(e, env)]
-                current[group]["valid"][e, i] = True
+                current[group][keys.VALID][e, i] = True
                 continue
             if env.agents:
                 self._write_rows(current, e, env, self._selected(e, env), valid=True)
@@ -230,7 +231,7 @@ class AECSlice(EnvSlice):
             ended[e] = True
             for agent in self._playing[j] - self._finished[j]:
                 group, i = self.slot[agent]
-                nxt[group]["truncated"][e, i] = True
+                nxt[group][keys.TRUNCATED][e, i] = True
             try:
                 env.reset()
             except Exception as err:
@@ -239,7 +240,7 @@ class AECSlice(EnvSlice):
         rows = slice(self.start, self.stop)
         for group, arrays in nxt.items():
             if group != ROOT:
-                np.logical_or(arrays["terminated"][rows], arrays["truncated"][rows], out=arrays["done"][rows])
+                np.logical_or(arrays[keys.TERMINATED][rows], arrays[keys.TRUNCATED][rows], out=arrays[keys.DONE][rows])
 
 
 def _is_done(env: Any, agent: str) -> bool:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from lightmarl.data import schema
+from lightmarl import keys
 from lightmarl.envs.spec import EnvSpec, GroupSpec
 from lightmarl.envs.workers import ROOT
 
@@ -178,7 +178,7 @@ def random_actions(
     """
     actions = {}
     for g in spec.groups.values():
-        valid = current[g.name]["valid"]
+        valid = current[g.name][keys.VALID]
         batch = tuple(valid.shape)
         if g.action_kind == "continuous":
             low = torch.tensor(g.action_low).view(g.action_shape)
@@ -190,7 +190,7 @@ def random_actions(
             u = torch.rand(*batch, *g.action_shape, generator=generator)
             actions[g.name] = low + u * (high - low)
             continue
-        mask = current[g.name].get("action_mask")
+        mask = current[g.name].get(keys.ACTION_MASK)
         weights = torch.ones(*batch, g.num_actions) if mask is None else mask.float()
         parts, offset = [], 0
         for size in g.action_nvec or (g.num_actions,):
@@ -229,7 +229,7 @@ def check_vec_env(vec: VecEnv, num_steps: int = 100, seed: int = 0) -> VecEnvChe
         _check_observation_td(vec, current, where)
         for g in spec.groups.values():
             if g.has_action_mask:
-                masked_rows += int(current[g.name]["valid"].sum())
+                masked_rows += int(current[g.name][keys.VALID].sum())
         actions = random_actions(spec, current, generator)
         nxt, ended = vec.step(actions)
         if not (isinstance(ended, torch.Tensor) and ended.dtype == torch.bool and tuple(ended.shape) == (num_envs,)):
@@ -240,9 +240,9 @@ def check_vec_env(vec: VecEnv, num_steps: int = 100, seed: int = 0) -> VecEnvChe
         after = vec.current
         _check_current(spec, num_envs, after, f"{where} (next observations)")
         for g in spec.groups.values():
-            before, done = current[g.name]["valid"], nxt[g.name]["done"]
+            before, done = current[g.name][keys.VALID], nxt[g.name][keys.DONE]
             going_on = ~ended.view(-1, 1)
-            vanished = before & ~done & going_on & ~after[g.name]["valid"]
+            vanished = before & ~done & going_on & ~after[g.name][keys.VALID]
             if vanished.any():
                 e, i = (int(x) for x in vanished.nonzero()[0])
                 raise EnvContractError(
@@ -287,11 +287,11 @@ def check_same_trajectories(a: VecEnv, b: VecEnv, num_steps: int = 30, seed: int
 
 def _expected(g: GroupSpec, num_envs: int, section: str) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
     rows = (num_envs, g.num_agents)
-    fields = {"observation": (torch.float32, (*rows, *g.observation_shape))}
+    fields = {keys.OBSERVATION: (torch.float32, (*rows, *g.observation_shape))}
     if g.has_action_mask:
-        fields["action_mask"] = (torch.bool, (*rows, g.num_actions))
+        fields[keys.ACTION_MASK] = (torch.bool, (*rows, g.num_actions))
     if section == "current":
-        fields["valid"] = (torch.bool, rows)
+        fields[keys.VALID] = (torch.bool, rows)
     else:
         fields.update(
             reward=(torch.float32, rows),
@@ -308,14 +308,14 @@ def _check_layout(spec: EnvSpec, num_envs: int, data: Any, section: str, where: 
         got = sorted(data) if isinstance(data, dict) else type(data).__name__
         raise EnvContractError(f"env {spec.name!r}, {where}: expected entries {expected_keys}, got {got}")
     if spec.state_shape is not None:
-        state, shape = data[ROOT].get("state"), (num_envs, *spec.state_shape)
+        state, shape = data[ROOT].get(keys.STATE), (num_envs, *spec.state_shape)
         if state is None or state.dtype != torch.float32 or tuple(state.shape) != shape:
             raise EnvContractError(f"env {spec.name!r}, {where}: the global state must be float32 {shape}")
     for g in spec.groups.values():
         expected = _expected(g, num_envs, section)
         entries = data[g.name]
-        if section != "current" and schema.ENV_REWARD in entries:  # the env's own reward beside a rescaled one
-            expected[schema.ENV_REWARD] = expected["reward"]
+        if section != "current" and keys.ENV_REWARD in entries:  # the env's own reward beside a rescaled one
+            expected[keys.ENV_REWARD] = expected[keys.REWARD]
         if set(entries) != set(expected):
             raise EnvContractError(
                 f"env {spec.name!r}, {where}: group {g.name!r} has entries {sorted(entries)}, expected {sorted(expected)}"
@@ -327,7 +327,7 @@ def _check_layout(spec: EnvSpec, num_envs: int, data: Any, section: str, where: 
                     f"env {spec.name!r}, {where}: {g.name}.{key} is {value.dtype} {tuple(value.shape)}, "
                     f"expected {dtype} {shape} (GroupSpec {g.name!r})"
                 )
-        for key in ("observation", "reward"):
+        for key in (keys.OBSERVATION, keys.REWARD):
             if key in entries and not torch.isfinite(entries[key]).all():
                 raise EnvContractError(f"env {spec.name!r}, {where}: {g.name}.{key} has non-finite values")
 
@@ -337,9 +337,9 @@ def _check_current(spec: EnvSpec, num_envs: int, current: Any, where: str) -> No
     present = torch.zeros(num_envs, dtype=torch.int64)
     for g in spec.groups.values():
         entries = current[g.name]
-        valid = entries["valid"]
+        valid = entries[keys.VALID]
         present += valid.sum(-1)
-        mask = entries.get("action_mask")
+        mask = entries.get(keys.ACTION_MASK)
         if mask is None:
             continue
         offset = 0
@@ -365,17 +365,17 @@ def _check_next(
     ended: torch.Tensor,
     where: str,
 ) -> None:
-    _check_layout(spec, num_envs, nxt, "next", where)
+    _check_layout(spec, num_envs, nxt, keys.NEXT, where)
     for g in spec.groups.values():
-        entries, acted = nxt[g.name], current[g.name]["valid"]
-        if not torch.equal(entries["done"], entries["terminated"] | entries["truncated"]):
+        entries, acted = nxt[g.name], current[g.name][keys.VALID]
+        if not torch.equal(entries[keys.DONE], entries[keys.TERMINATED] | entries[keys.TRUNCATED]):
             raise EnvContractError(f"env {spec.name!r}, {where}: {g.name}.done must be terminated | truncated")
-        for key in ("reward", "done"):
+        for key in (keys.REWARD, keys.DONE):
             if entries[key][~acted].any():
                 raise EnvContractError(
                     f"env {spec.name!r}, {where}: {g.name}.{key} is set for agents that were absent (valid False)"
                 )
-        unfinished = ended.view(-1, 1) & acted & ~entries["done"]
+        unfinished = ended.view(-1, 1) & acted & ~entries[keys.DONE]
         if unfinished.any():
             e, i = (int(x) for x in unfinished.nonzero()[0])
             raise EnvContractError(
@@ -393,7 +393,7 @@ def _check_observation_td(vec: VecEnv, current: dict[str, dict[str, torch.Tensor
         if tuple(rows.batch_size) != (vec.num_envs, g.num_agents):
             raise EnvContractError(f"env {spec.name!r}, {where}: observation_td()[{g.name!r}] batch {rows.batch_size}")
         ids = torch.tensor(g.agent_ids).expand(vec.num_envs, -1)
-        if not torch.equal(rows.get("agent_id"), ids):
+        if not torch.equal(rows.get(keys.AGENT_ID), ids):
             raise EnvContractError(
                 f"env {spec.name!r}, {where}: observation_td()[{g.name!r}].agent_id != {g.agent_ids}"
             )

@@ -18,6 +18,8 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
+from lightmarl import keys
+
 
 class MatchTargetEnv(ParallelEnv):
     """Hit-the-target task for ``num_agents`` agents (``agent_0`` ...).
@@ -89,7 +91,9 @@ class MatchTargetEnv(ParallelEnv):
             self._targets[agent], self._legal[agent] = target, legal
             one_hot = np.zeros(sum(self.nvec), np.float32)
             one_hot[self._offsets + target] = 1.0
-            out[agent] = {"observation": one_hot, "action_mask": legal.astype(np.int8)} if self.masked else one_hot
+            out[agent] = (
+                {keys.OBSERVATION: one_hot, keys.ACTION_MASK: legal.astype(np.int8)} if self.masked else one_hot
+            )
         return out
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from lightmarl import keys
 from lightmarl._imports import import_object
 from lightmarl.envs.aec import aec_env_spec, is_aec_env
 from lightmarl.envs.checks import check_parallel_env
@@ -198,12 +199,12 @@ def global_state_shape(env: Any, name: str, groups: dict[str, GroupSpec]) -> tup
     """The shape of ``env.state()``, from PettingZoo's ``state_space``; a clear error where the env has none."""
     space = getattr(env, "state_space", None)
     shape = getattr(space, "shape", None)
-    if not callable(getattr(env, "state", None)) or not isinstance(shape, tuple) or not shape:
+    if not callable(getattr(env, keys.STATE, None)) or not isinstance(shape, tuple) or not shape:
         raise ValueError(
             f"env.state: env {name!r} has no global state (PettingZoo's `state_space` with a shape, and "
             f"`state()`; got state_space={space!r}); set env.state: false"
         )
-    if "state" in groups:
+    if keys.STATE in groups:
         raise ValueError(f"env.state: env {name!r} has an agent group named 'state', the experience key of the state")
     return tuple(int(n) for n in shape)
 
@@ -224,10 +225,10 @@ def observation_td(
         ids = agent_ids.get(g.name)
         if ids is None:
             ids = agent_ids[g.name] = torch.tensor(g.agent_ids, dtype=torch.int64)
-        entries["agent_id"] = ids.expand(num_envs, g.num_agents)
+        entries[keys.AGENT_ID] = ids.expand(num_envs, g.num_agents)
         groups[g.name] = TensorDict(entries, batch_size=[num_envs, g.num_agents])
     if ROOT in current:  # the env's global state, where the vector records it
-        groups["state"] = current[ROOT]["state"]
+        groups[keys.STATE] = current[ROOT][keys.STATE]
     return TensorDict(groups, batch_size=[num_envs])
 
 

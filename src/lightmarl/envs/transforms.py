@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import torch
 from tensordict import TensorDict
 
-from lightmarl.data import schema
+from lightmarl import keys
 from lightmarl.envs.spec import EnvSpec, GroupSpec
 
 if TYPE_CHECKING:
@@ -261,10 +261,10 @@ class _BoundObservationNorm(BoundTransform):
     def _current(self, current: Outputs) -> None:
         for g in self.groups:
             entries = current[g]
-            valid = entries["valid"]
+            valid = entries[keys.VALID]
             if self.training:
-                self.transform.statistics[g].update(entries["observation"][valid])
-            entries["observation"] = self.transform.normalize(g, entries["observation"], valid)
+                self.transform.statistics[g].update(entries[keys.OBSERVATION][valid])
+            entries[keys.OBSERVATION] = self.transform.normalize(g, entries[keys.OBSERVATION], valid)
             self.present[g] = valid
 
     def reset(self, current: Outputs) -> None:
@@ -274,7 +274,7 @@ class _BoundObservationNorm(BoundTransform):
         acted = dict(self.present)
         self._current(current)  # statistics first: both observations of the step use the same ones
         for g in self.groups:
-            nxt[g]["observation"] = self.transform.normalize(g, nxt[g]["observation"], acted[g])
+            nxt[g][keys.OBSERVATION] = self.transform.normalize(g, nxt[g][keys.OBSERVATION], acted[g])
 
 
 class RewardNorm(_GroupStatistics):
@@ -286,7 +286,7 @@ class RewardNorm(_GroupStatistics):
     ``[-clip, clip]``, like the reward half of Stable-Baselines3's ``VecNormalize``. Rewards are
     not centred, so a reward of 0 stays 0. Evaluation vectors pass rewards through unchanged:
     evaluation reports the env's own returns. Training vectors keep the env's reward beside the
-    scaled one (``schema.ENV_REWARD``), so the collector's episode returns
+    scaled one (``keys.ENV_REWARD``), so the collector's episode returns
     (``collect/<binding>/episode_return``) are the env's own too.
 
     Args:
@@ -333,17 +333,17 @@ class _BoundRewardNorm(BoundTransform):
     def reset(self, current: Outputs) -> None:
         for g, returns in self.returns.items():
             returns.zero_()
-            self.present[g] = current[g]["valid"]
+            self.present[g] = current[g][keys.VALID]
 
     def step(self, nxt: Outputs, current: Outputs, ended: torch.Tensor) -> None:
         for g, returns in self.returns.items():
             entries, acted = nxt[g], self.present[g]
-            returns.mul_(self.transform.gamma).add_(entries["reward"].to(torch.float64) * acted)
+            returns.mul_(self.transform.gamma).add_(entries[keys.REWARD].to(torch.float64) * acted)
             self.transform.statistics[g].update(returns[acted])
-            entries.setdefault(schema.ENV_REWARD, entries["reward"])  # episode statistics report the env's own
-            entries["reward"] = self.transform.scale(g, entries["reward"])
-            returns.masked_fill_(entries["done"], 0.0)
-            self.present[g] = current[g]["valid"]
+            entries.setdefault(keys.ENV_REWARD, entries[keys.REWARD])  # episode statistics report the env's own
+            entries[keys.REWARD] = self.transform.scale(g, entries[keys.REWARD])
+            returns.masked_fill_(entries[keys.DONE], 0.0)
+            self.present[g] = current[g][keys.VALID]
 
 
 class _Identity(BoundTransform):
@@ -440,25 +440,25 @@ class _BoundFrameStack(BoundTransform):
 
     def reset(self, current: Outputs) -> None:
         for g in self.frames:
-            valid = current[g]["valid"]
-            self.frames[g] = self._fresh(current[g]["observation"]) * self._rows(valid, self.frames[g])
-            current[g]["observation"] = self._flat(g, self.frames[g])
+            valid = current[g][keys.VALID]
+            self.frames[g] = self._fresh(current[g][keys.OBSERVATION]) * self._rows(valid, self.frames[g])
+            current[g][keys.OBSERVATION] = self._flat(g, self.frames[g])
             self.present[g] = valid
 
     def step(self, nxt: Outputs, current: Outputs, ended: torch.Tensor) -> None:
         for g, frames in self.frames.items():
-            acted, done = self.present[g], nxt[g]["done"]
+            acted, done = self.present[g], nxt[g][keys.DONE]
             shifted = frames[:, :, 1:]
             # The step's result: each acting agent's stack with its new (final, if done) observation.
-            after_step = torch.cat([shifted, nxt[g]["observation"].unsqueeze(2)], dim=2)
-            nxt[g]["observation"] = self._flat(g, after_step * self._rows(acted, after_step))
+            after_step = torch.cat([shifted, nxt[g][keys.OBSERVATION].unsqueeze(2)], dim=2)
+            nxt[g][keys.OBSERVATION] = self._flat(g, after_step * self._rows(acted, after_step))
             # The next step's stack: continued for agents still in the same episode, fresh for new ones.
-            valid, observation = current[g]["valid"], current[g]["observation"]
+            valid, observation = current[g][keys.VALID], current[g][keys.OBSERVATION]
             continuing = acted & ~done & ~ended.view(-1, 1) & valid
             continued = torch.cat([shifted, observation.unsqueeze(2)], dim=2)
             stacked = torch.where(self._rows(continuing, frames), continued, self._fresh(observation))
             self.frames[g] = stacked * self._rows(valid, stacked)
-            current[g]["observation"] = self._flat(g, self.frames[g])
+            current[g][keys.OBSERVATION] = self._flat(g, self.frames[g])
             self.present[g] = valid
 
 

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+from lightmarl import keys
 from lightmarl._imports import import_object
 from lightmarl.envs.config import EnvConfig
 from lightmarl.envs.pettingzoo import VecEnv, observation_td
@@ -316,7 +317,7 @@ class VmasVecEnv:
             observations = self._env.reset(seed=self.seed)
         obs = self._by_group(observations)
         self.current = {
-            g.name: {"observation": obs[g.name], "valid": self._valid(g)} for g in self.spec.groups.values()
+            g.name: {keys.OBSERVATION: obs[g.name], keys.VALID: self._valid(g)} for g in self.spec.groups.values()
         }
         return self.current
 
@@ -355,16 +356,16 @@ class VmasVecEnv:
             team_terminated = terminated_cpu.expand(rows).clone()
             team_truncated = truncated_cpu.expand(rows).clone()
             nxt[g.name] = {
-                "observation": final[g.name],
-                "reward": reward[g.name],
-                "terminated": team_terminated,
-                "truncated": team_truncated,
-                "done": team_terminated | team_truncated,
+                keys.OBSERVATION: final[g.name],
+                keys.REWARD: reward[g.name],
+                keys.TERMINATED: team_terminated,
+                keys.TRUNCATED: team_truncated,
+                keys.DONE: team_terminated | team_truncated,
             }
             observation = final[g.name].clone()
             if restarted is not None:
                 observation[ended] = restarted[g.name][ended]
-            current[g.name] = {"observation": observation, "valid": self._valid(g)}
+            current[g.name] = {keys.OBSERVATION: observation, keys.VALID: self._valid(g)}
         self.current = current
         return nxt, ended
 

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
+from lightmarl import keys
 from lightmarl._imports import import_object
 
 if TYPE_CHECKING:
@@ -99,19 +100,19 @@ class GroupLayout:
     def current_fields(self, num_envs: int) -> list[tuple[str, str, tuple[int, ...]]]:
         """``(key, dtype, shape)`` of what the policies see at the next step."""
         rows = (num_envs, len(self.agents))
-        fields = [("observation", "float32", (*rows, *self.observation_shape)), ("valid", "bool", rows)]
+        fields = [(keys.OBSERVATION, "float32", (*rows, *self.observation_shape)), (keys.VALID, "bool", rows)]
         if self.has_action_mask:
-            fields.append(("action_mask", "bool", (*rows, self.num_actions)))
+            fields.append((keys.ACTION_MASK, "bool", (*rows, self.num_actions)))
         return fields
 
     def next_fields(self, num_envs: int) -> list[tuple[str, str, tuple[int, ...]]]:
         """``(key, dtype, shape)`` of a step's results, in the order ``ParallelVecEnv.step`` returns them."""
         rows = (num_envs, len(self.agents))
-        fields = [("observation", "float32", (*rows, *self.observation_shape))]
+        fields = [(keys.OBSERVATION, "float32", (*rows, *self.observation_shape))]
         if self.has_action_mask:
-            fields.append(("action_mask", "bool", (*rows, self.num_actions)))
-        fields += [("reward", "float32", rows), ("terminated", "bool", rows), ("truncated", "bool", rows)]
-        fields.append(("done", "bool", rows))
+            fields.append((keys.ACTION_MASK, "bool", (*rows, self.num_actions)))
+        fields += [(keys.REWARD, "float32", rows), (keys.TERMINATED, "bool", rows), (keys.TRUNCATED, "bool", rows)]
+        fields.append((keys.DONE, "bool", rows))
         return fields
 
     def action_field(self, num_envs: int) -> tuple[str, tuple[int, ...]]:
@@ -120,7 +121,7 @@ class GroupLayout:
 
 def root_fields(num_envs: int, state_shape: tuple[int, ...] | None) -> list[tuple[str, str, tuple[int, ...]]]:
     """``(key, dtype, shape)`` of the env copies' own entries (under :data:`ROOT`): the global state, if recorded."""
-    return [] if state_shape is None else [("state", "float32", (num_envs, *state_shape))]
+    return [] if state_shape is None else [(keys.STATE, "float32", (num_envs, *state_shape))]
 
 
 def _with_root(arrays: Arrays, num_envs: int, state_shape: tuple[int, ...] | None) -> Arrays:
@@ -193,10 +194,10 @@ class EnvSlice:
             target = arrays[group]
             try:
                 if isinstance(obs, dict):
-                    if "action_mask" in target:
-                        target["action_mask"][e, i] = obs["action_mask"]
+                    if keys.ACTION_MASK in target:
+                        target[keys.ACTION_MASK][e, i] = obs["action_mask"]  # PettingZoo's dict observation
                     obs = obs["observation"]
-                target["observation"][e, i] = obs
+                target[keys.OBSERVATION][e, i] = obs
             except (ValueError, TypeError, KeyError) as err:
                 raise RuntimeError(
                     f"{self.where(e)} returned an observation for agent {agent!r} that does not fit its "
@@ -204,7 +205,7 @@ class EnvSlice:
                 ) from None
         for agent in live:
             group, i = slot[agent]
-            arrays[group]["valid"][e, i] = True
+            arrays[group][keys.VALID][e, i] = True
 
     def reset(self, current: Arrays) -> None:
         """Reset every copy with its seed, writing the first observations into ``current``."""
@@ -220,7 +221,7 @@ class EnvSlice:
 
     def write_state(self, arrays: Arrays, e: int, env: Any) -> None:
         try:
-            arrays[ROOT]["state"][e] = env.state()
+            arrays[ROOT][keys.STATE][e] = env.state()
         except Exception as err:
             raise RuntimeError(
                 f"{self.where(e)}: recording its global state() failed (expected shape "
@@ -253,20 +254,20 @@ class EnvSlice:
             for agent in acting:
                 group, i = slot[agent]
                 arrays = nxt[group]
-                arrays["reward"][e, i] = rewards.get(agent, 0.0)
-                arrays["terminated"][e, i] = terminations.get(agent, False)
-                arrays["truncated"][e, i] = truncations.get(agent, False)
+                arrays[keys.REWARD][e, i] = rewards.get(agent, 0.0)
+                arrays[keys.TERMINATED][e, i] = terminations.get(agent, False)
+                arrays[keys.TRUNCATED][e, i] = truncations.get(agent, False)
             if env.agents and not all(terminations.get(a, False) or truncations.get(a, False) for a in env.agents):
                 for agent in env.agents:
                     group, i = slot[agent]
-                    current[group]["valid"][e, i] = True
+                    current[group][keys.VALID][e, i] = True
                 continue
             # Episode over: mark everyone who was present done, and reset this copy.
             ended[e] = True
             for agent in acting:
                 group, i = slot[agent]
-                if not (nxt[group]["terminated"][e, i] or nxt[group]["truncated"][e, i]):
-                    nxt[group]["truncated"][e, i] = True
+                if not (nxt[group][keys.TERMINATED][e, i] or nxt[group][keys.TRUNCATED][e, i]):
+                    nxt[group][keys.TRUNCATED][e, i] = True
             try:
                 observations, _ = env.reset()
             except Exception as err:
@@ -279,11 +280,11 @@ class EnvSlice:
         for group, arrays in nxt.items():
             keep = going_on
             if group != ROOT:
-                np.logical_or(arrays["terminated"][rows], arrays["truncated"][rows], out=arrays["done"][rows])
+                np.logical_or(arrays[keys.TERMINATED][rows], arrays[keys.TRUNCATED][rows], out=arrays[keys.DONE][rows])
                 # Only agents still present: one that just left keeps zeros, not its final observation.
-                keep = going_on[:, None] & current[group]["valid"][rows]
+                keep = going_on[:, None] & current[group][keys.VALID][rows]
             # Observations (and state) for the next step: the new ones, except in copies that were reset.
-            for key in ("observation", "action_mask", "state"):
+            for key in (keys.OBSERVATION, keys.ACTION_MASK, keys.STATE):
                 if key in arrays:
                     current[group][key][rows][keep] = arrays[key][rows][keep]
 
@@ -330,11 +331,11 @@ class SharedArrays:
         fields: list[tuple[str, str, str, str, tuple[int, ...]]] = []  # (section, group, key, dtype, shape)
         for g in groups:
             fields += [("current", g.name, k, d, s) for k, d, s in g.current_fields(num_envs)]
-            fields += [("next", g.name, k, d, s) for k, d, s in g.next_fields(num_envs)]
+            fields += [(keys.NEXT, g.name, k, d, s) for k, d, s in g.next_fields(num_envs)]
             dtype, shape = g.action_field(num_envs)
-            fields.append(("actions", g.name, "action", dtype, shape))
+            fields.append(("actions", g.name, keys.ACTION, dtype, shape))
         for k, d, s in root_fields(num_envs, state_shape):
-            fields += [("current", ROOT, k, d, s), ("next", ROOT, k, d, s)]
+            fields += [("current", ROOT, k, d, s), (keys.NEXT, ROOT, k, d, s)]
         fields.append(("ended", "", "ended", "bool", (num_envs,)))
         offsets, size = [], 0
         for *_, dtype, shape in fields:
@@ -356,7 +357,7 @@ class SharedArrays:
             else:
                 getattr(self, section).setdefault(group, {})[key] = array
 
-    def clear_rows(self, rows: slice, sections: Sequence[str] = ("current", "next")) -> None:
+    def clear_rows(self, rows: slice, sections: Sequence[str] = ("current", keys.NEXT)) -> None:
         for section in sections:
             for arrays in getattr(self, section).values():
                 for array in arrays.values():

@@ -8,7 +8,7 @@ from typing import Literal
 import torch
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from lightmarl.data import schema
+from lightmarl import keys
 from lightmarl.envs.config import EnvConfig
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.recurrent import RecurrentStates
@@ -88,14 +88,14 @@ def evaluate_episodes(
                 recurrent.prepare(td)
                 td = td.to(device)
                 policy(td)
-                nxt, ended = env.step({g.name: td.get((g.name, schema.ACTION)).cpu() for g in groups})
+                nxt, ended = env.step({g.name: td.get((g.name, keys.ACTION)).cpu() for g in groups})
                 if recurrent:
                     recurrent.advance(td, ended)
                 for g in groups:
-                    valid = td.get((g.name, schema.VALID)).cpu()
+                    valid = td.get((g.name, keys.VALID)).cpu()
                     # Every reward counts, also one arriving on an agent's invalid row (a turn-based
                     # game's loss lands on the winner's turn); absent agents of parallel envs get 0.
-                    returns[g.name] += nxt[g.name]["reward"]
+                    returns[g.name] += nxt[g.name][keys.REWARD]
                     lengths[g.name] += valid.long()
                 for e in torch.nonzero(ended).flatten().tolist():
                     if finished >= num_episodes:

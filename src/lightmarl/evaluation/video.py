@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from lightmarl.data import schema
+from lightmarl import keys
 from lightmarl.envs.config import EnvConfig
 from lightmarl.envs.pettingzoo import PettingZooEnvConfig, VecEnv
 from lightmarl.envs.rendering import FrameRecorder, frame_stride
@@ -143,7 +143,7 @@ def record_episodes(
                 recurrent.prepare(td)
                 td = td.to(device)
                 policy(td)
-                _, ended = env.step({g.name: td.get((g.name, schema.ACTION)).cpu() for g in groups})
+                _, ended = env.step({g.name: td.get((g.name, keys.ACTION)).cpu() for g in groups})
                 if recurrent:
                     recurrent.advance(td, ended)
                 finished += int(ended.sum())

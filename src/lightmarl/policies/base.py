@@ -14,7 +14,7 @@ from torch import nn
 from torch.distributions import Categorical
 from torchrl.envs.utils import ExplorationType, exploration_type
 
-from lightmarl.data import schema
+from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
 
 
@@ -97,8 +97,8 @@ class ScriptedPolicy(Policy):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls._act_takes_agent_id = _accepts_keyword(cls.act, "agent_id")
-        cls._logits_take_agent_id = _accepts_keyword(cls.action_logits, "agent_id")
+        cls._act_takes_agent_id = _accepts_keyword(cls.act, keys.AGENT_ID)
+        cls._logits_take_agent_id = _accepts_keyword(cls.action_logits, keys.AGENT_ID)
 
     def __init__(self, group: GroupSpec) -> None:
         super().__init__(group)
@@ -159,9 +159,9 @@ class ScriptedPolicy(Policy):
         return self.act(observation, action_mask)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        observation = tensordict.get(self.key(schema.OBSERVATION))
-        mask = tensordict.get(self.key(schema.ACTION_MASK), None)
-        agent_id = tensordict.get(self.key(schema.AGENT_ID), None)
+        observation = tensordict.get(self.key(keys.OBSERVATION))
+        mask = tensordict.get(self.key(keys.ACTION_MASK), None)
+        agent_id = tensordict.get(self.key(keys.AGENT_ID), None)
         logits = self._logits(observation, mask, agent_id) if self.has_distribution else None
         if logits is None:
             action = self._act(observation, mask, agent_id).to(self.group.action_dtype)
@@ -171,9 +171,9 @@ class ScriptedPolicy(Policy):
             # Same rule as TorchRL's ProbabilisticActor: sample only under RANDOM; no context = deterministic.
             action = dist.sample() if exploration_type() == ExplorationType.RANDOM else dist.mode
             log_prob = dist.log_prob(action)
-            tensordict.set(self.key(schema.LOGITS), logits)
-        tensordict.set(self.key(schema.ACTION), action)
-        tensordict.set(self.key(schema.ACTION_LOG_PROB), log_prob)
+            tensordict.set(self.key(keys.LOGITS), logits)
+        tensordict.set(self.key(keys.ACTION), action)
+        tensordict.set(self.key(keys.ACTION_LOG_PROB), log_prob)
         return tensordict
 
 
@@ -229,7 +229,7 @@ class UniformRandomPolicy(ScriptedPolicy):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         super().forward(tensordict)
-        mask = tensordict.get(self.key(schema.ACTION_MASK), None)
+        mask = tensordict.get(self.key(keys.ACTION_MASK), None)
         if mask is not None and self.group.action_kind != "continuous":
             # Uniform over the legal choices: -log(their number) per (sub-)action; an empty mask
             # (an absent agent's) is sampled over every choice, as in act().
@@ -238,7 +238,7 @@ class UniformRandomPolicy(ScriptedPolicy):
             for part, size in zip(mask.bool().split(sizes, dim=-1), sizes, strict=True):
                 legal = part.sum(-1)
                 log_prob -= torch.where(legal > 0, legal, size).float().log()
-            tensordict.set(self.key(schema.ACTION_LOG_PROB), log_prob)
+            tensordict.set(self.key(keys.ACTION_LOG_PROB), log_prob)
         return tensordict
 
 

@@ -33,12 +33,11 @@ from torchrl.envs.utils import ExplorationType, exploration_type
 from torchrl.modules import MLP, ProbabilisticActor, TanhNormal
 from torchrl.modules.distributions import NormalParamExtractor
 
-from lightmarl.data import schema
+from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
 from lightmarl.policies.encoders import ACTIVATIONS, Encoded, build_encoder
 
-STATE_ACTION_VALUE = "state_action_value"
 CriticKind = Literal["local", "centralized"]
 
 
@@ -151,8 +150,8 @@ def _make_critic(
         net = LocalQNetwork(copy.deepcopy(encoder), action_dim, hidden_sizes, activation)
     return TensorDictModule(
         net,
-        in_keys=[(group.name, schema.OBSERVATION), (group.name, schema.ACTION)],
-        out_keys=[(group.name, STATE_ACTION_VALUE)],
+        in_keys=[(group.name, keys.OBSERVATION), (group.name, keys.ACTION)],
+        out_keys=[(group.name, keys.STATE_ACTION_VALUE)],
     )
 
 
@@ -215,7 +214,7 @@ class SACActorCritic(Policy):
         act = ACTIVATIONS[activation]
         low, high = _bounds(group)
         encoder_module = build_encoder(group, encoder, field="policy_kwargs.encoder")
-        loc, scale = self.key("loc"), self.key("scale")
+        loc, scale = self.key(keys.LOC), self.key(keys.SCALE)
         net = Encoded(
             encoder_module,
             nn.Sequential(
@@ -226,13 +225,13 @@ class SACActorCritic(Policy):
             ),
         )
         self.actor = ProbabilisticActor(
-            TensorDictModule(net, in_keys=[self.key(schema.OBSERVATION)], out_keys=[loc, scale]),
+            TensorDictModule(net, in_keys=[self.key(keys.OBSERVATION)], out_keys=[loc, scale]),
             in_keys={"loc": loc, "scale": scale},
-            out_keys=[self.key(schema.ACTION)],
+            out_keys=[self.key(keys.ACTION)],
             distribution_class=TanhNormal,
             distribution_kwargs={"low": low, "high": high},
             return_log_prob=True,
-            log_prob_key=self.key(schema.ACTION_LOG_PROB),
+            log_prob_key=self.key(keys.ACTION_LOG_PROB),
         )
         critics = [
             _make_critic(group, critic, encoder_module, action_dim, self.hidden_sizes, act)
@@ -259,7 +258,7 @@ class SACActorCritic(Policy):
         values = []
         for params in self.qvalue_params.unbind(0):
             with params.to_module(self.qvalue):
-                values.append(self.qvalue(inputs.clone(False)).get(self.key(STATE_ACTION_VALUE)))
+                values.append(self.qvalue(inputs.clone(False)).get(self.key(keys.STATE_ACTION_VALUE)))
         return torch.stack(values)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -325,7 +324,7 @@ class DeterministicActorCritic(Policy):
                 _BoundedTanh(low, high),
             ),
         )
-        self.actor = TensorDictModule(net, in_keys=[self.key(schema.OBSERVATION)], out_keys=[self.key(schema.ACTION)])
+        self.actor = TensorDictModule(net, in_keys=[self.key(keys.OBSERVATION)], out_keys=[self.key(keys.ACTION)])
         self.qvalue = _make_critic(group, critic, encoder_module, action_dim, self.hidden_sizes, act)
 
     def set_exploration_noise(self, value: float) -> None:
@@ -333,7 +332,7 @@ class DeterministicActorCritic(Policy):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         self.actor(tensordict)
-        action = tensordict.get(self.key(schema.ACTION))
+        action = tensordict.get(self.key(keys.ACTION))
         sigma = self.exploration_noise.to(action.dtype) * self._action_range
         if exploration_type() == ExplorationType.RANDOM and bool(self.exploration_noise > 0):
             noise = torch.randn_like(action) * sigma
@@ -342,8 +341,8 @@ class DeterministicActorCritic(Policy):
             action = torch.maximum(torch.minimum(action + noise, self._high), self._low)
         else:
             log_prob = torch.zeros(action.shape[:-1], dtype=action.dtype, device=action.device)
-        tensordict.set(self.key(schema.ACTION), action)
-        tensordict.set(self.key(schema.ACTION_LOG_PROB), log_prob)
+        tensordict.set(self.key(keys.ACTION), action)
+        tensordict.set(self.key(keys.ACTION_LOG_PROB), log_prob)
         return tensordict
 
     def extra_repr(self) -> str:

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 from torchrl.modules import MLP, MultiAgentMLP, ProbabilisticActor, TanhNormal
 from torchrl.modules.distributions import NormalParamExtractor
 
-from lightmarl.data import schema
+from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
 from lightmarl.policies.distributions import discrete_distribution
@@ -73,10 +73,10 @@ class MLPActorCritic(Policy):
         act = ACTIVATIONS[activation]
         encoder_module = build_encoder(group, encoder, field="policy_kwargs.encoder")
         features = out_features_of(encoder_module)
-        obs_key = self.key(schema.OBSERVATION)
+        obs_key = self.key(keys.OBSERVATION)
         # What the actor (and a local critic) reads: the features, plus the agent's one-hot.
         in_dim = features + (group.num_agents if agent_id_input else 0)
-        in_keys = [obs_key, self.key(schema.AGENT_ID)] if agent_id_input else [obs_key]
+        in_keys = [obs_key, self.key(keys.AGENT_ID)] if agent_id_input else [obs_key]
 
         def reads(net: nn.Module, from_agent_dim: bool = False) -> nn.Module:
             return AgentIdInput(net, group.agent_ids, from_agent_dim) if agent_id_input else net
@@ -87,17 +87,17 @@ class MLPActorCritic(Policy):
                 reads(MLP(in_dim, group.num_actions, num_cells=list(self.hidden_sizes), activation_class=act)),
             )
             distribution_class, distribution_kwargs = discrete_distribution(group)
-            dist_in = {"logits": self.key(schema.LOGITS)}
+            dist_in = {"logits": self.key(keys.LOGITS)}
             if group.has_action_mask:
-                dist_in["mask"] = self.key(schema.ACTION_MASK)
+                dist_in["mask"] = self.key(keys.ACTION_MASK)
             self.actor = ProbabilisticActor(
-                TensorDictModule(net, in_keys=in_keys, out_keys=[self.key(schema.LOGITS)]),
+                TensorDictModule(net, in_keys=in_keys, out_keys=[self.key(keys.LOGITS)]),
                 in_keys=dist_in,
-                out_keys=[self.key(schema.ACTION)],
+                out_keys=[self.key(keys.ACTION)],
                 distribution_class=distribution_class,
                 distribution_kwargs=distribution_kwargs,
                 return_log_prob=True,
-                log_prob_key=self.key(schema.ACTION_LOG_PROB),
+                log_prob_key=self.key(keys.ACTION_LOG_PROB),
             )
         else:
             action_dim = int(torch.Size(group.action_shape).numel())
@@ -107,22 +107,22 @@ class MLPActorCritic(Policy):
                     reads(MLP(in_dim, 2 * action_dim, num_cells=list(self.hidden_sizes), activation_class=act))
                 ),
             )
-            loc, scale = self.key("loc"), self.key("scale")
+            loc, scale = self.key(keys.LOC), self.key(keys.SCALE)
             self.actor = ProbabilisticActor(
                 TensorDictModule(net, in_keys=in_keys, out_keys=[loc, scale]),
                 in_keys={"loc": loc, "scale": scale},
-                out_keys=[self.key(schema.ACTION)],
+                out_keys=[self.key(keys.ACTION)],
                 distribution_class=TanhNormal,
                 distribution_kwargs={
                     "low": torch.tensor(group.action_low).view(group.action_shape),
                     "high": torch.tensor(group.action_high).view(group.action_shape),
                 },
                 return_log_prob=True,
-                log_prob_key=self.key(schema.ACTION_LOG_PROB),
+                log_prob_key=self.key(keys.ACTION_LOG_PROB),
             )
 
         self.critic: TensorDictModule | None = None
-        value_key = self.key(schema.STATE_VALUE)
+        value_key = self.key(keys.STATE_VALUE)
         if value_network is None and critic == "centralized":
             value_network = CentralizedValueNetwork(group, self.hidden_sizes, activation, in_features=features)
         elif value_network is None and critic == "local":
@@ -214,7 +214,7 @@ class AgentIdInput(nn.Module):
             position = self.position[agent_id.long()]
         else:
             raise KeyError(
-                f"agent_id_input: the rows carry no {schema.AGENT_ID!r} entry (observation shape "
+                f"agent_id_input: the rows carry no {keys.AGENT_ID!r} entry (observation shape "
                 f"{tuple(observation.shape)}); env observations and stored experience have it"
             )
         one_hot = F.one_hot(position, self.num_agents).to(observation.dtype)

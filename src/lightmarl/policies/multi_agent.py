@@ -11,12 +11,11 @@ from torch.distributions import Categorical
 from torch.nn import functional as F
 from torchrl.envs.utils import ExplorationType, exploration_type
 
-from lightmarl.data import schema
+from lightmarl import keys
 from lightmarl.envs.spec import EnvSpec
 from lightmarl.policies.base import Policy
 from lightmarl.policies.encoders import Encoded, FlattenEncoder
 from lightmarl.policies.mlp import MLPActorCritic
-from lightmarl.policies.recurrent import NEXT_RECURRENT_STATE, RECURRENT_STATE
 from lightmarl.population import BindingTable
 from lightmarl.population.bindings import GroupBindingIndex
 
@@ -47,7 +46,7 @@ class MultiAgentPolicy(nn.Module):
     """
 
     #: entries copied back from each binding's forward into the group's rows.
-    OUTPUT_KEYS = (schema.ACTION, schema.ACTION_LOG_PROB)
+    OUTPUT_KEYS = (keys.ACTION, keys.ACTION_LOG_PROB)
 
     def __init__(self, policies: dict[str, Policy], table: BindingTable, stack_same_shape: bool = True) -> None:
         super().__init__()
@@ -151,11 +150,11 @@ class MultiAgentPolicy(nn.Module):
         else:
             dim, sub_root = len(batch) - 1, tuple(tensordict.batch_size)
             leaves = dict(rows.items())
-        device = leaves[schema.OBSERVATION].device
+        device = leaves[keys.OBSERVATION].device
         action = torch.empty(*batch, *group.action_shape, dtype=group.action_dtype, device=device)
         log_prob = torch.empty(batch, device=device)
         # Recurrent rows: bindings without a state pass theirs through unchanged (zeros).
-        next_state = leaves[RECURRENT_STATE].clone() if RECURRENT_STATE in leaves else None
+        next_state = leaves[keys.RECURRENT_STATE].clone() if keys.RECURRENT_STATE in leaves else None
         # index_copy_ on views writes through to the [*batch, agents] outputs.
         flat_action = action.view(-1, *group.action_shape) if index.flat else action
         flat_log_prob = log_prob.view(-1) if index.flat else log_prob
@@ -164,14 +163,16 @@ class MultiAgentPolicy(nn.Module):
             sub_batch = (*sub_root, len(positions)) if index.flat else (*batch[:-1], len(positions))
             sub = TensorDict({group_name: TensorDict(picked, batch_size=sub_batch)}, batch_size=sub_root)
             result = self._run(binding, sub).get(group_name)
-            flat_action.index_copy_(dim, positions, result.get(schema.ACTION).to(action.dtype))
-            flat_log_prob.index_copy_(dim, positions, result.get(schema.ACTION_LOG_PROB).to(log_prob.dtype))
-            if next_state is not None and NEXT_RECURRENT_STATE in result.keys():
-                next_state.index_copy_(dim, positions, result.get(NEXT_RECURRENT_STATE))
-        rows.set(schema.ACTION, action)
-        rows.set(schema.ACTION_LOG_PROB, log_prob)
+            flat_action.index_copy_(dim, positions, result.get(keys.ACTION).to(action.dtype))
+            flat_log_prob.index_copy_(dim, positions, result.get(keys.ACTION_LOG_PROB).to(log_prob.dtype))
+            if next_state is not None and keys.NEXT_RECURRENT_STATE in result.keys():
+                next_state.index_copy_(dim, positions, result.get(keys.NEXT_RECURRENT_STATE))
+        rows.set(keys.ACTION, action)
+        rows.set(keys.ACTION_LOG_PROB, log_prob)
         if next_state is not None:
-            rows.set(NEXT_RECURRENT_STATE, next_state.view(*batch, *next_state.shape[1:]) if index.flat else next_state)
+            rows.set(
+                keys.NEXT_RECURRENT_STATE, next_state.view(*batch, *next_state.shape[1:]) if index.flat else next_state
+            )
 
 
 class _StackedMLPActors:
@@ -275,7 +276,7 @@ class _StackedMLPActors:
 
     def forward(self, rows: TensorDictBase, index: GroupBindingIndex | None) -> None:
         """Write ``action`` and ``action_log_prob`` into ``rows``; ``index=None``: one binding owns every row."""
-        observation = rows.get(schema.OBSERVATION)
+        observation = rows.get(keys.OBSERVATION)
         flat_obs = observation.reshape(-1, observation.shape[-1])
         batch = rows.batch_size
         if index is None:
@@ -287,8 +288,8 @@ class _StackedMLPActors:
                     else layer(x)
                 )
             action, log_prob = self._act(x)
-            rows.set(schema.ACTION, action.view(batch))
-            rows.set(schema.ACTION_LOG_PROB, log_prob.view(batch))
+            rows.set(keys.ACTION, action.view(batch))
+            rows.set(keys.ACTION_LOG_PROB, log_prob.view(batch))
             return
         layout = index.padded
         x = flat_obs.index_select(0, layout.gather.view(-1)).view(*layout.gather.shape, -1)
@@ -307,5 +308,5 @@ class _StackedMLPActors:
         out_log_prob = torch.empty(batch.numel(), dtype=log_prob.dtype, device=flat_obs.device)
         out_action.index_copy_(0, layout.scatter, action.view(-1))
         out_log_prob.index_copy_(0, layout.scatter, log_prob.view(-1))
-        rows.set(schema.ACTION, out_action.view(batch))
-        rows.set(schema.ACTION_LOG_PROB, out_log_prob.view(batch))
+        rows.set(keys.ACTION, out_action.view(batch))
+        rows.set(keys.ACTION_LOG_PROB, out_log_prob.view(batch))

@@ -18,13 +18,10 @@ from torch import nn
 from torchrl.envs.utils import ExplorationType, exploration_type
 from torchrl.modules import MLP, QValueModule
 
-from lightmarl.data import schema
+from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
 from lightmarl.policies.encoders import ACTIVATIONS, Encoded, build_encoder, out_features_of
-
-ACTION_VALUE = "action_value"
-CHOSEN_ACTION_VALUE = "chosen_action_value"
 
 
 class QNetworkPolicy(Policy):
@@ -83,15 +80,15 @@ class QNetworkPolicy(Policy):
             ),
         )
         self.__dict__["_encoder"] = encoder_module  # registered once, inside qvalue
-        mask_key = self.key(schema.ACTION_MASK) if group.has_action_mask else None
+        mask_key = self.key(keys.ACTION_MASK) if group.has_action_mask else None
         #: observation -> action values -> greedy action; what :class:`~torchrl.objectives.DQNLoss` trains.
         self.qvalue = TensorDictSequential(
-            TensorDictModule(net, in_keys=[self.key(schema.OBSERVATION)], out_keys=[self.key(ACTION_VALUE)]),
+            TensorDictModule(net, in_keys=[self.key(keys.OBSERVATION)], out_keys=[self.key(keys.ACTION_VALUE)]),
             QValueModule(
                 action_space="categorical",
-                action_value_key=self.key(ACTION_VALUE),
+                action_value_key=self.key(keys.ACTION_VALUE),
                 action_mask_key=mask_key,
-                out_keys=[self.key(schema.ACTION), self.key(ACTION_VALUE), self.key(CHOSEN_ACTION_VALUE)],
+                out_keys=[self.key(keys.ACTION), self.key(keys.ACTION_VALUE), self.key(keys.CHOSEN_ACTION_VALUE)],
             ),
         )
 
@@ -106,12 +103,12 @@ class QNetworkPolicy(Policy):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         self.qvalue(tensordict)
-        greedy = tensordict.get(self.key(schema.ACTION))
+        greedy = tensordict.get(self.key(keys.ACTION))
         if exploration_type() != ExplorationType.RANDOM:
-            tensordict.set(self.key(schema.ACTION_LOG_PROB), torch.zeros(greedy.shape, device=greedy.device))
+            tensordict.set(self.key(keys.ACTION_LOG_PROB), torch.zeros(greedy.shape, device=greedy.device))
             return tensordict
-        values = tensordict.get(self.key(ACTION_VALUE))
-        mask = tensordict.get(self.key(schema.ACTION_MASK), None)
+        values = tensordict.get(self.key(keys.ACTION_VALUE))
+        mask = tensordict.get(self.key(keys.ACTION_MASK), None)
         legal = torch.ones_like(values, dtype=torch.bool) if mask is None else mask.bool()
         eps = self.epsilon.to(values.dtype)
         # Epsilon-greedy distribution over the legal actions.
@@ -120,8 +117,8 @@ class QNetworkPolicy(Policy):
         flat = probs.reshape(-1, self.group.num_actions)
         action = torch.multinomial(flat, 1).view(greedy.shape) if flat.shape[0] else greedy
         log_prob = probs.gather(-1, action.unsqueeze(-1)).squeeze(-1).clamp_min(1e-30).log()
-        tensordict.set(self.key(schema.ACTION), action)
-        tensordict.set(self.key(schema.ACTION_LOG_PROB), log_prob)
+        tensordict.set(self.key(keys.ACTION), action)
+        tensordict.set(self.key(keys.ACTION_LOG_PROB), log_prob)
         return tensordict
 
     def extra_repr(self) -> str:

@@ -22,13 +22,9 @@ from torch import nn
 from torch.distributions import Categorical
 from torchrl.modules import MLP, MultiAgentMLP, ProbabilisticActor
 
-from lightmarl.data import schema
+from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
-
-RECURRENT_STATE = "recurrent_state"
-NEXT_RECURRENT_STATE = "next_recurrent_state"
-IS_INIT = "is_init"
 
 
 class RecurrentCore(nn.Module):
@@ -166,21 +162,21 @@ class RecurrentActorCritic(Policy):
         self.actor = ProbabilisticActor(
             TensorDictModule(
                 self.core,
-                in_keys=[self.key(schema.OBSERVATION), self.key(IS_INIT), self.key(RECURRENT_STATE)],
-                out_keys=[self.key(schema.LOGITS), self.key(NEXT_RECURRENT_STATE)],
+                in_keys=[self.key(keys.OBSERVATION), self.key(keys.IS_INIT), self.key(keys.RECURRENT_STATE)],
+                out_keys=[self.key(keys.LOGITS), self.key(keys.NEXT_RECURRENT_STATE)],
             ),
-            in_keys={"logits": self.key(schema.LOGITS)},
-            out_keys=[self.key(schema.ACTION)],
+            in_keys={"logits": self.key(keys.LOGITS)},
+            out_keys=[self.key(keys.ACTION)],
             distribution_class=Categorical,
             return_log_prob=True,
-            log_prob_key=self.key(schema.ACTION_LOG_PROB),
+            log_prob_key=self.key(keys.ACTION_LOG_PROB),
         )
-        value = self.key(schema.STATE_VALUE)
-        obs = self.key(schema.OBSERVATION)
+        value = self.key(keys.STATE_VALUE)
+        obs = self.key(keys.OBSERVATION)
         if critic == "recurrent":
             self.critic = TensorDictModule(
                 RecurrentValue(self.core),
-                in_keys=[obs, self.key(IS_INIT), self.key(RECURRENT_STATE)],
+                in_keys=[obs, self.key(keys.IS_INIT), self.key(keys.RECURRENT_STATE)],
                 out_keys=[value],
             )
             return
@@ -259,14 +255,14 @@ class RecurrentStates:
         for group, state in self.states.items():
             rows = observation.get(group)
             # A copy: the stored rows must not change when advance() writes the next state in place.
-            rows.set(RECURRENT_STATE, state[envs].to(rows.device, copy=True))
+            rows.set(keys.RECURRENT_STATE, state[envs].to(rows.device, copy=True))
             start = self._episode_start[envs].to(rows.device)
-            rows.set(IS_INIT, start.unsqueeze(-1).expand(rows.batch_size).clone())
+            rows.set(keys.IS_INIT, start.unsqueeze(-1).expand(rows.batch_size).clone())
 
     def advance(self, acted: TensorDictBase, episode_end: torch.Tensor, envs: slice = slice(None)) -> None:
         """Keep the state after the step of env copies ``envs``; those whose episode ended start the next from zeros."""
         for group in self.states:
-            self.states[group][envs] = acted.get((group, NEXT_RECURRENT_STATE)).detach().cpu()
+            self.states[group][envs] = acted.get((group, keys.NEXT_RECURRENT_STATE)).detach().cpu()
         self._episode_start[envs] = episode_end
 
     def restart_all(self) -> None:

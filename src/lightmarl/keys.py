@@ -1,0 +1,81 @@
+"""Every TensorDict key and row annotation lightmarl writes: the experience schema in one place.
+
+This module sits at the bottom of the import graph and imports nothing (no torch): envs,
+policies, data, algorithms, league and evaluation all spell keys through it, so renaming an
+entry is one edit and a typo is an ``AttributeError`` instead of a silent missing key.
+
+An experience TensorDict follows TorchRL's multi-agent layout: the root batch is
+``[num_envs, time]`` and each agent group (named by the env, e.g. ``"agent"``) is a nested
+TensorDict with batch ``[num_envs, time, agents_in_group]``. One element of a group's batch
+is one *row*: one agent at one step of one env. What the env reported after the step lives
+under ``(NEXT, group, ...)``. The annotation keys live inside the group TensorDict, next to
+``observation`` / ``action``.
+"""
+
+from __future__ import annotations
+
+# -- the step: what the env gives and takes (inside each group; NEXT holds the step's results) ---
+NEXT = "next"
+OBSERVATION = "observation"
+ACTION = "action"
+ACTION_MASK = "action_mask"
+REWARD = "reward"
+DONE = "done"
+TERMINATED = "terminated"
+TRUNCATED = "truncated"
+#: Root entry ``[num_envs, time, *state_shape]`` (and ``(NEXT, STATE)``): the env's global state,
+#: where the env config records it (``PettingZooEnvConfig.state``); e.g. the input of a QMIX mixer.
+STATE = "state"
+#: A step result beside ``reward`` where a transform rescaled the rewards (``RewardNorm``): the
+#: env's own reward, which the collector's episode statistics report.
+ENV_REWARD = "env_reward"
+
+# -- what policies write ---------------------------------------------------------------------
+ACTION_LOG_PROB = "action_log_prob"
+LOGITS = "logits"
+#: Parameters of a continuous action distribution (a Normal's mean and standard deviation).
+LOC = "loc"
+SCALE = "scale"
+STATE_VALUE = "state_value"
+#: Q-values of every discrete action ``[..., n_actions]`` and the one of the action taken.
+ACTION_VALUE = "action_value"
+CHOSEN_ACTION_VALUE = "chosen_action_value"
+#: A continuous critic's Q(s, a).
+STATE_ACTION_VALUE = "state_action_value"
+#: A recurrent policy's hidden state before the step, the one it produced, and the flag that
+#: marks a trajectory's first row (the state restarts from zeros there).
+RECURRENT_STATE = "recurrent_state"
+NEXT_RECURRENT_STATE = "next_recurrent_state"
+IS_INIT = "is_init"
+
+# -- what learners write ---------------------------------------------------------------------
+ADVANTAGE = "advantage"
+VALUE_TARGET = "value_target"
+#: Bool rows a loss may learn from (inside the group of a batch handed to a TorchRL loss).
+LOSS_MASK = "loss_mask"
+#: Per-transition TD error a replay loss writes (TorchRL's ``priority`` key points here).
+TD_ERROR = "td_error"
+#: A value-decomposition mixer's team Q and double Q's bootstrap action (under NEXT).
+TEAM_ACTION_VALUE = "team_action_value"
+BOOTSTRAP_ACTION = "bootstrap_action"
+
+# -- per-row annotations (int64 ids, bool flags), shape [num_envs, time, agents_in_group] -------
+BINDING_ID = "binding_id"
+LOSS_PROFILE_ID = "loss_profile_id"
+IS_TRAINABLE_AGENT = "is_trainable_agent"
+AGENT_ID = "agent_id"  # index of the agent in the env's ``possible_agents``
+EPISODE_ID = "episode_id"  # unique per (env copy, episode) within a run and rank
+ENV_INDEX = "env_index"
+VALID = "valid"  # the agent was present and acted at this step
+
+#: The annotations every experience row carries (the seed's ``binding_id``, ``loss_profile_id``,
+#: ``is_trainable_agent``, plus where the row comes from).
+ANNOTATION_KEYS = (BINDING_ID, LOSS_PROFILE_ID, IS_TRAINABLE_AGENT, AGENT_ID, EPISODE_ID, VALID)
+
+# -- the traceable rollout buffer (seed 001) ----------------------------------------------------
+#: Env step of the row within its episode (0 at the episode's first step).
+TIME_INDEX = "time_index"
+#: Bool entry of padded outputs: True where the position holds a stored row.
+MASK = "mask"
+#: Per-row extra entries a user stores beside the experience (e.g. LSTM hidden/cell states).
+EXTRAS = "extras"
