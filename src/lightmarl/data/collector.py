@@ -87,8 +87,9 @@ class RolloutCollector:
         exploration: ``RANDOM`` samples actions (training); ``DETERMINISTIC`` takes the mode.
         stats_window: episodes per binding kept for the running means.
         device: where the policy runs; experience is returned there.
-        buffers: group name -> a :class:`MultiAgentRolloutBuffer` that every rollout of that
-            group is also written into (each row traceable to its env, agent, episode and binding).
+        buffers: group name -> a :class:`MultiAgentRolloutBuffer` that keeps every rollout
+            of that group (by reference) until the caller clears it, e.g. to trace many
+            rollouts. Default: one buffer per group that holds the latest rollout only.
     """
 
     def __init__(
@@ -123,7 +124,11 @@ class RolloutCollector:
             g.name: torch.zeros(self.num_envs, g.num_agents, dtype=torch.int64) for g in self._groups
         }
         self.frames = 0  # env steps of every copy, summed
-        self.buffers = dict(buffers or {})
+        # The rollouts live in the buffers: collect() hands out the buffers' storage, not a copy.
+        self._own_buffers = buffers is None
+        self.buffers = (
+            {g.name: MultiAgentRolloutBuffer(g.num_agents) for g in self._groups} if buffers is None else dict(buffers)
+        )
         unknown = set(self.buffers) - {g.name for g in self._groups}
         if unknown:
             raise ValueError(
@@ -139,6 +144,13 @@ class RolloutCollector:
 
     @torch.no_grad()
     def collect(self) -> TensorDict:
+        """One rollout of ``rollout_steps`` steps per env copy, kept (not copied) in :attr:`buffers`.
+
+        Returns:
+            The experience (see the class docstring): the very TensorDict the buffers keep, so
+            every row a trainer reads is the buffer's row, traceable with
+            ``(episode_id, agent_id, time_index)`` (:meth:`MultiAgentRolloutBuffer.locate`).
+        """
         if self.table.version != self._table_version:
             # Another binding controls some agents now: its memory starts from scratch.
             self.recurrent.restart_all()
@@ -148,9 +160,9 @@ class RolloutCollector:
         self.frames += self.num_envs * self.rollout_steps
         experience = self._assemble(recorder.steps)
         for group, buffer in self.buffers.items():
-            rows = experience.get(group).clone(recurse=False)
-            rows.set(keys.NEXT, experience.get((keys.NEXT, group)))
-            buffer.add_rollout(rows)
+            if self._own_buffers:
+                buffer.clear()  # on-policy: the buffer holds the rollout being learned from
+            buffer.add_rollout(experience, group=group)
         return experience
 
     def _episode_ids(self, ended: torch.Tensor) -> torch.Tensor:
