@@ -1,10 +1,18 @@
 """Multi-agent rollout storage: one row per agent step, traceable to its env, episode and agent.
 
-The buffer keeps a flat, preallocated row store (a :class:`~tensordict.TensorDict` with batch
-``[capacity]``). Every stored row is one *valid* agent step and carries the annotations of
-:mod:`lightmarl.data.schema` plus :data:`TIME_INDEX`, the env step within its episode, so any
+The buffer holds rows in one of two ways: **kept rollouts** (:meth:`MultiAgentRolloutBuffer.add_rollout`,
+the training path: the collector's ``[envs, time]`` rollout TensorDicts themselves, by
+reference, which the trainers then read) or **copied rows** (the seed's single-env API and
+:meth:`~MultiAgentRolloutBuffer.add_batch`: a flat, preallocated store with batch
+``[capacity]``). Every row carries the annotations of :mod:`lightmarl.keys` plus
+:data:`~lightmarl.keys.TIME_INDEX`, the env step within its episode, so any
 ``(episode_id, agent_id)`` trajectory can be rebuilt in time order and the rows can be
 re-batched as padded episodes or fixed-length sequences for learning.
+
+This file runs past 500 lines on purpose: it is one class whose ways in (seed API, copied
+steps, kept rollouts) and learning views share one episode table and one set of invariants
+(fixed agent columns, unique episode ids, the time index); the per-env episode bookkeeping
+lives in :mod:`lightmarl.data.episode_tracking`.
 """
 
 from __future__ import annotations
@@ -51,6 +59,10 @@ class MultiAgentRolloutBuffer:
     * the vectorized API: :meth:`add_batch` takes one step of ``num_envs`` envs as a
       TensorDict with batch ``[num_envs, n_agents]``; episodes end per env when every agent
       that took part has signalled ``done`` (or when the env starts a new ``episode_id``).
+    * kept rollouts: :meth:`add_rollout` keeps a ``[num_envs, time]`` rollout by reference (no
+      copy) and follows its episodes as :meth:`add_batch` does; :attr:`rollouts` hands the
+      rollouts back as they were added and :meth:`locate` finds one row in them (the
+      collector's training path).
 
     and several ways out: :meth:`trajectory` (one agent of one episode, in time order),
     :meth:`rows` (flat ``[N]``), :meth:`as_tensordict` (padded ``[episodes, time, agents]``
