@@ -33,6 +33,9 @@ class PolicyBinding:
         trainable: whether this binding learns; frozen bindings act but get no gradients.
         loss_profile: name of the loss profile its rows carry (``loss_profiles`` key).
         device: device for this binding's policy at collection time (default: the module's).
+        trust_pickle: let ``policy_uri`` load a file holding pickled Python objects. Unpickling can
+            run code, so by default only tensors and plain data are read (every file lightmarl
+            writes is such a file); set it only for files from an author you trust.
     """
 
     id: str
@@ -42,6 +45,7 @@ class PolicyBinding:
     trainable: bool = True
     loss_profile: str = DEFAULT_LOSS_PROFILE
     device: str | None = None
+    trust_pickle: bool = False
 
 
 class PolicyBindingConfig(TypedDict):
@@ -54,6 +58,7 @@ class PolicyBindingConfig(TypedDict):
     trainable: NotRequired[bool]
     loss_profile: NotRequired[str]
     device: NotRequired[str | None]
+    trust_pickle: NotRequired[bool]
 
 
 def as_binding(spec: PolicyBinding | PolicyBindingConfig | dict[str, Any]) -> PolicyBinding:
