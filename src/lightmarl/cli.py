@@ -18,10 +18,12 @@ from pathlib import Path
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightmarl.errors import ConfigError
 from lightmarl.policies.loading import load_torch_file
 from lightmarl.training.module import MARLModule
+from lightmarl.training.preemption import PREEMPTED_EXIT_CODES, Preemption
 
 TRAINER_DEFAULTS = {
     # The frame budget (model.max_frames) ends training, not an epoch count.
@@ -123,16 +125,19 @@ def _check_config_files(args: list[str]) -> None:
 
 
 def main(args: list[str] | None = None) -> None:
+    preemption = Preemption()
     try:
         _check_config_files(sys.argv[1:] if args is None else args)
         LightmarlCLI(
             MARLModule,
-            trainer_defaults=TRAINER_DEFAULTS,
+            trainer_defaults={**TRAINER_DEFAULTS, "callbacks": [preemption]},
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
             args=args,
         )
+    except SIGTERMException:
+        preemption.stopped_by = "SIGTERM"  # Lightning's own exit after the stop; it carries no exit code
     except ConfigError as err:
         if os.environ.get(DEBUG_ENV):
             raise
@@ -149,6 +154,12 @@ def main(args: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2) from None
+    if preemption.stopped_by is not None:
+        print(  # noqa: T201
+            f"lightmarl: stopped by {preemption.stopped_by} after a final checkpoint; resume with --ckpt_path last",
+            file=sys.stderr,
+        )
+        raise SystemExit(PREEMPTED_EXIT_CODES[preemption.stopped_by])
 
 
 if __name__ == "__main__":  # pragma: no cover - use the installed `lightmarl` console script
