@@ -11,9 +11,11 @@ import pytest
 import torch
 
 from lightmarl.league import (
+    ActivePlayer,
     BattleSharedPayoff,
     Job,
     LeagueManager,
+    MainPlayer,
     PretrainedSpec,
     RoleSpec,
     SoloSharedPayoff,
@@ -255,3 +257,31 @@ def test_same_seed_same_jobs_different_seed_different_jobs():
 
     assert trace(5) == trace(5)
     assert trace(5) != trace(6)
+
+
+def test_roles_and_manager_build_from_a_class_path_config():
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--league", type=LeagueManager)
+    parser.add_argument("--player", type=ActivePlayer)
+    config = parser.parse_args(
+        [
+            "--league",
+            '{"class_path": "lightmarl.league.LeagueManager", "init_args": {"roles": ['
+            '{"class_path": "MainPlayer", "count": 2, "settings": {"one_phase_step": 5}},'
+            '{"class_path": "lightmarl.league.MainExploiter"}], "payoff": {"decay": 0.9}, "seed": 3}}',
+            "--player",
+            '{"class_path": "lightmarl.league.MainPlayer", "init_args": {"player_id": "m", "settings": {"pfsp_prob": 0.2}}}',
+        ]
+    )
+    built = parser.instantiate(config)
+    league, player = built.league, built.player
+    assert [p.player_id for p in league.players] == [
+        "main_player_default_0",
+        "main_player_default_1",
+        "main_exploiter_default_0",
+    ]
+    assert league.payoff.decay == 0.9 and league.seed == 3
+    assert league.active_players[1].settings.one_phase_step == 5
+    assert isinstance(player, MainPlayer) and player.settings.pfsp_prob == 0.2

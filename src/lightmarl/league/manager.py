@@ -9,7 +9,6 @@ snapshot) for callers that want them. Every method is thread-safe.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import random
@@ -19,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from lightmarl._imports import import_object
 from lightmarl.league.jobs import Job, LaunchCount
 from lightmarl.league.payoff import BattleSharedPayoff, SoloSharedPayoff
 from lightmarl.league.player import ActivePlayer, BattleActivePlayer, HistoricalPlayer, Player, SoloActivePlayer
@@ -465,11 +465,9 @@ def _make_payoff(settings: PayoffSettings) -> BattleSharedPayoff | SoloSharedPay
 
 
 def _import_role(class_path: str) -> type[ActivePlayer]:
-    module_name, _, class_name = class_path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name or "lightmarl.league"), class_name)
-    except (ImportError, AttributeError) as error:
-        raise ValueError(f"league role class_path {class_path!r} cannot be imported: {error}") from error
+    # A bare class name means one exported by lightmarl.league.
+    path = class_path if "." in class_path else f"lightmarl.league.{class_path}"
+    cls = import_object(path, field="league role class_path")
     if not (isinstance(cls, type) and issubclass(cls, ActivePlayer)):
         raise ValueError(f"league role class_path {class_path!r} is not an ActivePlayer subclass")
     return cls

@@ -318,6 +318,10 @@ class SelfPlayPlayer(BattleActivePlayer):
     settings_class = SelfPlaySettings
     settings: SelfPlaySettings
 
+    def __init__(self, player_id: str, settings: SelfPlaySettings | None = None, **kwargs: Any) -> None:
+        """Args as :class:`ActivePlayer`; ``settings`` typed here so that ``class_path`` configs can name its fields."""
+        super().__init__(player_id, settings=settings, **kwargs)
+
     def _get_job_opponents(self, rng: random.Random) -> tuple[list[Player], str]:
         own = self._historical([self.player_id])
         if own and rng.random() < self.settings.pfsp_prob:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from lightmarl.league.pfsp import PFSPWeighting, remove_monotonic_suffix
 from lightmarl.league.player import (
@@ -53,7 +54,8 @@ class _AlphaStarRole(BattleActivePlayer):
     settings: AlphaStarSettings
 
     def _reference_opponents(self) -> list[Player]:
-        raise NotImplementedError
+        """The opponents it must beat to be snapshotted early: every historical player by default."""
+        return list(self._historical())
 
     def is_trained_enough(self) -> bool:
         passed = self.total_agent_step - self.last_enough_step
@@ -67,6 +69,21 @@ class _AlphaStarRole(BattleActivePlayer):
 
     def _main_players(self) -> list[Player]:
         return [p for p in self.payoff.players if isinstance(p, MainPlayer)]
+
+    def _opponent_or_curriculum(
+        self, rng: random.Random, opponent: Player, min_win_rate: float, branch: str
+    ) -> tuple[list[Player], str]:
+        """``opponent`` while this player wins more than ``min_win_rate`` against it, else one of its snapshots.
+
+        The snapshots (``variance`` PFSP, favouring even games) make a curriculum towards an
+        opponent that is still too strong.
+        """
+        if self._win_rates([opponent])[0] > min_win_rate:
+            return [opponent], branch
+        lineage = self._historical([opponent.player_id])
+        if not lineage:
+            return [opponent], branch
+        return [self._pick(rng, lineage, "variance")], f"{branch}_curriculum"
 
 
 @dataclass
@@ -113,8 +130,9 @@ class MainPlayer(_AlphaStarRole):
     settings_class = MainPlayerSettings
     settings: MainPlayerSettings
 
-    def _reference_opponents(self) -> list[Player]:
-        return list(self._historical())
+    def __init__(self, player_id: str, settings: MainPlayerSettings | None = None, **kwargs: Any) -> None:
+        """Args as :class:`ActivePlayer`; ``settings`` typed here so that ``class_path`` configs can name its fields."""
+        super().__init__(player_id, settings=settings, **kwargs)
 
     def _get_job_opponents(self, rng: random.Random) -> tuple[list[Player], str]:
         s = self.settings
@@ -129,16 +147,7 @@ class MainPlayer(_AlphaStarRole):
             found = self._verification_branch(rng, opponent)
             if found is not None:
                 return found
-        return self._self_play_branch(rng, opponent)
-
-    def _self_play_branch(self, rng: random.Random, opponent: Player) -> tuple[list[Player], str]:
-        if self._win_rates([opponent])[0] > self.settings.self_play_win_rate:
-            return [opponent], "self_play"
-        # Too strong an opponent: its snapshots make a curriculum.
-        lineage = self._historical([opponent.player_id])
-        if not lineage:
-            return [opponent], "self_play"
-        return [self._pick(rng, lineage, "variance")], "self_play_curriculum"
+        return self._opponent_or_curriculum(rng, opponent, s.self_play_win_rate, "self_play")
 
     def _verification_branch(self, rng: random.Random, opponent: Player) -> tuple[list[Player], str] | None:
         s = self.settings
@@ -175,6 +184,10 @@ class MainExploiter(_AlphaStarRole):
     settings_class = MainExploiterSettings
     settings: MainExploiterSettings
 
+    def __init__(self, player_id: str, settings: MainExploiterSettings | None = None, **kwargs: Any) -> None:
+        """Args as :class:`ActivePlayer`; ``settings`` typed here so that ``class_path`` configs can name its fields."""
+        super().__init__(player_id, settings=settings, **kwargs)
+
     def _reference_opponents(self) -> list[Player]:
         return self._main_players()
 
@@ -182,13 +195,7 @@ class MainExploiter(_AlphaStarRole):
         mains = self._main_players()
         if not mains:
             raise ValueError(f"MainExploiter {self.player_id!r} needs at least one MainPlayer in the league")
-        opponent = self._pick(rng, mains, None)
-        if self._win_rates([opponent])[0] > self.settings.main_win_rate:
-            return [opponent], "main"
-        lineage = self._historical([opponent.player_id])
-        if not lineage:
-            return [opponent], "main"
-        return [self._pick(rng, lineage, "variance")], "main_curriculum"
+        return self._opponent_or_curriculum(rng, self._pick(rng, mains, None), self.settings.main_win_rate, "main")
 
     def mutate(self, rng: random.Random) -> str | None:
         return self.initial_checkpoint_path
@@ -220,8 +227,9 @@ class LeagueExploiter(_AlphaStarRole):
     settings_class = LeagueExploiterSettings
     settings: LeagueExploiterSettings
 
-    def _reference_opponents(self) -> list[Player]:
-        return list(self._historical())
+    def __init__(self, player_id: str, settings: LeagueExploiterSettings | None = None, **kwargs: Any) -> None:
+        """Args as :class:`ActivePlayer`; ``settings`` typed here so that ``class_path`` configs can name its fields."""
+        super().__init__(player_id, settings=settings, **kwargs)
 
     def _get_job_opponents(self, rng: random.Random) -> tuple[list[Player], str]:
         historical: list[HistoricalPlayer] = self._historical()
