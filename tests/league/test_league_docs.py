@@ -37,3 +37,11 @@ def test_league_page_examples_run(monkeypatch, capsys):
     assert torch.load(snapshot.checkpoint_path, weights_only=True).keys() == weights.keys()
     assert example.state["next_job_id"] == 10  # 2 players x 1 slot x 5 iterations
     assert new_role.league.active_players[0].settings.self_play_prob == 0.2
+
+
+def test_league_and_ratings_import_neither_lightning_nor_torchrl():
+    import subprocess
+
+    code = "import sys, lightmarl.league, lightmarl.ratings; print(sorted(m for m in ('lightning', 'torchrl') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
