@@ -1,4 +1,4 @@
-"""Resolving ``module.attr`` import paths named in recipes."""
+"""Resolving ``module.attr`` import paths named in recipes, and recipe values as plain data."""
 
 from __future__ import annotations
 
@@ -70,3 +70,20 @@ def instantiate(spec: Mapping[str, Any], *, field: str, **context: Any) -> Any:
         return cls(**kwargs)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{field}: {class_path}(**{sorted(kwargs)}) failed: {err}") from err
+
+
+def plain_data(value: Any) -> Any:
+    """``value`` with every mapping, namespace and sequence turned into plain dicts and lists.
+
+    LightningCLI (jsonargparse) parses a nested ``{class_path, init_args}`` inside a free-form
+    ``dict[str, Any]`` field (e.g. ``policy_kwargs.encoder``) into a ``Namespace``, whichever
+    YAML style or command-line override wrote it; lightmarl stores and checkpoints plain data.
+    """
+    as_dict = getattr(value, "as_dict", None)  # jsonargparse.Namespace, without importing it here
+    if callable(as_dict) and not isinstance(value, Mapping):
+        value = as_dict()
+    if isinstance(value, Mapping):
+        return {key: plain_data(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(plain_data(item) for item in value)
+    return value
