@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_collector import make_population
 from torchrl.envs.utils import ExplorationType
 
 from lightmarl import keys
@@ -11,19 +12,6 @@ from lightmarl.data import rollout
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.data.rollout import RolloutLoop, RolloutStep
 from lightmarl.evaluation.episodes import evaluate_episodes
-from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, UniformRandomPolicy
-from lightmarl.population import BindingTable, PolicyBinding
-
-
-def population(spread_config) -> MultiAgentPolicy:
-    spec = spread_config.spec()
-    group = spec.groups["agent"]
-    table = BindingTable(
-        [PolicyBinding("learner", class_path="x.y"), PolicyBinding("npc", class_path="x.y", trainable=False)],
-        spec,
-        ["learner", "npc", "learner"],
-    )
-    return MultiAgentPolicy({"learner": MLPActorCritic(group), "npc": UniformRandomPolicy(group)}, table)
 
 
 class Spy:
@@ -57,7 +45,7 @@ def spied(monkeypatch) -> list[Spy]:
 
 
 def test_collection_and_evaluation_with_the_same_seeds_see_identical_steps(spread_config, spied):
-    policy = population(spread_config)
+    policy = make_population(spread_config)
     collector = RolloutCollector(
         spread_config.make_vector(seed=7, evaluation=True), policy, 5, exploration=ExplorationType.DETERMINISTIC
     )
@@ -101,7 +89,7 @@ class StopAfter:
 
 
 def test_the_loop_stops_when_the_recorder_is_done_and_continues_its_episodes(spread_config):
-    loop = RolloutLoop(spread_config.make_vector(seed=0), population(spread_config))
+    loop = RolloutLoop(spread_config.make_vector(seed=0), make_population(spread_config))
     try:
         first = StopAfter(3)
         loop.run(first)
@@ -125,7 +113,7 @@ def test_a_phased_vector_is_stepped_lane_by_lane_and_stopping_abandons_the_other
     from dataclasses import replace
 
     config = replace(spread_config, num_workers=2, overlap=True)
-    loop = RolloutLoop(config.make_vector(seed=0), population(spread_config))
+    loop = RolloutLoop(config.make_vector(seed=0), make_population(spread_config))
     try:
         assert len(loop.lanes) == 2
         recorder = StopAfter(3)  # done after lane 0 of the second round

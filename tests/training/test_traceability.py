@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import torch
-from lightning.pytorch import Callback, Trainer, seed_everything
+from lightning.pytorch import Callback, seed_everything
+from test_learning import fit_quietly
 
 from lightmarl import keys
 from lightmarl.envs import PettingZooEnvConfig
@@ -58,16 +59,7 @@ def test_every_row_the_trainer_sees_is_a_buffer_row_of_one_episode_agent_and_tim
     seed_everything(0)
     module = MARLModule(env=SPREAD, rollout_steps=7, max_frames=3 * 28, iterations_per_epoch=3)
     spy = SeeWhatTheTrainerSees()
-    Trainer(
-        max_epochs=-1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        default_root_dir=tmp_path,
-        callbacks=[spy],
-    ).fit(module)
+    fit_quietly(module, tmp_path, callbacks=[spy])
 
     assert len(spy.traced) == 3
     assert all(m["main"]["rows"] == 4 * 7 * 3 for m in spy.metrics)  # the trainer learned from these rows
