@@ -7,7 +7,7 @@ import torch
 
 from lightmarl.algorithms import DQN, PPO, PlainStepper
 from lightmarl.data.collector import RolloutCollector
-from lightmarl.envs.pettingzoo import PettingZooEnvConfig
+from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies import PolicyDict
 from lightmarl.training.module import MARLModule
 

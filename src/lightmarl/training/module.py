@@ -16,7 +16,7 @@ from torch import nn
 from lightmarl.algorithms import PPO, Algorithm, IndependentMARLTrainer
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs.config import EnvConfig
-from lightmarl.envs.pettingzoo import PettingZooEnvConfig
+from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.transforms import load_transforms_state_dict, transforms_state_dict
 from lightmarl.errors import ConfigError
 from lightmarl.evaluation.episodes import WinRule, evaluate_episodes

@@ -1,8 +1,8 @@
 """Turn-based (AEC) PettingZoo envs in the same vector layout as parallel envs.
 
 A PettingZoo ``AECEnv`` lets one agent act at a time (``env.agent_selection``). lightmarl
-steps it with the vector machinery of parallel envs (:class:`~lightmarl.envs.workers.EnvSlice`
-and its users), so the collector, the policies and evaluation see the usual rows
+steps it with the vector machinery of parallel envs (:class:`~lightmarl.envs.pettingzoo.parallel.ParallelSlice`
+and the runners), so the collector, the policies and evaluation see the usual rows
 ``[num_envs, agents_in_group, ...]``. One vector step is one turn in every env copy:
 
 * **validity**: only the acting agent's row is ``valid``; every other agent of the copy has a
@@ -26,7 +26,7 @@ and its users), so the collector, the policies and evaluation see the usual rows
   leaves ``env.agents``; the adapter does those steps itself, right after the turn, so policies
   never see them.
 
-:class:`AECSlice` is the stepping code; :func:`~lightmarl.envs.workers.slice_class_for` picks it
+:class:`AECSlice` is the stepping code; :func:`~lightmarl.envs.pettingzoo.slices.pettingzoo_slice` picks it
 for AEC envs, in-process and in worker processes. This module imports no torch at module
 level (worker processes import it).
 """
@@ -35,15 +35,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from lightmarl import keys
-from lightmarl.envs.workers import ROOT, Arrays, EnvSlice, GroupLayout
-
-if TYPE_CHECKING:
-    from lightmarl.envs.spec import EnvSpec
+from lightmarl.envs.layout import ROOT, Arrays, GroupLayout
+from lightmarl.envs.pettingzoo.checks import first_legal_action
+from lightmarl.envs.pettingzoo.parallel import ParallelSlice
+from lightmarl.envs.pettingzoo.spec import env_spec_of
+from lightmarl.envs.spec import EnvSpec
+from lightmarl.errors import EnvContractError
 
 
 def is_aec_env(env: Any) -> bool:
@@ -51,10 +53,10 @@ def is_aec_env(env: Any) -> bool:
     return hasattr(env, "agent_iter")
 
 
-class AECSlice(EnvSlice):
+class AECSlice(ParallelSlice):
     """Steps AEC env copies ``start .. start + len(envs) - 1`` of a vector: one turn per copy per step.
 
-    Same constructor, arrays and error messages as :class:`~lightmarl.envs.workers.EnvSlice`
+    Same constructor, arrays and error messages as :class:`~lightmarl.envs.pettingzoo.parallel.ParallelSlice`
     (whose helpers it reuses); the rules for rows are in this module's docstring. Groups with an
     action mask read it from the observation dict, or from ``env.infos[agent]["action_mask"]``
     when observations are plain arrays.
@@ -191,7 +193,7 @@ class AECSlice(EnvSlice):
             self._start_episode(e, j, env, current)
 
     def step(self, actions: dict[str, np.ndarray], nxt: Arrays, current: Arrays, ended: np.ndarray) -> None:
-        """One turn in every copy; arrays as in ``EnvSlice.step`` (rows of this module's docstring)."""
+        """One turn in every copy; arrays as in ``ParallelSlice.step`` (rows of this module's docstring)."""
         for j, env in enumerate(self.envs):
             e = self.start + j
             agent = self._selected(e, env)
@@ -255,13 +257,11 @@ def _info_mask(env: Any, agent: str) -> Any:
 def aec_env_spec(env: Any, name: str, state: bool = False, seed: int = 0) -> EnvSpec:
     """The :class:`~lightmarl.envs.spec.EnvSpec` of an AEC env, after checking it keeps the AEC API.
 
-    Groups and spaces as for parallel envs (:func:`~lightmarl.envs.pettingzoo.env_spec_of`); a
+    Groups and spaces as for parallel envs (:func:`~lightmarl.envs.pettingzoo.spec.env_spec_of`); a
     group whose observations are plain arrays but whose agents find an ``action_mask`` in their
     ``infos`` gets ``has_action_mask``. Resets ``env`` with ``seed`` and plays one turn
     (:func:`check_aec_env`): a broken env fails here, before training, with an error naming it.
     """
-    from lightmarl.envs.pettingzoo import env_spec_of
-
     spec = env_spec_of(env, name=name, state=state)
     where = f"env {name!r} (API check with seed {seed})"
     _call(where, "reset()", lambda: env.reset(seed=seed))
@@ -279,8 +279,6 @@ def aec_env_spec(env: Any, name: str, state: bool = False, seed: int = 0) -> Env
 
 
 def _call(where: str, call: str, fn: Any) -> Any:
-    from lightmarl.envs.checks import EnvContractError
-
     try:
         return fn()
     except Exception as err:
@@ -299,8 +297,6 @@ def check_aec_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
     Raises:
         EnvContractError: naming the env, the call and the agent.
     """
-    from lightmarl.envs.checks import EnvContractError
-
     where = f"env {spec.name!r} (API check with seed {seed})"
     _call(where, "reset()", lambda: env.reset(seed=seed))
 
@@ -342,22 +338,7 @@ def check_aec_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
     if not env.agents:
         raise EnvContractError(f"{where}: env.agents is empty after reset(); no agent would act")
     group = spec.group_of(selected)
-    action = _first_legal_action(env, selected, group)
+    obs = env.observe(selected)
+    action = first_legal_action(group, obs.get("action_mask") if isinstance(obs, dict) else _info_mask(env, selected))
     _call(where, f"step({action!r}) of agent {selected!r}", lambda: env.step(action))
     check_state("one step()")
-
-
-def _first_legal_action(env: Any, agent: str, group: Any) -> Any:
-    if group.action_kind == "continuous":
-        low = np.asarray(group.action_low, np.float32).reshape(group.action_shape)
-        high = np.asarray(group.action_high, np.float32).reshape(group.action_shape)
-        return np.clip(np.zeros(group.action_shape, np.float32), low, high)
-    obs = env.observe(agent)
-    mask = obs.get("action_mask") if isinstance(obs, dict) else _info_mask(env, agent)
-    sizes = group.action_nvec or (group.num_actions,)
-    choices, offset = [], 0
-    for size in sizes:
-        legal = np.ones(size, bool) if mask is None else np.asarray(mask, bool)[offset : offset + size]
-        choices.append(int(np.argmax(legal)))
-        offset += size
-    return choices[0] if group.action_kind == "discrete" else np.asarray(choices, np.int64)
