@@ -24,8 +24,9 @@ from lightmarl.evaluation.video import check_renders, write_evaluation_video
 from lightmarl.policies.base import Policy
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.registry import CHECKPOINT_KEY, PolicyRegistry
+from lightmarl.policies.shared_modules import SharedModules
 from lightmarl.population import BindingTable, PerEnvAgentBindingMap, PolicyBindingConfig
-from lightmarl.population.shared import SharedModuleConfig, SharedModules
+from lightmarl.population.shared import SharedModuleConfig
 from lightmarl.training.rollouts import tick_loader
 from lightmarl.training.stepper import LightningStepper, assert_ranks_in_sync
 
