@@ -9,7 +9,7 @@ Compares, on the same envs, seeds and number of env copies:
 * ``lightmarl, 2 bindings``: the same with agents mapped ``["a", "b", "a"]``, ``b`` a
   ``UniformRandomPolicy`` (the multi-binding gather/scatter path);
 * ``lightmarl, W worker processes``: the ``lightmarl`` path with ``num_workers=W`` (default 2):
-  the env copies stepped by a :class:`~lightmarl.envs.runners.ProcessVecEnv`, the policy in
+  the env copies stepped by a :class:`~lightmarl.envs.runners.process.ProcessVecEnv`, the policy in
   this process; ``workers`` with the default settings, ``workers-overlap`` /
   ``workers-no-overlap`` with ``overlap`` forced on / off, ``workers-plain`` without overlap
   and without the workers' spin-wait;

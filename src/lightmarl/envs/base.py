@@ -27,8 +27,8 @@ Outputs: TypeAlias = dict[str, dict[str, torch.Tensor]]
 class VecEnv(Protocol):
     """What the collector and evaluation need from a vector of env copies.
 
-    Implemented by :class:`~lightmarl.envs.runners.InProcessVecEnv` (PettingZoo's
-    :class:`~lightmarl.envs.pettingzoo.ParallelVecEnv`), :class:`~lightmarl.envs.runners.ProcessVecEnv`
+    Implemented by :class:`~lightmarl.envs.runners.inprocess.InProcessVecEnv` (PettingZoo's
+    :class:`~lightmarl.envs.pettingzoo.vector.ParallelVecEnv`), :class:`~lightmarl.envs.runners.process.ProcessVecEnv`
     (worker processes), :class:`~lightmarl.envs.vmas.VmasVecEnv` and
     :class:`~lightmarl.envs.transforms.TransformedVecEnv`. Copy ``i`` is reset with
     ``seeds[i]``; the same seeds and actions give the same trajectories. Where

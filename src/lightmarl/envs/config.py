@@ -1,6 +1,6 @@
 """What a recipe's ``model.env`` entry must provide, whatever simulator is behind it.
 
-:class:`~lightmarl.envs.pettingzoo.PettingZooEnvConfig` is the default (a recipe's ``env:``
+:class:`~lightmarl.envs.pettingzoo.config.PettingZooEnvConfig` is the default (a recipe's ``env:``
 without ``class_path``); others are selected by ``class_path``, e.g.
 ``lightmarl.envs.vmas.VmasEnvConfig``. A subclass says how to build its env's own spec and
 vector; this base adds the recipe's :mod:`~lightmarl.envs.transforms` on top, so every env

@@ -3,16 +3,16 @@
 :class:`GroupLayout` is the torch-free, picklable part of a
 :class:`~lightmarl.envs.spec.GroupSpec` that stepping code needs; :func:`empty_current` /
 :func:`empty_next` allocate what policies see before a step and what a step returns. The same
-layout is used in process (:class:`~lightmarl.envs.runners.InProcessVecEnv`) and in the
+layout is used in process (:class:`~lightmarl.envs.runners.inprocess.InProcessVecEnv`) and in the
 shared-memory block of worker processes (:mod:`lightmarl.envs.runners.shared_memory`). This
 module imports no torch (worker processes import it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import numpy as np
 
@@ -93,8 +93,8 @@ class EnvSlice(Protocol):
 
     It reads actions from and writes results into arrays of this module's layout (rows of its
     own copies only, never clearing them: the caller hands in zeroed rows), and resets a copy
-    whose episode ended. :class:`~lightmarl.envs.runners.InProcessVecEnv` runs one slice over
-    every copy; each worker of :class:`~lightmarl.envs.runners.ProcessVecEnv` runs one per
+    whose episode ended. :class:`~lightmarl.envs.runners.inprocess.InProcessVecEnv` runs one slice over
+    every copy; each worker of :class:`~lightmarl.envs.runners.process.ProcessVecEnv` runs one per
     phase. PettingZoo's are :class:`~lightmarl.envs.pettingzoo.parallel.ParallelSlice` and
     :class:`~lightmarl.envs.pettingzoo.aec.AECSlice`.
     """
@@ -113,18 +113,11 @@ class EnvSlice(Protocol):
         """Close every copy."""
 
 
-class SliceFactory(Protocol):
-    """Builds the :class:`EnvSlice` for some env copies (e.g. PettingZoo's picks parallel or AEC stepping)."""
-
-    def __call__(
-        self,
-        envs: Sequence[Any],
-        groups: Sequence[GroupLayout],
-        seeds: Sequence[int],
-        start: int,
-        env_name: str,
-        possible_agents: Sequence[str],
-    ) -> EnvSlice: ...
+#: builds the :class:`EnvSlice` of some env copies from ``(envs, groups, seeds, start, env_name,
+#: possible_agents)`` (e.g. PettingZoo's picks parallel or AEC stepping by env).
+SliceFactory: TypeAlias = Callable[
+    [Sequence[Any], Sequence[GroupLayout], Sequence[int], int, str, Sequence[str]], EnvSlice
+]
 
 
 def empty_current(groups: Sequence[GroupLayout], num_envs: int, state_shape: tuple[int, ...] | None = None) -> Arrays:

@@ -33,15 +33,15 @@ level (worker processes import it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from lightmarl import keys
-from lightmarl.envs.layout import ROOT, Arrays, GroupLayout
-from lightmarl.envs.pettingzoo.checks import first_legal_action
+from lightmarl.envs.layout import ROOT, Arrays
+from lightmarl.envs.pettingzoo.checks import call_checked, first_legal_action
 from lightmarl.envs.pettingzoo.parallel import ParallelSlice
 from lightmarl.envs.pettingzoo.spec import env_spec_of
 from lightmarl.envs.spec import EnvSpec
@@ -62,17 +62,8 @@ class AECSlice(ParallelSlice):
     when observations are plain arrays.
     """
 
-    def __init__(
-        self,
-        envs: Sequence[Any],
-        groups: Sequence[GroupLayout],
-        seeds: Sequence[int],
-        start: int,
-        env_name: str,
-        possible_agents: Sequence[str],
-    ) -> None:
-        super().__init__(envs, groups, seeds, start, env_name, possible_agents)
-        self.masked_groups = [g.name for g in groups if g.has_action_mask]
+    def _start_state(self) -> None:
+        self.masked_groups = [g.name for g in self.groups if g.has_action_mask]
         # Per copy: agents seen in the running episode, and those whose end was reported.
         self._playing: list[set[str]] = [set() for _ in self.envs]
         self._finished: list[set[str]] = [set() for _ in self.envs]
@@ -264,7 +255,7 @@ def aec_env_spec(env: Any, name: str, state: bool = False, seed: int = 0) -> Env
     """
     spec = env_spec_of(env, name=name, state=state)
     where = f"env {name!r} (API check with seed {seed})"
-    _call(where, "reset()", lambda: env.reset(seed=seed))
+    call_checked(where, "reset()", lambda: env.reset(seed=seed))
     groups = dict(spec.groups)
     for group in spec.groups.values():
         if group.has_action_mask or group.action_kind != "discrete":
@@ -276,13 +267,6 @@ def aec_env_spec(env: Any, name: str, state: bool = False, seed: int = 0) -> Env
     spec = replace(spec, groups=groups)
     check_aec_env(env, spec, seed=seed)
     return spec
-
-
-def _call(where: str, call: str, fn: Any) -> Any:
-    try:
-        return fn()
-    except Exception as err:
-        raise EnvContractError(f"{where}: {call} raised {type(err).__name__}: {err}") from err
 
 
 def check_aec_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
@@ -298,7 +282,7 @@ def check_aec_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
         EnvContractError: naming the env, the call and the agent.
     """
     where = f"env {spec.name!r} (API check with seed {seed})"
-    _call(where, "reset()", lambda: env.reset(seed=seed))
+    call_checked(where, "reset()", lambda: env.reset(seed=seed))
 
     def check_state(after: str) -> Any:
         agents = list(getattr(env, "agents", None) or [])
@@ -318,7 +302,7 @@ def check_aec_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
         if agents and selected not in agents:
             raise EnvContractError(f"{where}: agent_selection after {after} is {selected!r}, not one of {agents}")
         for agent in agents:
-            obs = _call(where, f"observe({agent!r}) after {after}", lambda a=agent: env.observe(a))
+            obs = call_checked(where, f"observe({agent!r}) after {after}", partial(env.observe, agent))
             group = spec.group_of(agent)
             mask: Any = obs.get("action_mask") if isinstance(obs, dict) else _info_mask(env, agent)
             array: Any = obs.get("observation") if isinstance(obs, dict) else obs
@@ -340,5 +324,5 @@ def check_aec_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
     group = spec.group_of(selected)
     obs = env.observe(selected)
     action = first_legal_action(group, obs.get("action_mask") if isinstance(obs, dict) else _info_mask(env, selected))
-    _call(where, f"step({action!r}) of agent {selected!r}", lambda: env.step(action))
+    call_checked(where, f"step({action!r}) of agent {selected!r}", lambda: env.step(action))
     check_state("one step()")

@@ -2,7 +2,7 @@
 
 :func:`check_parallel_env`: one ``reset`` and one ``step`` of a ``ParallelEnv`` against its
 :class:`~lightmarl.envs.spec.EnvSpec` (observations only for known agents, of the declared
-shapes). :meth:`~lightmarl.envs.pettingzoo.PettingZooEnvConfig.base_spec` runs it (and
+shapes). :meth:`~lightmarl.envs.pettingzoo.config.PettingZooEnvConfig.base_spec` runs it (and
 :func:`~lightmarl.envs.pettingzoo.aec.check_aec_env` for turn-based envs), so a recipe whose
 env breaks the PettingZoo API fails before training starts. Vectors of copies are checked by
 :mod:`lightmarl.envs.checks`. Torch-free.
@@ -10,6 +10,7 @@ env breaks the PettingZoo API fails before training starts. Vectors of copies ar
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,10 +31,7 @@ def check_parallel_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
         EnvContractError: naming the env, the call and the agent.
     """
     where = f"env {spec.name!r} (API check with seed {seed})"
-    try:
-        result = env.reset(seed=seed)
-    except Exception as err:
-        raise EnvContractError(f"{where}: reset() raised {type(err).__name__}: {err}") from err
+    result = call_checked(where, "reset()", lambda: env.reset(seed=seed))
     if not (isinstance(result, tuple) and len(result) == 2):
         raise EnvContractError(
             f"{where}: reset() must return (observations, infos) as PettingZoo parallel envs do; "
@@ -48,10 +46,7 @@ def check_parallel_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
     if missing:
         raise EnvContractError(f"{where}: reset() returned no observation for agents {missing} of env.agents")
     actions = {agent: _fixed_action(spec.group_of(agent), result[0][agent]) for agent in agents}
-    try:
-        result = env.step(actions)
-    except Exception as err:
-        raise EnvContractError(f"{where}: step() raised {type(err).__name__}: {err} (actions {actions})") from err
+    result = call_checked(where, "step()", lambda: env.step(actions), detail=f" (actions {actions})")
     if not (isinstance(result, tuple) and len(result) == 5):
         raise EnvContractError(
             f"{where}: step() must return (observations, rewards, terminations, truncations, infos); "
@@ -62,6 +57,15 @@ def check_parallel_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
     for what, values in (("rewards", rewards), ("terminations", terminations), ("truncations", truncations)):
         _check_known(where, f"step() {what}", values, spec)
     _check_known(where, "env.agents after step()", list(env.agents), spec)
+
+
+def call_checked(where: str, call: str, fn: Callable[[], Any], detail: str = "") -> Any:
+    """``fn()``, its exception turned into an :class:`~lightmarl.errors.EnvContractError` naming
+    ``where`` and ``call`` (and ending with ``detail``)."""
+    try:
+        return fn()
+    except Exception as err:
+        raise EnvContractError(f"{where}: {call} raised {type(err).__name__}: {err}{detail}") from err
 
 
 def _check_known(where: str, what: str, agents: Any, spec: EnvSpec) -> None:

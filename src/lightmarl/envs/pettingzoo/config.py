@@ -4,7 +4,7 @@ The in-process vector writes straight into NumPy arrays laid out ``[num_envs, ag
 per group and hands torch views of them to the collector; it skips TorchRL's per-step spec
 checks and TensorDict churn, which cost ~4x in speed on small envs (see
 ``benchmarks/README.md``). ``num_workers >= 1`` steps the copies in worker processes instead
-(:class:`~lightmarl.envs.runners.ProcessVecEnv`), with the same stepping code and trajectories.
+(:class:`~lightmarl.envs.runners.process.ProcessVecEnv`), with the same stepping code and trajectories.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class PettingZooEnvConfig(EnvConfig):
         num_envs: env copies stepped together by each training process.
         num_workers: ``0`` steps the copies in the training process (:class:`ParallelVecEnv`);
             ``k >= 1`` splits them over ``k`` worker processes
-            (:class:`~lightmarl.envs.runners.ProcessVecEnv`, same trajectories). At most
+            (:class:`~lightmarl.envs.runners.process.ProcessVecEnv`, same trajectories). At most
             ``num_envs``; a vector asked for fewer copies gets at most one worker per copy.
         overlap: with worker processes, step the copies as two halves in alternation, so that the
             policy computes one half's actions while the workers step the other (the

@@ -50,8 +50,13 @@ class ParallelSlice:
         self.stop = start + len(self.envs)
         self.env_name = env_name
         self.possible_agents = list(possible_agents)
+        self.groups = list(groups)
         # agent name -> (group name, position in group)
         self.slot = {a: (g.name, i) for g in groups for i, a in enumerate(g.agents)}
+        self._start_state()
+
+    def _start_state(self) -> None:
+        """Set up per-copy state of subclasses (none here)."""
 
     def where(self, e: int) -> str:
         """``env 'name' (copy e, seed s)``: how messages name env copy ``e`` (a vector index)."""

@@ -12,10 +12,10 @@ from lightmarl.envs.spec import EnvSpec
 class ParallelVecEnv(InProcessVecEnv):
     """``num_envs`` PettingZoo envs (parallel, or turn-based AEC) stepped in one process, with auto-reset.
 
-    An :class:`~lightmarl.envs.runners.InProcessVecEnv` with PettingZoo's stepping code
+    An :class:`~lightmarl.envs.runners.inprocess.InProcessVecEnv` with PettingZoo's stepping code
     (:class:`~lightmarl.envs.pettingzoo.parallel.ParallelSlice`; for AEC envs
     :class:`~lightmarl.envs.pettingzoo.aec.AECSlice`, one turn per step), the code the worker
-    processes of :class:`~lightmarl.envs.runners.ProcessVecEnv` run too.
+    processes of :class:`~lightmarl.envs.runners.process.ProcessVecEnv` run too.
 
     Args:
         envs: the env copies (already constructed).

@@ -20,7 +20,7 @@ class InProcessVecEnv:
     A copy whose agents are all gone (or all done) is reset inside ``step``: the step reports
     the episode's final observation, and :attr:`current` holds the reset one. The stepping
     itself is one :class:`~lightmarl.envs.layout.EnvSlice` over every copy, the code worker
-    processes of :class:`~lightmarl.envs.runners.ProcessVecEnv` run too.
+    processes of :class:`~lightmarl.envs.runners.process.ProcessVecEnv` run too.
 
     Args:
         envs: the env copies (already constructed).

@@ -1,6 +1,6 @@
 """Env copies stepped in worker processes, results exchanged through shared memory.
 
-:class:`ProcessVecEnv` has the interface of :class:`~lightmarl.envs.runners.InProcessVecEnv`
+:class:`ProcessVecEnv` has the interface of :class:`~lightmarl.envs.runners.inprocess.InProcessVecEnv`
 but splits its ``num_envs`` copies over ``num_workers`` processes; each worker
 (:mod:`lightmarl.envs.runners.worker`) steps its contiguous slice of copies (one slice per
 phase, see :class:`ProcessVecEnv`) serially with the env family's stepping code (an
@@ -52,7 +52,7 @@ class ProcessVecEnv:
     builds: by default PettingZoo's (:func:`~lightmarl.envs.pettingzoo.slices.pettingzoo_slice`:
     parallel envs, or turn-based AEC envs one turn per step).
 
-    Same interface and results as :class:`~lightmarl.envs.runners.InProcessVecEnv` (copy
+    Same interface and results as :class:`~lightmarl.envs.runners.inprocess.InProcessVecEnv` (copy
     ``i`` reset with ``seeds[i]``): ``reset()`` / ``step()`` return per group tensors shaped
     ``[num_envs, agents_in_group, ...]`` (fresh tensors each call, safe to keep), and an env
     whose episode ended is reset inside ``step``. The parent waits for all workers, so the env

@@ -1,4 +1,4 @@
-"""One shared-memory block holding every array a :class:`~lightmarl.envs.runners.ProcessVecEnv` exchanges.
+"""One shared-memory block holding every array a :class:`~lightmarl.envs.runners.process.ProcessVecEnv` exchanges.
 
 Per group the actions ``[num_envs, agents, ...]``, the step's results and the observations for
 the next step (the layout of :mod:`lightmarl.envs.layout`), the global state where it is

@@ -1,6 +1,6 @@
 """Starting, watching and stopping env worker processes, from the parent's side.
 
-Helpers of :class:`~lightmarl.envs.runners.ProcessVecEnv`: a handle per worker, the shutdown
+Helpers of :class:`~lightmarl.envs.runners.process.ProcessVecEnv`: a handle per worker, the shutdown
 that ``weakref.finalize`` runs, and the two context managers that keep starting workers cheap
 (single-threaded BLAS in children; no re-import of the parent's ``__main__``).
 """

@@ -1,6 +1,6 @@
 """The life of one env worker process: build its env copies, then step them on command.
 
-:class:`~lightmarl.envs.runners.ProcessVecEnv` starts :func:`worker_main` in each worker
+:class:`~lightmarl.envs.runners.process.ProcessVecEnv` starts :func:`worker_main` in each worker
 process. A worker imports only this module and what it imports: NumPy, the standard library,
 the env layout and the env family's slice code, never torch, so it starts in well under a second
 (importing ``torch`` + ``tensordict`` takes about 5 s on a 2-core machine);

@@ -54,10 +54,17 @@ class RunningMeanStd:
 
 
 class _GroupStatistics(VecTransform):
-    """A transform that keeps one :class:`RunningMeanStd` per group (created when it first sees the spec)."""
+    """A transform that keeps one :class:`RunningMeanStd` per group (created when it first sees the spec),
+    and scales by ``1 / sqrt(var + epsilon)`` clipped to ``[-clip, clip]``."""
 
-    def __init__(self, groups: list[str] | None = None) -> None:
+    def __init__(self, groups: list[str] | None, clip: float | None, epsilon: float) -> None:
         super().__init__(groups)
+        if clip is not None and not clip > 0:
+            raise ValueError(f"{self.field}.clip: expected a positive number or null, got {clip!r}")
+        if not epsilon > 0:
+            raise ValueError(f"{self.field}.epsilon: expected a positive number, got {epsilon!r}")
+        self.clip = clip
+        self.epsilon = epsilon
         self.statistics: dict[str, RunningMeanStd] = {}
 
     @abstractmethod
@@ -111,13 +118,7 @@ class ObservationNorm(_GroupStatistics):
     """
 
     def __init__(self, clip: float | None = 10.0, epsilon: float = 1e-8, groups: list[str] | None = None) -> None:
-        super().__init__(groups)
-        if clip is not None and not clip > 0:
-            raise ValueError(f"{self.field}.clip: expected a positive number or null, got {clip!r}")
-        if not epsilon > 0:
-            raise ValueError(f"{self.field}.epsilon: expected a positive number, got {epsilon!r}")
-        self.clip = clip
-        self.epsilon = epsilon
+        super().__init__(groups, clip, epsilon)
 
     def sample_shape(self, group: GroupSpec) -> tuple[int, ...]:
         return tuple(group.observation_shape)
@@ -186,16 +187,10 @@ class RewardNorm(_GroupStatistics):
     def __init__(
         self, gamma: float = 0.99, clip: float | None = 10.0, epsilon: float = 1e-8, groups: list[str] | None = None
     ) -> None:
-        super().__init__(groups)
+        super().__init__(groups, clip, epsilon)
         if not 0 <= gamma <= 1:
             raise ValueError(f"{self.field}.gamma: expected a number in [0, 1], got {gamma!r}")
-        if clip is not None and not clip > 0:
-            raise ValueError(f"{self.field}.clip: expected a positive number or null, got {clip!r}")
-        if not epsilon > 0:
-            raise ValueError(f"{self.field}.epsilon: expected a positive number, got {epsilon!r}")
         self.gamma = gamma
-        self.clip = clip
-        self.epsilon = epsilon
 
     def sample_shape(self, group: GroupSpec) -> tuple[int, ...]:
         return ()
