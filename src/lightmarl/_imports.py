@@ -1,4 +1,4 @@
-"""Resolving ``module.attr`` import paths named in recipes."""
+"""Resolving ``module.attr`` import paths named in recipes (eagerly or lazily), and recipe values as plain data."""
 
 from __future__ import annotations
 
@@ -97,3 +97,20 @@ def lazy_attributes(package: str, where: Mapping[str, str]) -> tuple[Callable[[s
         return sorted(set(namespace) | set(where))
 
     return __getattr__, __dir__
+
+
+def plain_data(value: Any) -> Any:
+    """``value`` with every mapping, namespace and sequence turned into plain dicts and lists.
+
+    LightningCLI (jsonargparse) parses a nested ``{class_path, init_args}`` inside a free-form
+    ``dict[str, Any]`` field (e.g. ``policy_kwargs.encoder``) into a ``Namespace``, whichever
+    YAML style or command-line override wrote it; lightmarl stores and checkpoints plain data.
+    """
+    as_dict = getattr(value, "as_dict", None)  # jsonargparse.Namespace, without importing it here
+    if callable(as_dict) and not isinstance(value, Mapping):
+        value = as_dict()
+    if isinstance(value, Mapping):
+        return {key: plain_data(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(plain_data(item) for item in value)
+    return value
