@@ -21,7 +21,7 @@ from torchrl.objectives import LossModule
 from lightmarl.algorithms import DDPG, DQN, PPO, QMIX, SAC, VDN, Algorithm, PlainStepper
 from lightmarl.algorithms.off_policy import OffPolicyUnitTrainer
 from lightmarl.data.collector import RolloutCollector
-from lightmarl.envs.pettingzoo import PettingZooEnvConfig
+from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.training.module import MARLModule
 
 LEARNER_GROUP = "adversary"

@@ -8,8 +8,8 @@ from torch import nn
 
 from lightmarl.algorithms.base import Algorithm, GradientStepper, UnitTrainer, unique_parameters
 from lightmarl.policies.base import Policy
+from lightmarl.policies.shared_modules import SharedModules
 from lightmarl.population import BindingTable
-from lightmarl.population.shared import SharedModules
 
 #: metrics key of the shared modules' step (logged as ``train/_shared/<module>_grad_norm``).
 SHARED_METRICS = "_shared"

@@ -21,7 +21,7 @@ from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.recurrent import RecurrentStates
 
 if TYPE_CHECKING:
-    from lightmarl.envs import VecEnv
+    from lightmarl.envs.base import VecEnv
 
 
 class RolloutStep(NamedTuple):

@@ -49,7 +49,7 @@ class PolicyRegistry:
         injected: Mapping[str, tuple[str, nn.Module]] | None = None,
     ) -> Policy:
         """The policy of ``binding``; ``injected`` (argument -> (shared module name, module)) is
-        passed to its constructor on top of ``policy_kwargs`` (see :mod:`lightmarl.population.shared`)."""
+        passed to its constructor on top of ``policy_kwargs`` (see :mod:`lightmarl.policies.shared_modules`)."""
         # Fresh weights per binding, except frozen checkpoints, which can be shared safely.
         owner = None if (binding.policy_uri and not binding.trainable) else binding.id
         descriptor = (owner, binding.class_path, binding.policy_uri, repr(sorted(binding.policy_kwargs.items())), group)
