@@ -9,7 +9,9 @@ before it is vectorized, by :mod:`lightmarl.envs.pettingzoo.checks`.)
 * :func:`check_vec_env`: a random rollout of a vector (in-process or worker processes): shapes
   and dtypes per group match the :class:`~lightmarl.envs.spec.GroupSpec`, absent agents are
   masked, every legal action set is non-empty, ``done`` is ``terminated | truncated``, agents
-  leave only through ``done``, and ended episodes are reset.
+  leave only through ``done``, and ended episodes are reset. For turn-based envs
+  (``EnvSpec.turn_based``) exactly one row per copy is valid, and rewards and ends may reach rows
+  of agents that did not act (the loser's -1 on the winner's turn).
 * :func:`check_same_trajectories`: two vectors stepped with the same actions produce the same
   data (same seed twice, or in-process against worker processes).
 
@@ -129,7 +131,8 @@ def check_vec_env(vec: VecEnv, num_steps: int = 100, seed: int = 0) -> VecEnvChe
         for g in spec.groups.values():
             before, done = current[g.name][keys.VALID], nxt[g.name][keys.DONE]
             going_on = ~ended.view(-1, 1)
-            vanished = before & ~done & going_on & ~after[g.name][keys.VALID]
+            # Turn-based: validity passes to the next player every step, which is no leaving.
+            vanished = before & ~done & going_on & ~after[g.name][keys.VALID] & (not spec.turn_based)
             if vanished.any():
                 e, i = (int(x) for x in vanished.nonzero()[0])
                 raise EnvContractError(
@@ -242,6 +245,12 @@ def _check_current(spec: EnvSpec, num_envs: int, current: Any, where: str) -> No
     if (present == 0).any():
         e = int((present == 0).nonzero()[0])
         raise EnvContractError(f"env {spec.name!r} (copy {e}), {where}: no agent is present (every valid is False)")
+    if spec.turn_based and (present != 1).any():
+        e = int((present != 1).nonzero()[0])
+        raise EnvContractError(
+            f"env {spec.name!r} (copy {e}), {where}: a turn-based env has exactly one valid row (the acting agent) "
+            f"per copy; got {int(present[e])}"
+        )
 
 
 def _check_next(
@@ -258,7 +267,7 @@ def _check_next(
         if not torch.equal(entries[keys.DONE], entries[keys.TERMINATED] | entries[keys.TRUNCATED]):
             raise EnvContractError(f"env {spec.name!r}, {where}: {g.name}.done must be terminated | truncated")
         for key in (keys.REWARD, keys.DONE):
-            if entries[key][~acted].any():
+            if not spec.turn_based and entries[key][~acted].any():
                 raise EnvContractError(
                     f"env {spec.name!r}, {where}: {g.name}.{key} is set for agents that were absent (valid False)"
                 )

@@ -10,7 +10,7 @@ module imports no torch (worker processes import it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
@@ -30,10 +30,13 @@ ROOT = "__root__"
 
 @dataclass(frozen=True)
 class GroupLayout:
-    """What a worker needs to know about one group: a torch-free, picklable slice of ``GroupSpec``."""
+    """What a worker needs to know about one group: a torch-free, picklable slice of ``GroupSpec``.
+
+    ``agents`` are the env's own ids (``GroupSpec.env_agents``): stepping code talks to the env.
+    """
 
     name: str
-    agents: tuple[str, ...]
+    agents: tuple[Hashable, ...]
     observation_shape: tuple[int, ...]
     has_action_mask: bool
     num_actions: int
@@ -45,7 +48,7 @@ class GroupLayout:
         return [
             cls(
                 name=g.name,
-                agents=tuple(g.agents),
+                agents=tuple(g.env_agents),
                 observation_shape=tuple(g.observation_shape),
                 has_action_mask=g.has_action_mask,
                 num_actions=g.num_actions,
@@ -114,9 +117,10 @@ class EnvSlice(Protocol):
 
 
 #: builds the :class:`EnvSlice` of some env copies from ``(envs, groups, seeds, start, env_name,
-#: possible_agents)`` (e.g. PettingZoo's picks parallel or AEC stepping by env).
+#: possible_agents)`` (the env's own agent ids, ``EnvSpec.env_agents``; e.g. PettingZoo's picks
+#: parallel or AEC stepping by env).
 SliceFactory: TypeAlias = Callable[
-    [Sequence[Any], Sequence[GroupLayout], Sequence[int], int, str, Sequence[str]], EnvSlice
+    [Sequence[Any], Sequence[GroupLayout], Sequence[int], int, str, Sequence[Hashable]], EnvSlice
 ]
 
 

@@ -5,6 +5,7 @@ Plain data, torch-free at import: env worker processes read it (see :mod:`lightm
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,7 +23,8 @@ class GroupSpec:
 
     Attributes:
         name: group key in experience TensorDicts (``"agent"`` for ``agent_0..N``).
-        agents: agent names, in the env's ``possible_agents`` order.
+        agents: agent names (:func:`agent_name` of the env's ids), in the env's ``possible_agents``
+            order: what maps, ``policy_mapping_fn``, metrics and messages use.
         agent_ids: each agent's index in ``possible_agents``.
         observation_shape: shape of one agent's observation.
         action_kind: ``"discrete"`` (``Discrete(n)``), ``"multi_discrete"`` (``MultiDiscrete(nvec)``:
@@ -37,6 +39,9 @@ class GroupSpec:
         action_nvec: choices per sub-action (multi-discrete groups only).
         observation_dtype: NumPy dtype name of the env's observations (e.g. ``"uint8"`` for
             images); the env layer hands them to policies as float32 whatever it is.
+        env_agents: the env's own ids of ``agents`` (any hashable: ``str``, ``int``, ``tuple``), what
+            its dicts are keyed by; only the stepping code talks to the env with them. Defaults to
+            ``agents``.
     """
 
     name: str
@@ -51,6 +56,10 @@ class GroupSpec:
     has_action_mask: bool = False
     action_nvec: tuple[int, ...] = ()
     observation_dtype: str = "float32"
+    env_agents: tuple[Hashable, ...] = ()
+
+    def __post_init__(self) -> None:
+        _default_env_agents(self)
 
     @property
     def num_agents(self) -> int:
@@ -69,22 +78,81 @@ class EnvSpec:
 
     Attributes:
         name: a readable env name for messages and logs.
-        possible_agents: every agent name the env can have, in order.
+        possible_agents: every agent name the env can have, in order (:func:`agent_name` of the
+            env's ids).
         groups: group name -> spec, in first-appearance order of ``possible_agents``.
         state_shape: shape of the env's global ``state()`` when the vector records it (at the
             experience root key ``"state"``), else ``None``.
+        env_agents: the env's own ids of ``possible_agents``, in the same order (defaults to
+            ``possible_agents``).
+        turn_based: one agent acts per step (a PettingZoo AEC env): each copy has exactly one
+            valid row, and rewards and ends may arrive in rows of agents that did not act.
     """
 
     name: str
     possible_agents: tuple[str, ...]
     groups: dict[str, GroupSpec] = field(default_factory=dict)
     state_shape: tuple[int, ...] | None = None
+    env_agents: tuple[Hashable, ...] = ()
+    turn_based: bool = False
 
-    def group_of(self, agent: str) -> GroupSpec:
+    def __post_init__(self) -> None:
+        _default_env_agents(self)
+
+    def group_of(self, agent: Hashable) -> GroupSpec:
+        """The group of an agent, given by name or by the env's own id (no name equals another agent's
+        id: :func:`agent_names` makes sure)."""
         for group in self.groups.values():
-            if agent in group.agents:
+            if agent in group.agents or agent in group.env_agents:
                 return group
         raise KeyError(agent)
+
+
+def _default_env_agents(spec: GroupSpec | EnvSpec) -> None:
+    names = spec.agents if isinstance(spec, GroupSpec) else spec.possible_agents
+    if not spec.env_agents:
+        object.__setattr__(spec, "env_agents", tuple(names))  # frozen dataclass
+    elif len(spec.env_agents) != len(names):
+        raise ValueError(f"{len(spec.env_agents)} env agent ids for {len(names)} agent names")
+
+
+def agent_name(agent: Hashable) -> str:
+    """The readable name lightmarl gives an env's agent id: groups, maps and metrics use it.
+
+    A ``str`` id is its own name; an ``int`` id ``i`` is ``agent_i``; a ``tuple`` id joins its
+    parts with ``_`` (``("red", 0)`` -> ``red_0``), after ``agent`` when its first part is not
+    a string (``(0, 1)`` -> ``agent_0_1``); any other hashable is its ``str()``. Agents are
+    then grouped by name prefix (:func:`default_group_name`).
+    """
+    if isinstance(agent, str):
+        return agent
+    if isinstance(agent, tuple):
+        parts = [str(part) for part in agent]
+        return "_".join(parts if agent and isinstance(agent[0], str) else ["agent", *parts])
+    if isinstance(agent, (int, np.integer)) and not isinstance(agent, bool):
+        return f"agent_{int(agent)}"
+    return str(agent)
+
+
+def agent_names(env_agents: Sequence[Hashable], env_name: str) -> tuple[str, ...]:
+    """:func:`agent_name` of every env id, checked to be unique.
+
+    Raises:
+        ValueError: where two ids get the same name (e.g. ``0`` and ``"agent_0"``), naming both.
+    """
+    names: dict[str, Hashable] = {}
+    for agent in env_agents:
+        if not isinstance(agent, Hashable):
+            raise ValueError(f"env {env_name!r}: agent id {agent!r} is not hashable; PettingZoo agent ids key dicts")
+        name = agent_name(agent)
+        if name in names:
+            raise ValueError(
+                f"env {env_name!r}: agent ids {names[name]!r} and {agent!r} both get the name {name!r}; "
+                "lightmarl names an int id i 'agent_i' and joins a tuple's parts with '_': give the agents "
+                "ids whose names differ"
+            )
+        names[name] = agent
+    return tuple(names)
 
 
 def default_group_name(agent: str) -> str:

@@ -33,6 +33,7 @@ level (worker processes import it).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -65,12 +66,12 @@ class AECSlice(ParallelSlice):
     def _start_state(self) -> None:
         self.masked_groups = [g.name for g in self.groups if g.has_action_mask]
         # Per copy: agents seen in the running episode, and those whose end was reported.
-        self._playing: list[set[str]] = [set() for _ in self.envs]
-        self._finished: list[set[str]] = [set() for _ in self.envs]
+        self._playing: list[set[Hashable]] = [set() for _ in self.envs]
+        self._finished: list[set[Hashable]] = [set() for _ in self.envs]
 
     # -- one copy ----------------------------------------------------------------------
 
-    def _selected(self, e: int, env: Any) -> str:
+    def _selected(self, e: int, env: Any) -> Hashable:
         agent = env.agent_selection
         if agent not in self.slot or agent not in env.agents:
             raise RuntimeError(
@@ -79,7 +80,7 @@ class AECSlice(ParallelSlice):
             )
         return agent
 
-    def _observe(self, e: int, env: Any) -> dict[str, Any]:
+    def _observe(self, e: int, env: Any) -> dict[Hashable, Any]:
         observations = {}
         for agent in env.agents:
             try:
@@ -90,7 +91,7 @@ class AECSlice(ParallelSlice):
                 ) from err
         return observations
 
-    def _write_rows(self, arrays: Arrays, e: int, env: Any, acting: str | None, valid: bool) -> None:
+    def _write_rows(self, arrays: Arrays, e: int, env: Any, acting: Hashable | None, valid: bool) -> None:
         """Every present agent's observation into ``arrays``; ``acting`` (the agent to act, if any) gets its
         real action mask and, with ``valid``, its ``valid`` flag; every other row an all-True mask."""
         observations = self._observe(e, env)
@@ -236,11 +237,11 @@ class AECSlice(ParallelSlice):
                 np.logical_or(arrays[keys.TERMINATED][rows], arrays[keys.TRUNCATED][rows], out=arrays[keys.DONE][rows])
 
 
-def _is_done(env: Any, agent: str) -> bool:
+def _is_done(env: Any, agent: Hashable) -> bool:
     return bool(env.terminations.get(agent, False) or env.truncations.get(agent, False))
 
 
-def _info_mask(env: Any, agent: str) -> Any:
+def _info_mask(env: Any, agent: Hashable) -> Any:
     info = env.infos.get(agent) if isinstance(getattr(env, "infos", None), dict) else None
     return info.get("action_mask") if isinstance(info, dict) else None
 
@@ -261,10 +262,10 @@ def aec_env_spec(env: Any, name: str, state: bool = False, seed: int = 0) -> Env
         if group.has_action_mask or group.action_kind != "discrete":
             continue
         infos = getattr(env, "infos", None) or {}
-        masks = [_info_mask(env, a) for a in group.agents if a in infos]
+        masks = [_info_mask(env, a) for a in group.env_agents if a in infos]
         if any(m is not None for m in masks):
             groups[group.name] = replace(group, has_action_mask=True)
-    spec = replace(spec, groups=groups)
+    spec = replace(spec, groups=groups, turn_based=True)
     check_aec_env(env, spec, seed=seed)
     return spec
 
@@ -286,15 +287,15 @@ def check_aec_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
 
     def check_state(after: str) -> Any:
         agents = list(getattr(env, "agents", None) or [])
-        unknown = [a for a in agents if a not in spec.possible_agents]
+        unknown = [a for a in agents if a not in spec.env_agents]
         if unknown:
             raise EnvContractError(
                 f"{where}: env.agents after {after} names unknown agent {unknown[0]!r}; "
-                f"possible_agents are {list(spec.possible_agents)}"
+                f"possible_agents are {list(spec.env_agents)}"
             )
         for what in ("rewards", "terminations", "truncations"):
             values = getattr(env, what, None)
-            if not isinstance(values, dict) or any(a not in spec.possible_agents for a in values):
+            if not isinstance(values, dict) or any(a not in spec.env_agents for a in values):
                 raise EnvContractError(
                     f"{where}: env.{what} after {after} must be a dict keyed by agents of possible_agents; got {values!r}"
                 )

@@ -71,10 +71,10 @@ def call_checked(where: str, call: str, fn: Callable[[], Any], detail: str = "")
 def _check_known(where: str, what: str, agents: Any, spec: EnvSpec) -> None:
     if not isinstance(agents, (dict, list)):
         raise EnvContractError(f"{where}: {what} must be a dict keyed by agent name; got {type(agents).__name__}")
-    unknown = [a for a in agents if a not in spec.possible_agents]
+    unknown = [a for a in agents if a not in spec.env_agents]
     if unknown:
         raise EnvContractError(
-            f"{where}: {what} names unknown agent {unknown[0]!r}; possible_agents are {list(spec.possible_agents)}"
+            f"{where}: {what} names unknown agent {unknown[0]!r}; possible_agents are {list(spec.env_agents)}"
         )
 
 

@@ -7,7 +7,7 @@ imports no torch (worker processes import it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,7 @@ class ParallelSlice:
         seeds: each copy's reset seed (``reset()`` reseeds; auto-resets continue the env's RNG).
         start: index of ``envs[0]`` in the vector.
         env_name: the env's name, for messages.
-        possible_agents: every agent name, for messages.
+        possible_agents: every agent's id in the env (``EnvSpec.env_agents``), for messages.
     """
 
     def __init__(
@@ -40,7 +40,7 @@ class ParallelSlice:
         seeds: Sequence[int],
         start: int,
         env_name: str,
-        possible_agents: Sequence[str],
+        possible_agents: Sequence[Hashable],
     ) -> None:
         if len(envs) != len(seeds):
             raise ValueError(f"{len(envs)} envs but {len(seeds)} seeds")
@@ -51,7 +51,7 @@ class ParallelSlice:
         self.env_name = env_name
         self.possible_agents = list(possible_agents)
         self.groups = list(groups)
-        # agent name -> (group name, position in group)
+        # the env's agent id -> (group name, position in group)
         self.slot = {a: (g.name, i) for g in groups for i, a in enumerate(g.agents)}
         self._start_state()
 
@@ -62,7 +62,7 @@ class ParallelSlice:
         """``env 'name' (copy e, seed s)``: how messages name env copy ``e`` (a vector index)."""
         return f"env {self.env_name!r} (copy {e}, seed {self.seeds[e - self.start]})"
 
-    def write_obs(self, arrays: Arrays, e: int, observations: dict, live: Sequence[str]) -> None:
+    def write_obs(self, arrays: Arrays, e: int, observations: dict, live: Sequence[Hashable]) -> None:
         slot = self.slot
         for agent, obs in observations.items():
             try:

@@ -8,15 +8,18 @@ from __future__ import annotations
 from typing import Any
 
 from lightmarl import keys
-from lightmarl.envs.spec import EnvSpec, GroupSpec, default_group_name, space_signature
+from lightmarl.envs.spec import EnvSpec, GroupSpec, agent_names, default_group_name, space_signature
 
 
 def env_spec_of(env: Any, name: str, state: bool = False) -> EnvSpec:
-    """Group the env's agents by name prefix (TorchRL's convention) and check each group's spaces;
-    with ``state``, also read the shape of the env's global state (``state_space``)."""
-    agents = tuple(env.possible_agents)
-    if not agents:
+    """Name the env's agents (:func:`~lightmarl.envs.spec.agent_name`: any hashable id), group them by
+    name prefix (TorchRL's convention) and check each group's spaces; with ``state``, also read the
+    shape of the env's global state (``state_space``)."""
+    env_agents = tuple(env.possible_agents)
+    if not env_agents:
         raise ValueError(f"env {name!r}: possible_agents is empty")
+    agents = agent_names(env_agents, name)
+    env_id = dict(zip(agents, env_agents))
     members: dict[str, list[str]] = {}
     for agent in agents:
         members.setdefault(default_group_name(agent), []).append(agent)
@@ -25,9 +28,11 @@ def env_spec_of(env: Any, name: str, state: bool = False) -> EnvSpec:
         signatures = {}
         for agent in group_agents:
             try:
-                signatures[agent] = space_signature(env.observation_space(agent), env.action_space(agent))
+                signatures[agent] = space_signature(
+                    env.observation_space(env_id[agent]), env.action_space(env_id[agent])
+                )
             except ValueError as err:
-                raise ValueError(f"env {name!r}, agent {agent!r}: {err}") from None
+                raise ValueError(f"env {name!r}, agent {env_id[agent]!r}: {err}") from None
         if len(set(signatures.values())) != 1:
             fields = {a: dict(s) for a, s in signatures.items()}
             first = fields[group_agents[0]]
@@ -41,10 +46,11 @@ def env_spec_of(env: Any, name: str, state: bool = False) -> EnvSpec:
             name=group_name,
             agents=tuple(group_agents),
             agent_ids=tuple(agents.index(a) for a in group_agents),
+            env_agents=tuple(env_id[a] for a in group_agents),
             **dict(signatures[group_agents[0]]),
         )
     state_shape = global_state_shape(env, name, groups) if state else None
-    return EnvSpec(name=name, possible_agents=agents, groups=groups, state_shape=state_shape)
+    return EnvSpec(name=name, possible_agents=agents, groups=groups, state_shape=state_shape, env_agents=env_agents)
 
 
 def global_state_shape(env: Any, name: str, groups: dict[str, GroupSpec]) -> tuple[int, ...]:

@@ -38,7 +38,7 @@ class InProcessVecEnv:
         self.seeds = seeds
         self.num_envs = len(envs)
         self._groups = GroupLayout.of(spec)
-        self._block = make_slice(envs, self._groups, seeds, 0, spec.name, spec.possible_agents)
+        self._block = make_slice(envs, self._groups, seeds, 0, spec.name, spec.env_agents)
         self.current: Outputs = {}
         self._agent_ids: dict[str, torch.Tensor] = {}
         self._closed = False

@@ -150,7 +150,7 @@ class ProcessVecEnv:
                         env_fn=env_fn,
                         env_kwargs=dict(env_kwargs),
                         env_name=spec.name,
-                        possible_agents=tuple(spec.possible_agents),
+                        possible_agents=tuple(spec.env_agents),
                         groups=tuple(self._groups),
                         num_envs=self.num_envs,
                         shm_name=self._shared.name,

@@ -24,7 +24,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -44,7 +44,7 @@ class WorkerArgs:
     env_fn: str
     env_kwargs: dict[str, Any]
     env_name: str
-    possible_agents: tuple[str, ...]
+    possible_agents: tuple[Hashable, ...]  # the env's own ids
     groups: tuple[GroupLayout, ...]
     num_envs: int
     shm_name: str

@@ -3,6 +3,8 @@
 * :class:`CueMemoryEnv` (:mod:`~lightmarl.envs.testing.memory`): only a recurrent policy can solve it.
 * :class:`MatchTargetEnv` (:mod:`~lightmarl.envs.testing.match`): ``MultiDiscrete`` actions,
   action masks, agents that leave early.
+* :mod:`~lightmarl.envs.testing.agent_ids`: envs whose agent ids are ints or tuples
+  (:class:`IntIdsMatchEnv`, :class:`TupleIdsMatchEnv`, :class:`RenamedAECEnv`).
 
 A recipe names them by class, e.g. ``env_fn: lightmarl.envs.CueMemoryEnv``. They import no torch
 (env worker processes build them).
