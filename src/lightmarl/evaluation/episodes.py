@@ -46,16 +46,17 @@ def evaluate_episodes(
         num_envs: env copies played at once (default ``min(num_episodes, env_config.num_envs)``).
         deterministic: take each policy's mode action instead of sampling.
         device: where the policies run.
-        winner: how an episode's winner is decided, for ``win_rate`` / ``draw_rate``:
-            ``highest_return`` (head-to-head: the binding whose agents' mean return is
-            strictly highest wins; a tie for highest is a draw for the tied bindings),
-            ``positive_return`` (games that pay a positive return for a win, e.g. +1 / -1),
-            or ``none``.
+        winner: how win, draw and loss are decided, for ``win_rate`` / ``draw_rate``
+            (:func:`seat_outcomes`): ``highest_return`` (head-to-head: the side with the strictly
+            highest return wins, a tie for highest is a draw; the sides are the bindings, or the
+            seats when one binding plays them all), ``positive_return`` (each seat by the sign of
+            its return: games that pay +1 / 0 / -1 for win / draw / loss), or ``none``.
 
     Returns:
         binding id -> ``episode_return`` (mean over episodes of the mean over the binding's
         agents), ``episode_return_std``, ``episode_length``, ``episodes`` and, with a
-        ``winner`` rule, ``win_rate`` and ``draw_rate``.
+        ``winner`` rule, ``win_rate`` and ``draw_rate``: the fractions of the seats the binding
+        played (one per agent per episode) that it won or drew.
     """
     if winner not in ("none", "highest_return", "positive_return"):
         raise ValueError(f"winner: {winner!r} is not one of ['none', 'highest_return', 'positive_return']")
@@ -120,7 +121,7 @@ class EpisodeScorer:
         self.lengths = {g.name: torch.zeros(num_envs, g.num_agents, dtype=torch.int64) for g in groups}
         #: binding id -> ``(return, length)`` per counted episode it played.
         self.results: dict[str, list[tuple[float, int]]] = {b: [] for b in table.active_ids}
-        #: binding id -> ``win`` / ``draw`` / ``loss`` per counted episode (with a ``winner`` rule).
+        #: binding id -> ``win`` / ``draw`` / ``loss`` per seat it played in a counted episode (with a ``winner`` rule).
         self.outcomes: dict[str, list[str]] = {b: [] for b in table.active_ids}
         self.finished = 0
 
@@ -140,27 +141,53 @@ class EpisodeScorer:
             if self.done:
                 break
             self.finished += 1
-            episode: dict[str, float] = {}
+            seats: list[tuple[str, float]] = []
             for g in self.groups:
                 returns, lengths = self.returns[g.name], self.lengths[g.name]
                 binding_of = self.table.bindings_of_envs(g.name, self.num_envs)[e]
                 for index in binding_of.unique().tolist():
                     agents = binding_of == index
                     binding_id = self.table.ids[index]
-                    episode[binding_id] = float(returns[e, agents].mean())
-                    self.results[binding_id].append((episode[binding_id], int(lengths[e, agents].max())))
+                    self.results[binding_id].append((float(returns[e, agents].mean()), int(lengths[e, agents].max())))
+                # A seat is an agent that acted or was paid in the episode (a turn-based game can
+                # end before the second player's first turn).
+                seats += [
+                    (self.table.ids[b], r)
+                    for b, r, n in zip(binding_of.tolist(), returns[e].tolist(), lengths[e].tolist())
+                    if n > 0 or r != 0
+                ]
                 returns[e] = 0
                 lengths[e] = 0
-            for binding_id, outcome in _outcomes(episode, self.winner).items():
+            for binding_id, outcome in seat_outcomes(seats, self.winner):
                 self.outcomes[binding_id].append(outcome)
 
 
-def _outcomes(episode_returns: dict[str, float], winner: WinRule) -> dict[str, str]:
-    """``win`` / ``draw`` / ``loss`` of each binding that played one episode."""
-    if winner == "none":
-        return {}
+def seat_outcomes(seats: list[tuple[str, float]], winner: WinRule) -> list[tuple[str, str]]:
+    """``(binding id, "win" / "draw" / "loss")`` of every seat of one episode, in order.
+
+    Counted per seat so that neither a draw nor a mirror match lies. ``positive_return``: a
+    seat's own return decides (``> 0`` win, ``0`` draw, ``< 0`` loss), so a drawn game is a draw
+    for both sides, not a loss for both. ``highest_return``: the sides are the bindings (the
+    mean return of their seats) and the side with the strictly highest return wins, a tie for
+    highest draws; where one binding plays every seat (against itself) the sides are the seats,
+    so a decided game is one seat won and one lost, not a game won.
+
+    Args:
+        seats: ``(binding id, return)`` of every agent that played the episode.
+        winner: the rule (``none``: no outcomes).
+    """
+    if winner == "none" or not seats:
+        return []
     if winner == "positive_return":
-        return {b: "win" if r > 0 else "loss" for b, r in episode_returns.items()}
-    best = max(episode_returns.values())
-    leaders = [b for b, r in episode_returns.items() if r == best]
-    return {b: ("draw" if len(leaders) > 1 else "win") if b in leaders else "loss" for b in episode_returns}
+        return [(b, "win" if r > 0 else "loss" if r < 0 else "draw") for b, r in seats]
+    sides: dict[str, list[float]] = {}
+    for b, r in seats:
+        sides.setdefault(b, []).append(r)
+    if len(sides) > 1:
+        side_return = {b: sum(rs) / len(rs) for b, rs in sides.items()}
+        scores, side_scores = [side_return[b] for b, _ in seats], list(side_return.values())
+    else:
+        scores = side_scores = [r for _, r in seats]
+    best = max(side_scores)
+    top = "win" if side_scores.count(best) == 1 else "draw"
+    return [(b, top if s == best else "loss") for (b, _), s in zip(seats, scores)]
