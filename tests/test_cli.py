@@ -205,9 +205,10 @@ def test_a_resumed_run_keeps_the_target_networks_it_saved(tmp_path, monkeypatch)
     (tmp_path / "first.yaml").write_text(yaml.safe_dump(recipe))
     dqn["target_update_interval"] = 10_000  # the resumed run never copies: its targets stay as loaded
     (tmp_path / "resumed.yaml").write_text(yaml.safe_dump(recipe))
-    main(["fit", "--config", "first.yaml", *TINY])
+    same_run = "--run_name=ppo_vs_dqn"  # two recipe files, one run directory
+    main(["fit", "--config", "first.yaml", same_run, *TINY])
     first = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
-    main(["fit", "--config", "resumed.yaml", *TINY, "--model.max_frames=240", "--ckpt_path", "last"])
+    main(["fit", "--config", "resumed.yaml", same_run, *TINY, "--model.max_frames=240", "--ckpt_path", "last"])
     resumed = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
     saved, kept = (c["lightmarl"]["trainers"]["dqn_policy"] for c in (first, resumed))
     assert resumed["lightmarl"]["iterations"] == 6 and kept["grad_steps"] > saved["grad_steps"] > 0

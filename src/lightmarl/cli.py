@@ -4,6 +4,12 @@
 ``lightmarl test`` play evaluation episodes; ``--print_config`` shows the resolved recipe
 and any ``--model.x.y=value`` / ``--trainer.x=value`` overrides it.
 
+A recipe carries only what differs from the defaults every run shares: the Trainer settings of
+:data:`TRAINER_DEFAULTS`, and a run directory ``runs/<run_name>`` (:func:`apply_run_defaults`)
+holding a CSV and a TensorBoard logger and a ``checkpoints/`` folder with ``last.ckpt``. The run
+name is ``run_name`` where the recipe (or ``--run_name``) sets it, else the recipe file's path under
+``recipes/`` without ``.yaml`` (:func:`run_name_of`).
+
 User errors (a bad recipe, a missing or unreadable checkpoint) end in one line naming the
 field and a non-zero exit; ``LIGHTMARL_DEBUG=1`` shows the full traceback instead.
 """
@@ -13,10 +19,12 @@ from __future__ import annotations
 import itertools
 import os
 import sys
-from pathlib import Path
+from collections.abc import Sequence
+from pathlib import Path, PurePath
+from typing import Any
 
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -26,13 +34,18 @@ from lightmarl.training.module import MARLModule
 from lightmarl.training.preemption import PREEMPTED_EXIT_CODES, Preemption
 
 TRAINER_DEFAULTS = {
-    # The frame budget (model.max_frames) ends training, not an epoch count.
+    # The frame budget (model.max_frames) ends training, not an epoch count; trainer.max_time
+    # (Lightning's wall-clock limit, e.g. "00:00:15:00") may end it earlier, with a checkpoint.
     "max_epochs": -1,
     "log_every_n_steps": 1,
     "num_sanity_val_steps": 0,
+    "check_val_every_n_epoch": 1,
     "accelerator": "auto",
     "devices": 1,
 }
+#: where runs go, relative to the working directory: ``runs/<run_name>/``.
+RUNS_DIR = "runs"
+CHECKPOINT_CLASS = "lightning.pytorch.callbacks.ModelCheckpoint"
 #: set to 1 for full tracebacks instead of one-line user errors.
 DEBUG_ENV = "LIGHTMARL_DEBUG"
 
@@ -45,6 +58,20 @@ class LightmarlCLI(LightningCLI):
     an untrained model) and a logged fresh start for ``fit``; a missing, truncated or crafted
     file is a one-line error. Lightning then loads the checkpoint weights-only too.
     """
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_argument(
+            "--run_name",
+            type=str | None,
+            default=None,
+            help="Run directory name under runs/ (default: the recipe's path under recipes/, without .yaml).",
+        )
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        if not config.get("run_name"):
+            config.run_name = run_name_of(config.get("config") or [])
+        apply_run_defaults(config, config.run_name)
 
     def instantiate_classes(self) -> None:
         try:
@@ -105,6 +132,61 @@ class LightmarlCLI(LightningCLI):
             if callback.dirpath is not None:  # Lightning's own "last" lookup, before it raises or warns
                 found |= callback._find_last_checkpoints(self.trainer)
         return found
+
+
+def run_name_of(config_files: Sequence[Any]) -> str:
+    """The run name of a recipe: the first ``--config`` file's path under a ``recipes/`` folder,
+    without its suffix (``recipes/two_trainers/ppo_run.yaml`` -> ``two_trainers/ppo_run``), else its
+    file name without suffix; ``run`` without a config file."""
+    if not config_files:
+        return "run"
+    path = PurePath(str(getattr(config_files[0], "relative", config_files[0]))).with_suffix("")
+    parts = path.parts
+    if "recipes" in parts[:-1]:
+        last = len(parts) - 1 - parts[::-1].index("recipes")
+        return "/".join(parts[last + 1 :])
+    return path.name
+
+
+def apply_run_defaults(config: Any, run_name: str) -> None:
+    """Fill what a recipe leaves unset with the run layout every recipe shares (README, "Where runs go").
+
+    ``trainer.default_root_dir`` -> ``runs/<run_name>`` (the run directory; a recipe that sets
+    it moves the whole run); ``trainer.logger`` unset or ``null`` -> a CSV logger (``csv/``) and a
+    TensorBoard logger (``tensorboard/``) in the run directory (``false``: no logger); no
+    ``ModelCheckpoint`` among ``trainer.callbacks`` -> one writing ``checkpoints/last.ckpt`` at every
+    epoch end, unless ``trainer.enable_checkpointing`` is ``false``.
+
+    Args:
+        config: the parsed config of one subcommand (a jsonargparse ``Namespace``).
+        run_name: the run's name (:func:`run_name_of`).
+    """
+    from jsonargparse import Namespace
+
+    trainer = config.trainer
+    if trainer.default_root_dir is None:
+        trainer.default_root_dir = f"{RUNS_DIR}/{run_name}"
+    run_dir = str(trainer.default_root_dir)
+    if trainer.logger is None:
+        trainer.logger = [
+            Namespace(class_path=f"lightning.pytorch.loggers.{kind}", init_args=Namespace(save_dir=run_dir, name=name))
+            for kind, name in (("CSVLogger", "csv"), ("TensorBoardLogger", "tensorboard"))
+        ]
+    callbacks = trainer.callbacks
+    callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, list) else [callbacks]
+    has_checkpoint = any(
+        isinstance(c, ModelCheckpoint) or getattr(c, "class_path", None) == CHECKPOINT_CLASS for c in callbacks
+    )
+    if trainer.enable_checkpointing is not False and not has_checkpoint:
+        callbacks.append(
+            Namespace(
+                class_path=CHECKPOINT_CLASS,
+                init_args=Namespace(
+                    dirpath=f"{run_dir}/checkpoints", save_last=True, every_n_epochs=1, save_on_train_epoch_end=True
+                ),
+            )
+        )
+    trainer.callbacks = callbacks
 
 
 def _read_checkpoint(path: str) -> None:

@@ -1,0 +1,100 @@
+"""Recipes carry only what differs: the run layout every recipe shares comes from the CLI, and a
+wall-clock budget (``trainer.max_time``) stops a run on time with a checkpoint."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from lightmarl.cli import main, run_name_of
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = sorted((ROOT / "recipes").rglob("*.yaml"))
+TINY = [
+    "--model.env.num_envs=2",
+    "--model.rollout_steps=5",
+    "--model.max_frames=20",
+    "--model.iterations_per_epoch=1",
+    "--model.eval_episodes=1",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+]
+#: what every recipe used to repeat, now the CLI's defaults (cli.TRAINER_DEFAULTS, cli.apply_run_defaults).
+BOILERPLATE = ("default_root_dir", "logger", "max_epochs", "log_every_n_steps", "num_sanity_val_steps")
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("recipes/quickstart.yaml", "quickstart"),
+        ("/somewhere/recipes/two_trainers/ppo_run.yaml", "two_trainers/ppo_run"),
+        ("experiments/my_run.yaml", "my_run"),
+    ],
+)
+def test_the_run_name_is_the_recipes_path_under_recipes(path, name):
+    assert run_name_of([path]) == name
+    assert run_name_of([]) == "run"
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(ROOT / "recipes")))
+def test_recipes_carry_no_trainer_boilerplate(recipe):
+    trainer = yaml.safe_load(recipe.read_text()).get("trainer") or {}
+    assert not set(trainer) & set(BOILERPLATE), sorted(trainer)
+    classes = [c["class_path"] for c in trainer.get("callbacks") or []]
+    assert "lightning.pytorch.callbacks.ModelCheckpoint" not in classes
+
+
+def test_a_recipe_without_a_trainer_section_writes_where_the_readme_says(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", str(ROOT / "recipes/quickstart.yaml"), *TINY])
+    run = tmp_path / "runs" / "quickstart"  # README, "Where runs go"
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    assert (run / "csv" / "version_0" / "metrics.csv").is_file()
+    saved = yaml.safe_load((run / "csv" / "version_0" / "config.yaml").read_text())
+    assert saved["run_name"] == "quickstart" and saved["trainer"]["default_root_dir"] == "runs/quickstart"
+    assert list((run / "tensorboard" / "version_0").glob("events.out.tfevents.*"))
+    # --run_name moves the run; `validate --ckpt_path last` finds the checkpoint of the same run name.
+    main(["fit", "--config", str(ROOT / "recipes/quickstart.yaml"), "--run_name=renamed", *TINY])
+    assert (tmp_path / "runs" / "renamed" / "checkpoints" / "last.ckpt").is_file()
+    main(
+        ["validate", "--config", str(ROOT / "recipes/quickstart.yaml"), "--run_name=renamed", "--ckpt_path=last", *TINY]
+    )
+
+
+def test_explicit_settings_win_over_the_defaults(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    main(
+        [
+            "fit", "--config", str(ROOT / "recipes/quickstart.yaml"), *TINY,
+            "--trainer.default_root_dir=elsewhere", "--trainer.logger=false",
+        ]
+    )  # fmt: skip
+    assert (tmp_path / "elsewhere" / "checkpoints" / "last.ckpt").is_file()
+    assert not (tmp_path / "runs").exists() and not list(tmp_path.rglob("metrics.csv"))
+    main(["fit", "--config", str(ROOT / "recipes/quickstart.yaml"), *TINY, "--trainer.enable_checkpointing=false"])
+    assert not list((tmp_path / "runs").rglob("*.ckpt"))
+
+
+@pytest.mark.timeout(120)
+def test_max_time_stops_a_run_on_time_with_a_checkpoint_it_resumes_from(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    recipe = str(ROOT / "recipes/quickstart.yaml")
+    budget = [*TINY, "--model.max_frames=100000000", "--model.eval_episodes=1"]
+    start = time.monotonic()
+    main(["fit", "--config", recipe, *budget, "--trainer.max_time=00:00:00:04"])
+    elapsed = time.monotonic() - start
+    # Setup and the last iteration come on top of the 4 s: generous, but far below the frame budget.
+    assert elapsed < 40, elapsed
+    last = tmp_path / "runs" / "quickstart" / "checkpoints" / "last.ckpt"
+    stopped = torch.load(last, map_location="cpu", weights_only=False)["lightmarl"]
+    assert 0 < stopped["frames"] < 100_000_000 and stopped["frames"] == 10 * stopped["iterations"]
+    # max_time is the total over resumes (Lightning's Timer keeps its elapsed time in the checkpoint).
+    main(["fit", "--config", recipe, *budget, "--trainer.max_time=00:00:00:04", "--ckpt_path=last"])
+    again = torch.load(last, map_location="cpu", weights_only=False)["lightmarl"]
+    main(["fit", "--config", recipe, *budget, "--trainer.max_time=00:00:00:07", "--ckpt_path=last"])
+    resumed = torch.load(last, map_location="cpu", weights_only=False)["lightmarl"]
+    assert again["iterations"] <= stopped["iterations"] + 1 < resumed["iterations"]
