@@ -125,6 +125,13 @@ def _check_config_files(args: list[str]) -> None:
 
 
 def main(args: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if args is None else args
+    if argv[:1] == ["plot"]:
+        # LightningCLI's subcommands are fixed: `lightmarl plot` is dispatched before it.
+        from lightmarl.evaluation import plot_cli
+
+        plot_cli.main(argv[1:])
+        return
     preemption = Preemption()
     try:
         _check_config_files(sys.argv[1:] if args is None else args)
