@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
@@ -197,3 +197,20 @@ def aggregate_seeds(
         return Curve(grid, mean, mean.copy(), mean.copy(), 1)
     half = t_quantile(0.5 + confidence / 2.0, n - 1) * values.std(axis=0, ddof=1) / math.sqrt(n)
     return Curve(grid, mean, mean - half, mean + half, n)
+
+
+def learning_curves(
+    tables: Mapping[str, Sequence[MetricsTable]],
+    metric: str,
+    x: str = "frames",
+    points: int = 200,
+    confidence: float = 0.95,
+) -> dict[str, Curve]:
+    """Label -> ``metric`` over ``x``, aggregated over the label's seeds (:func:`aggregate_seeds`)."""
+    if x not in X_AXES:
+        raise ValueError(f"x axis {x!r} is not one of {sorted(X_AXES)}")
+    axis = cast("XAxis", x)
+    return {
+        label: aggregate_seeds([table.series(metric, axis) for table in group], points, confidence)
+        for label, group in tables.items()
+    }

@@ -8,7 +8,7 @@ from :mod:`lightmarl.ratings`, the module the league uses too.
 
 Examples:
     >>> games = [("a", "b", "win"), ("b", "a", "draw")]
-    >>> result = head_to_head(games)
+    >>> result = summarize_games(games)
     >>> result.payoff.score_of("a", "b"), result.payoff.score_of("b", "a")
     (0.75, 0.25)
     >>> result.elo["a"] > result.elo["b"]
@@ -144,7 +144,7 @@ class HeadToHead:
         }
 
 
-def head_to_head(
+def summarize_games(
     games: Iterable[Game], players: Sequence[str] | None = None, elo_initial: float = 1000.0, elo_k: float = 32.0
 ) -> HeadToHead:
     """Payoff matrix, Elo and openskill ratings of ``games`` (see :func:`payoff_matrix`).

@@ -16,14 +16,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn, cast
+from typing import NoReturn
 
 from lightmarl.evaluation.curves import (
     X_AXES,
     MetricsTable,
-    XAxis,
-    aggregate_seeds,
     find_metrics_files,
+    learning_curves,
     read_metrics_csv,
 )
 from lightmarl.evaluation.plots import file_stem, plot_learning_curves, plot_report
@@ -85,6 +84,12 @@ def _default_metrics(tables: Sequence[MetricsTable]) -> list[str]:
     return metrics
 
 
+def load_runs(runs: Sequence[Path], labels: Sequence[str] | None = None) -> dict[str, list[MetricsTable]]:
+    """Label -> the metrics of each of its seeds (``version_*`` subfolders), one label per run folder."""
+    names = _labels(runs, labels)
+    return {label: [read_metrics_csv(path) for path in find_metrics_files(run)] for label, run in zip(names, runs)}
+
+
 def plot_runs(
     runs: Sequence[Path],
     out: Path,
@@ -95,20 +100,14 @@ def plot_runs(
     confidence: float = 0.95,
 ) -> list[Path]:
     """Write one PNG per metric comparing ``runs`` (see the module docstring); returns the paths."""
-    if x not in X_AXES:
-        raise ValueError(f"--x: {x!r} is not one of {sorted(X_AXES)}")
-    axis = cast("XAxis", x)
-    names = _labels(runs, labels)
-    tables = {label: [read_metrics_csv(path) for path in find_metrics_files(run)] for label, run in zip(names, runs)}
+    tables = load_runs(runs, labels)
     chosen = list(metrics) if metrics else _default_metrics([t for group in tables.values() for t in group])
     written = []
     for metric in chosen:
-        curves = {
-            label: aggregate_seeds([table.series(metric, axis) for table in group], points, confidence)
-            for label, group in tables.items()
-        }
-        out_path = out / f"{file_stem(metric)}_{x}.png"
-        written.append(plot_learning_curves(curves, out_path, metric, X_AXES[x], confidence))
+        curves = learning_curves(tables, metric, x, points, confidence)
+        written.append(
+            plot_learning_curves(curves, out / f"{file_stem(metric)}_{x}.png", metric, X_AXES[x], confidence)
+        )
     return written
 
 

@@ -3,7 +3,7 @@
 A report (schema ``report.schema.json`` beside this module, :data:`SCHEMA_VERSION`) holds, per
 scenario, the summary of every binding (:func:`~lightmarl.evaluation.statistics.summarize_episodes`),
 the per-episode data it was computed from, and for head-to-head scenarios the payoff matrix and
-ratings (:func:`~lightmarl.evaluation.head_to_head.head_to_head`). Beside it, ``marl_eval``
+ratings (:func:`~lightmarl.evaluation.head_to_head.summarize_games`). Beside it, ``marl_eval``
 repeats the per-episode returns and lengths (and the win rate) in the raw-data layout of
 marl-eval (Gorsane et al. 2022), ``{env: {scenario: {binding: {run: {"step_0": {...},
 "absolute_metrics": {...}}}}}}``, so its aggregation and plotting tools read the file as it is.
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from lightmarl.evaluation.head_to_head import Game, head_to_head
+from lightmarl.evaluation.head_to_head import Game, summarize_games
 from lightmarl.evaluation.statistics import (
     BOOTSTRAP_RESAMPLES,
     IntervalMethod,
@@ -140,19 +140,25 @@ def build_report(
         }
         if games is not None:
             scenario["head_to_head"] = {
-                **head_to_head(games).to_dict(),
+                **summarize_games(games).to_dict(),
                 "results": [[home, away, result] for home, away, result in games],
             }
         body[name] = scenario
-        marl_eval[name] = {}
-        for binding in episodes.bindings:
-            metrics = _marl_eval_metrics(scenario["bindings"][binding], scenario["episodes"][binding])
-            marl_eval[name][binding] = {
+        marl_eval[name] = {
+            binding: _marl_eval_metrics(scenario["bindings"][binding], scenario["episodes"][binding])
+            for binding in episodes.bindings
+        }
+    # marl-eval needs one metric set per environment: keep the metrics every binding has.
+    common = set.intersection(*(set(metrics) for by_binding in marl_eval.values() for metrics in by_binding.values()))
+    for by_binding in marl_eval.values():
+        for binding, metrics in by_binding.items():
+            kept = {key: values for key, values in metrics.items() if key in common}
+            by_binding[binding] = {
                 run: {
-                    MARL_EVAL_STEP: {"step_count": int(step_count), **metrics},
+                    MARL_EVAL_STEP: {"step_count": int(step_count), **kept},
                     # One evaluation, so the "absolute" metrics are the same episodes (marl-eval
                     # asks for 10x the episodes of a step; play more episodes for that).
-                    "absolute_metrics": dict(metrics),
+                    "absolute_metrics": dict(kept),
                 }
             }
     report: Report = {
@@ -216,6 +222,28 @@ def load_report(path: str | Path) -> Report:
         except ValueError as err:
             raise ValueError(f"{path}: {err}") from None
     return report
+
+
+def merge_marl_eval(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One marl-eval raw-data dict from several reports, e.g. one per training seed (each its own ``run``).
+
+    marl-eval aggregates over runs, so write this to a JSON file for its tools. Two reports
+    that hold the same environment, scenario, binding and run are an error.
+    """
+    merged: dict[str, Any] = {}
+    for report in reports:
+        for env, tasks in report["marl_eval"].items():
+            for task, algorithms in tasks.items():
+                for algorithm, runs in algorithms.items():
+                    target = merged.setdefault(env, {}).setdefault(task, {}).setdefault(algorithm, {})
+                    clash = sorted(set(runs) & set(target))
+                    if clash:
+                        raise ValueError(
+                            f"merge_marl_eval: run(s) {clash} of {env}/{task}/{algorithm} appear in two reports; "
+                            "give each report its own run= (e.g. seed_<training seed>)"
+                        )
+                    target.update(runs)
+    return merged
 
 
 def scenario_episodes(report: Mapping[str, Any], scenario: str) -> ScenarioEpisodes:
