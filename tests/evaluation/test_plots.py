@@ -14,7 +14,7 @@ from lightmarl.cli import main as lightmarl_main
 from lightmarl.evaluation import curves as curves_module
 from lightmarl.evaluation.curves import aggregate_seeds, find_metrics_files, learning_curves, read_metrics_csv
 from lightmarl.evaluation.head_to_head import payoff_matrix
-from lightmarl.evaluation.plot_cli import default_label, load_runs
+from lightmarl.evaluation.plot_cli import default_label, load_runs, plot_runs
 from lightmarl.evaluation.plots import plot_payoff_heatmap, plot_report, plot_return_distributions
 from lightmarl.evaluation.report import build_report, write_report
 from lightmarl.evaluation.statistics import ScenarioEpisodes
@@ -177,3 +177,19 @@ def test_plot_command_errors_are_one_line(tmp_path, capsys):
         for text in expected:
             assert text in err, (text, err)
     assert not (tmp_path / "plots").exists()
+
+
+def test_curves_need_overlapping_seeds(tmp_path):
+    # A short run validates once: its eval curve is one point per seed, left out of the default metrics.
+    short = tmp_path / "short" / "csv"
+    write_run(tmp_path / "short", 0, iterations=4)
+    write_run(tmp_path / "short", 1, iterations=4)
+    written = plot_runs([short], tmp_path / "plots")
+    assert [p.name for p in written] == ["collect_main_episode_return_frames.png"]
+    # Asked for explicitly on seeds whose x ranges do not overlap, the error names metric and label.
+    tables = load_runs([short])
+    tables["short"][1].columns[EVAL_RETURN][:] = np.nan
+    tables["short"][1].columns[EVAL_RETURN][-1] = -20.0  # the second seed validated at a later frame count
+    tables["short"][1].columns["counters/frames"][-2] = 9999.0
+    with pytest.raises(ValueError, match=r"'eval/main/episode_return' of 'short' over frames: .*do not overlap"):
+        learning_curves(tables, EVAL_RETURN)

@@ -195,4 +195,4 @@ def test_markdown_summary(report):
     )
     assert "| spread | main | -21.25 [" in table and "| 25.0 | – | 3 |" in table
     assert "Head-to-head `vs_heuristic`" in table
-    assert "| learner | – | 0.62 |" in table  # 2.5 / 4 = 0.625, row player's score
+    assert "| learner | – | 0.625 |" in table  # 2.5 / 4, the row player's score

@@ -210,7 +210,12 @@ def learning_curves(
     if x not in X_AXES:
         raise ValueError(f"x axis {x!r} is not one of {sorted(X_AXES)}")
     axis = cast("XAxis", x)
-    return {
-        label: aggregate_seeds([table.series(metric, axis) for table in group], points, confidence)
-        for label, group in tables.items()
-    }
+    curves = {}
+    for label, group in tables.items():
+        try:
+            curves[label] = aggregate_seeds([table.series(metric, axis) for table in group], points, confidence)
+        except ValueError as err:
+            if str(err).startswith("aggregate_seeds"):
+                raise ValueError(f"{metric!r} of {label!r} over {x}: {err}") from None
+            raise
+    return curves

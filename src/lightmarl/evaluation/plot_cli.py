@@ -16,11 +16,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, cast
 
 from lightmarl.evaluation.curves import (
     X_AXES,
     MetricsTable,
+    XAxis,
     find_metrics_files,
     learning_curves,
     read_metrics_csv,
@@ -74,12 +75,15 @@ def _labels(runs: Sequence[Path], given: Sequence[str] | None) -> list[str]:
     return labels
 
 
-def _default_metrics(tables: Sequence[MetricsTable]) -> list[str]:
+def _default_metrics(tables: Sequence[MetricsTable], x: XAxis) -> list[str]:
     common = set.intersection(*(set(table.metrics) for table in tables))
-    metrics = sorted(m for m in common if m.endswith(_DEFAULT_SUFFIX))
+    candidates = sorted(m for m in common if m.endswith(_DEFAULT_SUFFIX))
+    # A curve needs two points per seed (a short run validates once): leave those metrics out.
+    metrics = [m for m in candidates if all(len(table.series(m, x)[0]) >= 2 for table in tables)]
     if not metrics:
         raise ValueError(
-            f"no metric ending in {_DEFAULT_SUFFIX!r} in every run; pass --metric, one of {', '.join(sorted(common))}"
+            f"no metric ending in {_DEFAULT_SUFFIX!r} with two or more points in every run; "
+            f"pass --metric, one of {', '.join(sorted(common))}"
         )
     return metrics
 
@@ -100,8 +104,14 @@ def plot_runs(
     confidence: float = 0.95,
 ) -> list[Path]:
     """Write one PNG per metric comparing ``runs`` (see the module docstring); returns the paths."""
+    if x not in X_AXES:
+        raise ValueError(f"--x: {x!r} is not one of {sorted(X_AXES)}")
     tables = load_runs(runs, labels)
-    chosen = list(metrics) if metrics else _default_metrics([t for group in tables.values() for t in group])
+    chosen = (
+        list(metrics)
+        if metrics
+        else _default_metrics([t for group in tables.values() for t in group], cast("XAxis", x))
+    )
     written = []
     for metric in chosen:
         curves = learning_curves(tables, metric, x, points, confidence)

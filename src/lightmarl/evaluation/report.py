@@ -312,6 +312,6 @@ def markdown_summary(report: Mapping[str, Any], digits: int = 2) -> str:
             "| --- " * (len(players) + 2) + "|",
         ]
         for i, player in enumerate(players):
-            cells = [_number(value, digits) for value in h2h["score"][i]]
+            cells = [_number(value, digits + 1) for value in h2h["score"][i]]
             lines.append(f"| {player} | " + " | ".join(cells) + f" | {h2h['elo'][player]:.0f} |")
     return "\n".join(lines) + "\n"
