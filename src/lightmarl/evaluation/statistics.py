@@ -5,14 +5,14 @@ outcomes with the seat played, env info fields, per binding); output is one
 :class:`BindingSummary` per binding. Numpy only: no torch, no Lightning, no scipy.
 
 Which interval for a mean? The **t interval is the default**: it is exact for normally
-distributed returns, stays close to its nominal coverage for the skewed but bounded returns of
-RL episodes once ``n`` is a few dozen, is deterministic, and is honest for small ``n`` (its
-``t`` quantile widens the interval where the percentile bootstrap's resampling narrows it: with
-``n = 5`` a nominal 95% percentile bootstrap covers roughly 85%). The **percentile bootstrap**
-(``interval="bootstrap"``, seeded, so it is reproducible) makes no symmetry assumption: prefer
-it for strongly skewed or multi-modal returns (rare large wins, sparse successes) with ``n`` of
-about 30 or more. Rates (win, draw, loss) always use the Wilson score interval, which stays
-inside ``[0, 1]`` and behaves at rates of 0 and 1 where the normal approximation collapses.
+distributed returns, deterministic, and widens honestly for small ``n``, where the percentile
+bootstrap's resampling understates the spread (measured: with ``n = 5`` normal returns a
+nominal 95% t interval covered 95.4% of the time, the percentile bootstrap 85.1%; on skewed,
+exponential returns with ``n = 30``, 93.4% and 92.0%; docs/evaluation.md has the table). The
+**percentile bootstrap** (``interval="bootstrap"``, seeded, so it is reproducible) matches tools
+that report bootstrap intervals (rliable, marl-eval) and agrees with the t interval for large
+``n``. Rates (win, draw, loss) always use the Wilson score interval, which stays inside
+``[0, 1]`` and behaves at rates of 0 and 1 where the normal approximation collapses.
 
 Examples:
     >>> summary = summarize_values([1.0, 2.0, 3.0, 4.0])
