@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from jsonargparse import set_parsing_settings
 from lightning.pytorch.cli import LightningCLI
 
 from lightmarl.errors import ConfigError
@@ -35,6 +36,8 @@ class LightmarlCLI(LightningCLI):
 
 
 def main(args: list[str] | None = None) -> None:
+    # Algorithms declare their hyper-parameters as dataclass fields with docstrings: show those in --help.
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)
     try:
         LightmarlCLI(
             MARLModule,
