@@ -3,17 +3,28 @@
 ``lightmarl fit --config recipes/quickstart.yaml`` trains, ``lightmarl validate`` /
 ``lightmarl test`` play evaluation episodes; ``--print_config`` shows the resolved recipe
 and any ``--model.x.y=value`` / ``--trainer.x=value`` overrides it.
+
+User errors (a bad recipe, a missing or unreadable checkpoint) end in one line naming the
+field and a non-zero exit; ``LIGHTMARL_DEBUG=1`` shows the full traceback instead.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 import sys
+from pathlib import Path
 
 from jsonargparse import set_parsing_settings
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightmarl.errors import ConfigError
+from lightmarl.policies.loading import load_torch_file
 from lightmarl.training.module import MARLModule
+from lightmarl.training.preemption import PREEMPTED_EXIT_CODES, Preemption
 
 TRAINER_DEFAULTS = {
     # The frame budget (model.max_frames) ends training, not an epoch count.
@@ -23,10 +34,18 @@ TRAINER_DEFAULTS = {
     "accelerator": "auto",
     "devices": 1,
 }
+#: set to 1 for full tracebacks instead of one-line user errors.
+DEBUG_ENV = "LIGHTMARL_DEBUG"
 
 
 class LightmarlCLI(LightningCLI):
-    """LightningCLI with lightmarl's defaults; see :data:`TRAINER_DEFAULTS`."""
+    """LightningCLI with lightmarl's defaults (:data:`TRAINER_DEFAULTS`) and checked checkpoints.
+
+    Before a subcommand runs, ``--ckpt_path`` is resolved and read weights-only: ``last`` with
+    no checkpoint on disk is an error for ``validate`` / ``test`` (they would silently evaluate
+    an untrained model) and a logged fresh start for ``fit``; a missing, truncated or crafted
+    file is a one-line error. Lightning then loads the checkpoint weights-only too.
+    """
 
     def instantiate_classes(self) -> None:
         try:
@@ -34,23 +53,116 @@ class LightmarlCLI(LightningCLI):
         except (ValueError, TypeError) as err:
             raise ConfigError(str(err)) from err
 
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI reads a --ckpt_path file's hyper-parameters while parsing: check the file first.
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if ckpt_path not in (None, "last", "best", "hpc"):
+            _read_checkpoint(ckpt_path)
+        super()._parse_ckpt_path()
+
+    def before_fit(self) -> None:
+        self._check_checkpoint("fit")
+
+    def before_validate(self) -> None:
+        self._check_checkpoint("validate")
+
+    def before_test(self) -> None:
+        self._check_checkpoint("test")
+
+    def _check_checkpoint(self, subcommand: str) -> None:
+        config = self.config_init[subcommand]
+        if config.get("weights_only") is None:
+            config["weights_only"] = True  # lightmarl checkpoints hold tensors and plain data only
+        ckpt_path = config.get("ckpt_path")
+        if ckpt_path == "last":
+            last = self._last_checkpoints()
+            if not last:
+                where = self._checkpoint_dirs() or ["(no ModelCheckpoint callback in this recipe)"]
+                if subcommand != "fit":
+                    raise ConfigError(
+                        f"--ckpt_path last: no last checkpoint in {', '.join(where)}; "
+                        "train first with `lightmarl fit`, or pass a checkpoint file"
+                    )
+                rank_zero_info(
+                    f"lightmarl: --ckpt_path last: no checkpoint in {', '.join(where)}; starting a fresh run"
+                )
+                config["ckpt_path"] = None
+                return
+            ckpt_path = max(last, key=os.path.getmtime)
+        if ckpt_path is None or ckpt_path in ("best", "hpc"):
+            return
+        _read_checkpoint(ckpt_path)
+
+    def _checkpoint_callbacks(self) -> list[ModelCheckpoint]:
+        return [cb for cb in self.trainer.callbacks if isinstance(cb, ModelCheckpoint)]  # type: ignore[attr-defined]
+
+    def _checkpoint_dirs(self) -> list[str]:
+        return [str(cb.dirpath) for cb in self._checkpoint_callbacks() if cb.dirpath is not None]
+
+    def _last_checkpoints(self) -> set[str]:
+        found: set[str] = set()
+        for callback in self._checkpoint_callbacks():
+            if callback.dirpath is not None:  # Lightning's own "last" lookup, before it raises or warns
+                found |= callback._find_last_checkpoints(self.trainer)
+        return found
+
+
+def _read_checkpoint(path: str) -> None:
+    """Fail in one line on a missing, truncated, crafted or non-Lightning checkpoint file."""
+    try:
+        checkpoint = load_torch_file(path, field="--ckpt_path")
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise ConfigError(f"--ckpt_path: {str(path)!r} is not a Lightning checkpoint (no 'state_dict')")
+
+
+def _check_config_files(args: list[str]) -> None:
+    """Fail on an empty recipe file with a message (LightningCLI prints its usage and 'Unexpected config')."""
+    for flag, value in itertools.pairwise(args):
+        if flag == "--config" and Path(value).is_file() and not Path(value).read_text().strip():
+            raise ConfigError(f"--config {value}: the file is empty; a recipe needs at least a `model:` section")
+
 
 def main(args: list[str] | None = None) -> None:
     # Algorithms declare their hyper-parameters as dataclass fields with docstrings: show those in --help.
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    preemption = Preemption()
     try:
+        _check_config_files(sys.argv[1:] if args is None else args)
         LightmarlCLI(
             MARLModule,
-            trainer_defaults=TRAINER_DEFAULTS,
+            trainer_defaults={**TRAINER_DEFAULTS, "callbacks": [preemption]},
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
             args=args,
         )
+    except SIGTERMException:
+        preemption.stopped_by = "SIGTERM"  # Lightning's own exit after the stop; it carries no exit code
     except ConfigError as err:
+        if os.environ.get(DEBUG_ENV):
+            raise
         # Config errors raised while building the run: one readable line, non-zero exit.
         print(f"lightmarl: error: {err}", file=sys.stderr)  # noqa: T201
         raise SystemExit(2) from None
+    except RuntimeError as err:
+        # Lightning's load_state_dict of a checkpoint from another recipe: say so in one line.
+        if os.environ.get(DEBUG_ENV) or "Error(s) in loading state_dict" not in str(err):
+            raise
+        detail = " ".join(str(err).split())[:400]
+        print(  # noqa: T201
+            f"lightmarl: error: --ckpt_path: the checkpoint does not fit this recipe's population ({detail})",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
+    if preemption.stopped_by is not None:
+        print(  # noqa: T201
+            f"lightmarl: stopped by {preemption.stopped_by} after a final checkpoint; resume with --ckpt_path last",
+            file=sys.stderr,
+        )
+        raise SystemExit(PREEMPTED_EXIT_CODES[preemption.stopped_by])
 
 
 if __name__ == "__main__":  # pragma: no cover - use the installed `lightmarl` console script

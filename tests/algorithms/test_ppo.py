@@ -5,6 +5,7 @@ import copy
 import pytest
 import torch
 
+from expectations import assert_finite_metrics
 from lightmarl import keys
 from lightmarl.algorithms import PPO, IndependentMARLTrainer, PlainStepper, loss_row_mask
 from lightmarl.data.collector import RolloutCollector
@@ -59,7 +60,7 @@ def test_update_changes_the_learner_and_leaves_the_frozen_binding_bit_identical(
         metrics = trainer.update(collector.collect(), optimizers, PlainStepper())
     learner = metrics["learner"]
     assert learner["rows"] == 4 * 10 * 2  # only the learner's two agents
-    assert all(torch.isfinite(torch.tensor(v)) for v in learner.values())
+    assert_finite_metrics(learner)
     for key, value in policies["npc"].state_dict().items():
         assert torch.equal(value, frozen_before[key]), key
     changed = [k for k, v in policies["learner"].state_dict().items() if not torch.equal(v, learner_before[k])]

@@ -107,7 +107,7 @@ def test_env_state_is_off_by_default_and_refused_where_the_env_has_none():
         2,
     ).collect()
     assert keys.STATE not in experience.keys() and keys.STATE not in experience["next"].keys()
-    memory = PettingZooEnvConfig(env_fn="lightmarl.envs.memory.parallel_env", num_envs=1, state=True)
+    memory = PettingZooEnvConfig(env_fn="lightmarl.envs.testing.memory.parallel_env", num_envs=1, state=True)
     with pytest.raises(ValueError, match=r"env.state: env 'memory' has no global state"):
         memory.spec()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from expectations import assert_finite_metrics
 from lightmarl import keys
 from lightmarl.algorithms import PPO, IndependentMARLTrainer, PlainStepper
 from lightmarl.data.collector import RolloutCollector
@@ -14,7 +15,7 @@ from lightmarl.population import BindingTable, PolicyBinding
 
 # 3 agents, episodes of delay + 2 = 4 steps.
 MEMORY = PettingZooEnvConfig(
-    env_fn="lightmarl.envs.memory.parallel_env", env_kwargs={"num_agents": 3, "delay": 2}, num_envs=3
+    env_fn="lightmarl.envs.testing.memory.parallel_env", env_kwargs={"num_agents": 3, "delay": 2}, num_envs=3
 )
 
 
@@ -57,7 +58,7 @@ def test_ppo_trains_a_recurrent_binding_on_sequences():
     before = {k: v.clone() for k, v in policies["rnn"].state_dict().items()}
     metrics = trainer.update(collector.collect(), trainer.make_optimizers(), PlainStepper())
     assert metrics["rnn"]["rows"] == 3 * 8 * 2
-    assert all(torch.isfinite(torch.tensor(v)) for v in metrics["rnn"].values())
+    assert_finite_metrics(metrics["rnn"])
     assert any(not torch.equal(v, before[k]) for k, v in policies["rnn"].state_dict().items())
 
 

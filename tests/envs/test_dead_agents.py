@@ -14,6 +14,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from expectations import assert_finite_metrics
 from lightmarl import keys
 from lightmarl.algorithms import PPO, IndependentMARLTrainer, PlainStepper
 from lightmarl.data.collector import RolloutCollector
@@ -150,7 +151,7 @@ def test_ppo_learns_nothing_from_the_rows_of_absent_agents(critic):
     absent = ~clean["agent", keys.VALID]
     assert absent.any() and (~absent).any()
     metrics, weights = ppo_update(clean, table, group, critic)
-    assert all(np.isfinite(v) for v in metrics.values()), metrics
+    assert_finite_metrics(metrics)
     assert metrics["rows"] == float((~absent).sum())
 
     # Garbage in every absent row: huge rewards, other actions, impossible log-probs. Advantage
@@ -226,7 +227,7 @@ def test_knights_archers_zombies_dead_agents_stay_invalid_and_ppo_updates_stay_f
     metrics = trainer.update(experience, trainer.make_optimizers(), PlainStepper())
     for binding, values in metrics.items():
         assert values["rows"] == float(experience[binding, keys.VALID].sum())
-        assert all(np.isfinite(v) for v in values.values()), (binding, values)
+        assert_finite_metrics(values)
 
     # The running episode metrics match the rows: per episode, the binding's agents' mean return
     # over their valid rows and the longest stay among them.

@@ -10,6 +10,7 @@ from lightning.pytorch import Trainer
 from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from expectations import assert_finite_metrics
 from lightmarl.algorithms import PPO, IndependentMARLTrainer, PlainStepper
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.policies import MLPActorCritic, MultiAgentPolicy
@@ -121,7 +122,7 @@ def test_ppo_update_runs_with_agent_id_input(spread_config, critic):
     optimizers = trainer.make_optimizers()
     metrics = trainer.update(collector.collect(), optimizers, PlainStepper())["learner"]
     assert metrics["rows"] == 4 * 10 * 2
-    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    assert_finite_metrics(metrics)
     changed = [k for k, v in policies["learner"].state_dict().items() if not torch.equal(v, before[k])]
     assert changed, "the learner's parameters did not change"
 

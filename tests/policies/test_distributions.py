@@ -12,6 +12,7 @@ from torch.distributions import Categorical, kl_divergence
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, ProbabilisticActor
 
+from expectations import assert_finite_metrics
 from lightmarl.algorithms import PPO, IndependentMARLTrainer, PlainStepper
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import GroupSpec, PettingZooEnvConfig
@@ -20,7 +21,7 @@ from lightmarl.policies.distributions import MultiCategorical, discrete_distribu
 from lightmarl.population import BindingTable
 
 NVEC = (3, 4)
-MATCH = "lightmarl.envs.match.parallel_env"
+MATCH = "lightmarl.envs.testing.match.parallel_env"
 
 
 def match_config(num_envs=4, **kwargs) -> PettingZooEnvConfig:
@@ -179,7 +180,7 @@ def test_ppo_updates_a_multi_discrete_policy():
         experience = collector.collect()
         metrics = trainer.update(experience, optimizers, PlainStepper())["main"]
     assert experience["agent", "action_log_prob"].shape == (4, 8, 2)
-    assert all(math.isfinite(v) for v in metrics.values())
+    assert_finite_metrics(metrics)
     # PPO's entropy bonus is the analytic sum over sub-actions: at most log 3 + log 4.
     assert 0 < metrics["entropy"] <= math.log(3) + math.log(4) + 1e-4
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.actor.parameters()))
@@ -196,7 +197,7 @@ def test_mlp_actor_critic_acts_and_trains_on_multi_discrete_actions():
         experience = collector.collect()
         assert experience["agent", "action"].shape == (4, 8, 2, 2)
         metrics = trainer.update(experience, trainer.make_optimizers(), PlainStepper())["main"]
-        assert all(math.isfinite(v) for v in metrics.values())
+        assert_finite_metrics(metrics)
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import importlib.util
 import pytest
 import torch
 
+from expectations import assert_finite_metrics
 from lightmarl.algorithms import PPO, IndependentMARLTrainer, PlainStepper
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import GroupSpec, PettingZooEnvConfig
@@ -127,6 +128,6 @@ def test_ppo_trains_a_cnn_policy_on_pursuit_images(critic):
     trainer = IndependentMARLTrainer(table, {"main": policy}, {"main": PPO(minibatch_size=4, epochs=2)})
     metrics = trainer.update(experience, trainer.make_optimizers(), PlainStepper())["main"]
     assert metrics["rows"] == 2 * 6 * 3
-    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    assert_finite_metrics(metrics)
     changed = [k for k, v in policy.encoder.state_dict().items() if not torch.equal(v, conv_before[k])]
     assert changed, "the convolutions did not learn"

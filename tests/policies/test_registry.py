@@ -73,6 +73,7 @@ def test_plain_state_dict_needs_and_uses_a_class_path(tmp_path):
         policy_kwargs={"hidden_sizes": [8]},
     )
     loaded = PolicyRegistry().get(binding, group())
+    assert loaded.state_dict().keys() == source.state_dict().keys() and source.state_dict()
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in source.state_dict().items())
     with pytest.raises(ValueError, match=r"plain state_dict; name its policy class in the URI"):
         PolicyRegistry().get(PolicyBinding("c", policy_uri=str(tmp_path / "weights.pt")), group())

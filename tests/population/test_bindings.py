@@ -199,7 +199,7 @@ def test_policy_mapping_fn_resolves_by_import_path(spread_config, mapping_module
         (["a", "a", "a"], "{m}.assign", r"agent_binding_map and policy_mapping_fn are alternatives; set one of them"),
         (None, "{m}.ghost", r"policy_mapping_fn: '.*ghost' mapped agent 'agent_0' to unknown binding 'ghost'"),
         (None, "no_such_pkg_xyz.assign", r"policy_mapping_fn: cannot import 'no_such_pkg_xyz.assign'"),
-        (None, "{m}.missing", r"module 'lm_test_mapping' has no attribute path 'missing'"),
+        (None, "{m}.missing", r"module 'lm_test_mapping' has no attribute 'missing'"),
         (None, "{m}.NOT_CALLABLE", r"is a int, not a callable"),
         (None, "assign", r"expected an import path"),
     ],

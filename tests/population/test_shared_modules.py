@@ -7,7 +7,7 @@ import torch
 
 from lightmarl.algorithms import DQN, PPO, PlainStepper
 from lightmarl.data.collector import RolloutCollector
-from lightmarl.envs.pettingzoo import PettingZooEnvConfig
+from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies import PolicyDict
 from lightmarl.training.module import MARLModule
 
@@ -189,3 +189,33 @@ def test_a_binding_loaded_from_a_checkpoint_gets_its_shared_modules_back(tmp_pat
         npc.state_dict().items(), trained.policies["ppo_policy"].state_dict().items()
     ):
         torch.testing.assert_close(value, expected, msg=name)
+
+
+def test_the_population_resolves_shared_modules_as_plain_data_without_building_them(spread_config):
+    from lightmarl.population import BindingTable, PolicyBinding, SharedModuleSpec, shared_module_specs
+
+    table = BindingTable(
+        [
+            PolicyBinding("main", class_path=MLP),
+            PolicyBinding("npc", class_path=MLP, trainable=False),
+            PolicyBinding("unused", class_path=MLP),  # controls no agent: not a user
+        ],
+        spread_config.spec(),
+        ["main", "npc", "npc"],
+    )
+    specs = shared_module_specs(
+        {
+            "critic": {"class_path": "no_such_package.Module", "lr": 0.01},  # never imported: nothing is built
+            "npc_only": {"class_path": "no_such_package.Module", "shared_between": {"npc": "value_network"}},
+        },
+        table,
+    )
+    assert specs["critic"] == SharedModuleSpec(
+        name="critic",
+        class_path="no_such_package.Module",
+        users={"main": "critic", "npc": "critic"},
+        group="agent",
+        lr=0.01,
+    )
+    assert specs["npc_only"].users == {"npc": "value_network"} and not specs["npc_only"].trainable
+    assert specs["critic"].describe()["shared_between"] == {"main": "critic", "npc": "critic"}

@@ -79,7 +79,9 @@ def test_algorithm_overrides_must_name_trainable_bindings():
 
 
 MEMORY = PettingZooEnvConfig(
-    env_fn="lightmarl.envs.memory.parallel_env", env_kwargs={"num_agents": 2, "num_cues": 4, "delay": 4}, num_envs=32
+    env_fn="lightmarl.envs.testing.memory.parallel_env",
+    env_kwargs={"num_agents": 2, "num_cues": 4, "delay": 4},
+    num_envs=32,
 )
 
 

@@ -35,12 +35,14 @@ def test_each_run_plays_the_weights_the_other_published(tmp_path, monkeypatch):
     published = torch.load(tmp_path / "runs/two_trainers/weights/dqn_policy.pt", weights_only=True)
     assert published["version"] == 3
     dqn_final = policy_weights(next((tmp_path / "runs/two_trainers/dqn_run").rglob("last.ckpt")), "dqn_policy")
+    assert dqn_final and published["weights"].keys() == dqn_final.keys()
     assert all(torch.equal(published["weights"][k], v) for k, v in dqn_final.items())
 
     main(["fit", "--config", str(ROOT / "recipes/two_trainers/ppo_run.yaml"), *TINY])
     ppo_run = next((tmp_path / "runs/two_trainers/ppo_run").rglob("last.ckpt"))
     # The PPO run's frozen dqn_policy is the DQN run's trained one, not its own initial copy.
     frozen = policy_weights(ppo_run, "dqn_policy")
+    assert frozen.keys() == dqn_final.keys()
     assert all(torch.equal(frozen[k], v) for k, v in dqn_final.items())
     ppo_published = torch.load(tmp_path / "runs/two_trainers/weights/ppo_policy.pt", weights_only=True)
     assert all(torch.equal(ppo_published["weights"][k], v) for k, v in policy_weights(ppo_run, "ppo_policy").items())

@@ -18,8 +18,8 @@ from torch import nn
 from lightmarl.algorithms.base import Algorithm, GradientStepper, UnitTrainer, unique_parameters
 from lightmarl.errors import ConfigError
 from lightmarl.policies.base import Policy
+from lightmarl.policies.shared_modules import SharedModules
 from lightmarl.population import BindingTable
-from lightmarl.population.shared import SharedModules
 
 #: name of the shared modules' optimizer and metrics (logged as ``train/_shared/<module>_grad_norm``).
 SHARED_METRICS = "_shared"
@@ -34,7 +34,7 @@ class MARLTrainer:
     own UnitTrainer and optimizer. Frozen bindings have no UnitTrainer: they act, their rows are
     annotated ``is_trainable_agent=False``, and nothing steps their parameters.
 
-    Shared modules (:mod:`lightmarl.population.shared`) are stepped exactly once per iteration:
+    Shared modules (:mod:`lightmarl.policies.shared_modules`) are stepped exactly once per iteration:
     no UnitTrainer steps them; every loss that reaches them adds to their gradient, and after
     the UnitTrainers have learnt, the MARLTrainer's own optimizer (``_shared`` in
     :meth:`make_optimizers`) steps them on the summed gradient.

@@ -13,8 +13,8 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from lightmarl import keys
 from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
-from lightmarl.envs.pettingzoo import VecEnv
-from lightmarl.envs.workers import ROOT
+from lightmarl.envs.base import VecEnv
+from lightmarl.envs.layout import ROOT
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.recurrent import RecurrentStates
 

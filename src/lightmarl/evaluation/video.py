@@ -28,8 +28,9 @@ import torch
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from lightmarl import keys
+from lightmarl.envs.base import VecEnv
 from lightmarl.envs.config import EnvConfig
-from lightmarl.envs.pettingzoo import PettingZooEnvConfig, VecEnv
+from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.rendering import FrameRecorder, frame_stride
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.recurrent import RecurrentStates

@@ -23,6 +23,7 @@ from torch import nn
 
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
+from lightmarl.policies.loading import load_torch_file
 from lightmarl.policies.registry import CHECKPOINT_KEY, build_policy, rebuild_shared_modules
 
 FORMAT = "lightmarl.policy_dict/1"
@@ -69,14 +70,18 @@ class PolicyDict(nn.ModuleDict):
         )
 
     @classmethod
-    def load(cls, path: str | Path, map_location: str | torch.device = "cpu") -> PolicyDict:
+    def load(cls, path: str | Path, map_location: str | torch.device = "cpu", trust_pickle: bool = False) -> PolicyDict:
         """Rebuild a saved policy dict, or every policy of a lightmarl training checkpoint.
 
+        The file is read weights-only (tensors and plain data: no code runs); ``trust_pickle``
+        allows pickled Python objects, for files from an author you trust.
+
         Raises:
-            ValueError: when the file is neither, or describes a policy it cannot rebuild.
+            ValueError: when the file is neither, holds pickled objects without ``trust_pickle``,
+                or describes a policy it cannot rebuild.
         """
         path = Path(path)
-        saved = torch.load(path, map_location=map_location, weights_only=False)
+        saved = load_torch_file(path, field="PolicyDict.load", trust_pickle=trust_pickle, map_location=map_location)
         if isinstance(saved, dict) and saved.get("format") == FORMAT:
             description, state, prefix = saved, saved["state_dict"], ""
         elif isinstance(saved, dict) and CHECKPOINT_KEY in saved:

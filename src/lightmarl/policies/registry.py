@@ -13,6 +13,7 @@ from torch import nn
 from lightmarl._imports import import_object, instantiate
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
+from lightmarl.policies.loading import load_torch_file
 from lightmarl.population import PolicyBinding
 
 #: key under which a lightmarl checkpoint describes its bindings (see ``MARLModule.on_save_checkpoint``).
@@ -48,7 +49,7 @@ class PolicyRegistry:
         injected: Mapping[str, tuple[str, nn.Module]] | None = None,
     ) -> Policy:
         """The policy of ``binding``; ``injected`` (argument -> (shared module name, module)) is
-        passed to its constructor on top of ``policy_kwargs`` (see :mod:`lightmarl.population.shared`)."""
+        passed to its constructor on top of ``policy_kwargs`` (see :mod:`lightmarl.policies.shared_modules`)."""
         # Fresh weights per binding, except frozen checkpoints, which can be shared safely.
         owner = None if (binding.policy_uri and not binding.trainable) else binding.id
         descriptor = (owner, binding.class_path, binding.policy_uri, repr(sorted(binding.policy_kwargs.items())), group)
@@ -63,7 +64,9 @@ class PolicyRegistry:
             return build_policy(
                 binding.class_path, binding.policy_kwargs, group, field=f"binding {binding.id!r}", injected=injected
             )
-        return load_policy_from_uri(str(binding.policy_uri), binding.id, group, binding.policy_kwargs)
+        return load_policy_from_uri(
+            str(binding.policy_uri), binding.id, group, binding.policy_kwargs, trust_pickle=binding.trust_pickle
+        )
 
 
 def build_policy(
@@ -91,17 +94,15 @@ def build_policy(
     return policy
 
 
-def load_policy_from_uri(uri: str, binding_id: str, group: GroupSpec, policy_kwargs: dict[str, Any]) -> Policy:
+def load_policy_from_uri(
+    uri: str, binding_id: str, group: GroupSpec, policy_kwargs: dict[str, Any], *, trust_pickle: bool = False
+) -> Policy:
+    """The policy saved at ``uri`` (see :class:`PolicyRegistry`), read weights-only unless ``trust_pickle``."""
     field = f"binding {binding_id!r}.policy_uri"
     location, _, fragment = uri.partition("#")
     path_text, _, query = location.partition("?")
     path = Path(path_text)
-    if not path.is_file():
-        raise ValueError(f"{field}: no file at {str(path)!r}")
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # any unreadable file is a config error
-        raise ValueError(f"{field}: {str(path)!r} is not a torch file: {err}") from err
+    saved = load_torch_file(path, field=field, trust_pickle=trust_pickle)
     if isinstance(saved, dict) and CHECKPOINT_KEY in saved:
         return _from_checkpoint(saved, path, fragment or binding_id, group, field)
     if isinstance(saved, dict) and saved and all(isinstance(v, torch.Tensor) for v in saved.values()):

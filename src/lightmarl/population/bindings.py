@@ -5,7 +5,6 @@ Plain, validated data plus the index tensors derived from it; no networks live h
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -13,6 +12,7 @@ from typing import Any, NotRequired, TypedDict, cast
 
 import torch
 
+from lightmarl._imports import import_object, plain_data
 from lightmarl.envs.spec import EnvSpec
 
 DEFAULT_BINDING_ID = "main"
@@ -33,6 +33,9 @@ class PolicyBinding:
         trainable: whether this binding learns; frozen bindings act but get no gradients.
         loss_profile: name of the loss profile its rows carry (``loss_profiles`` key).
         device: device for this binding's policy at collection time (default: the module's).
+        trust_pickle: let ``policy_uri`` load a file holding pickled Python objects. Unpickling can
+            run code, so by default only tensors and plain data are read (every file lightmarl
+            writes is such a file); set it only for files from an author you trust.
     """
 
     id: str
@@ -42,6 +45,10 @@ class PolicyBinding:
     trainable: bool = True
     loss_profile: str = DEFAULT_LOSS_PROFILE
     device: str | None = None
+    trust_pickle: bool = False
+
+    def __post_init__(self) -> None:
+        self.policy_kwargs = plain_data(self.policy_kwargs)
 
 
 class PolicyBindingConfig(TypedDict):
@@ -54,6 +61,7 @@ class PolicyBindingConfig(TypedDict):
     trainable: NotRequired[bool]
     loss_profile: NotRequired[str]
     device: NotRequired[str | None]
+    trust_pickle: NotRequired[bool]
 
 
 def as_binding(spec: PolicyBinding | PolicyBindingConfig | dict[str, Any]) -> PolicyBinding:
@@ -109,28 +117,10 @@ def resolve_policy_mapping_fn(fn: str | Callable[[str], str]) -> Callable[[str],
             f"policy_mapping_fn: expected an import path such as 'my_pkg.mapping.assign' "
             f"(a function agent_name -> binding id), got {fn!r}"
         )
-    parts = fn.split(".")
-    # The longest importable module prefix, then attributes (so ``pkg.mod.Class.method`` works too).
-    for split in range(len(parts) - 1, 0, -1):
-        module_name = ".".join(parts[:split])
-        try:
-            obj: Any = importlib.import_module(module_name)
-        except ModuleNotFoundError as err:
-            if err.name is not None and (module_name + ".").startswith(err.name + "."):
-                continue  # not a module: try a shorter prefix
-            raise ValueError(f"policy_mapping_fn: importing {module_name!r} (from {fn!r}) failed: {err}") from err
-        try:
-            for attr in parts[split:]:
-                obj = getattr(obj, attr)
-        except AttributeError:
-            raise ValueError(
-                f"policy_mapping_fn: module {module_name!r} has no attribute path {'.'.join(parts[split:])!r} "
-                f"(from {fn!r})"
-            ) from None
-        if not callable(obj):
-            raise ValueError(f"policy_mapping_fn: {fn!r} is a {type(obj).__name__}, not a callable agent_name -> id")
-        return cast(Callable[[str], str], obj)
-    raise ValueError(f"policy_mapping_fn: cannot import {fn!r}: no module {parts[0]!r} (or any prefix) found")
+    obj = import_object(fn, field="policy_mapping_fn")
+    if not callable(obj):
+        raise ValueError(f"policy_mapping_fn: {fn!r} is a {type(obj).__name__}, not a callable agent_name -> id")
+    return cast(Callable[[str], str], obj)
 
 
 @dataclass(frozen=True)

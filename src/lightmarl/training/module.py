@@ -17,7 +17,7 @@ from lightmarl.algorithms import PPO, Algorithm, IndependentMARLTrainer, MARLTra
 from lightmarl.algorithms.marl_trainer import MARLTrainerFactory
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs.config import EnvConfig
-from lightmarl.envs.pettingzoo import PettingZooEnvConfig
+from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.transforms import load_transforms_state_dict, transforms_state_dict
 from lightmarl.errors import ConfigError
 from lightmarl.evaluation.episodes import WinRule, evaluate_episodes
@@ -25,8 +25,9 @@ from lightmarl.evaluation.video import check_renders, write_evaluation_video
 from lightmarl.policies.base import Policy
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.registry import CHECKPOINT_KEY, PolicyRegistry
+from lightmarl.policies.shared_modules import SharedModules
 from lightmarl.population import BindingTable, PerEnvAgentBindingMap, PolicyBindingConfig
-from lightmarl.population.shared import SharedModuleConfig, SharedModules
+from lightmarl.population.shared import SharedModuleConfig
 from lightmarl.training.rollouts import tick_loader
 from lightmarl.training.stepper import LightningStepper, assert_ranks_in_sync
 

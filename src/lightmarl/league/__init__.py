@@ -1,0 +1,76 @@
+"""League training (AlphaStar, Vinyals et al. 2019): who plays whom, and when snapshots join the league.
+
+Pure Python + torch: players and roles, the shared payoff, PFSP, the league manager and the
+snapshot store. Ratings live in :mod:`lightmarl.ratings`, shared with evaluation.
+"""
+
+from lightmarl.league.jobs import EpsilonSchedule, Job, JobSettings, LaunchCount
+from lightmarl.league.manager import (
+    LeagueManager,
+    PayoffSettings,
+    PretrainedSpec,
+    RatingSettings,
+    RoleSpec,
+    SnapshotEvent,
+)
+from lightmarl.league.payoff import BattleRecordDict, BattleSharedPayoff, PayoffDict, SharedPayoff, SoloSharedPayoff
+from lightmarl.league.pfsp import WEIGHTINGS, PFSPWeighting, pfsp, remove_monotonic_suffix
+from lightmarl.league.player import (
+    ActivePlayer,
+    ActivePlayerSettings,
+    BattleActivePlayer,
+    HistoricalPlayer,
+    Player,
+    SelfPlayPlayer,
+    SelfPlaySettings,
+    SoloActivePlayer,
+)
+from lightmarl.league.roles import (
+    AlphaStarSettings,
+    LeagueExploiter,
+    LeagueExploiterSettings,
+    MainExploiter,
+    MainExploiterSettings,
+    MainPlayer,
+    MainPlayerSettings,
+)
+from lightmarl.league.snapshots import SnapshotStore, detached_copy
+
+__all__ = [
+    "WEIGHTINGS",
+    "ActivePlayer",
+    "ActivePlayerSettings",
+    "AlphaStarSettings",
+    "BattleActivePlayer",
+    "BattleRecordDict",
+    "BattleSharedPayoff",
+    "EpsilonSchedule",
+    "HistoricalPlayer",
+    "Job",
+    "JobSettings",
+    "LaunchCount",
+    "LeagueExploiter",
+    "LeagueExploiterSettings",
+    "LeagueManager",
+    "MainExploiter",
+    "MainExploiterSettings",
+    "MainPlayer",
+    "MainPlayerSettings",
+    "PFSPWeighting",
+    "PayoffDict",
+    "PayoffSettings",
+    "Player",
+    "PretrainedSpec",
+    "RatingSettings",
+    "RoleSpec",
+    "SelfPlayPlayer",
+    "SelfPlaySettings",
+    "SharedPayoff",
+    "SnapshotEvent",
+    "SnapshotStore",
+    "SoloActivePlayer",
+    "SoloSharedPayoff",
+    "detached_copy",
+    "pfsp",
+    "remove_monotonic_suffix",
+]

@@ -1,0 +1,473 @@
+"""The league manager: builds the players, hands out jobs, records results, snapshots and mutates.
+
+A training loop drives it synchronously (:meth:`LeagueManager.step`,
+:meth:`LeagueManager.finish_job`, :meth:`LeagueManager.update_active_player`,
+:meth:`LeagueManager.snapshot_due_players`), which is deterministic given the seed; or
+:meth:`LeagueManager.run` starts the two background threads of DI-engine's design (job launch and
+snapshot) for callers that want them. Every method is thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, cast
+
+from lightmarl._imports import import_object
+from lightmarl.league.jobs import Job, LaunchCount
+from lightmarl.league.payoff import BattleSharedPayoff, SoloSharedPayoff
+from lightmarl.league.player import ActivePlayer, BattleActivePlayer, HistoricalPlayer, Player, SoloActivePlayer
+from lightmarl.league.roles import MainExploiter, MainPlayer
+from lightmarl.ratings import EloRatings, GameResult, OpenSkillModelName, SkillRatings
+
+log = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+
+
+@dataclass
+class RoleSpec:
+    """One kind of active player: ``count`` players of this role in every category.
+
+    Attributes:
+        class_path: import path of an :class:`ActivePlayer` subclass (a bare name means one
+            exported by ``lightmarl.league``).
+        count: players of this role per category.
+        name: prefix of their ids (``{name}_{category}_{i}``); default: the class name in snake case.
+        settings: the role's settings (fields of its ``settings_class``).
+    """
+
+    class_path: str = "lightmarl.league.MainPlayer"
+    count: int = 1
+    name: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PretrainedSpec:
+    """A pretrained model that joins the league as a historical player from the start.
+
+    Attributes:
+        checkpoint_path: its weights file.
+        category: its category.
+        player_id: its id; default ``pretrained_{category}_{k}``.
+        parent_id: the active player it counts as a snapshot of; default the category's first
+            :class:`MainPlayer` (else its first active player), so lineage-based branches see it.
+    """
+
+    checkpoint_path: str
+    category: str = "default"
+    player_id: str | None = None
+    parent_id: str | None = None
+
+
+@dataclass
+class PayoffSettings:
+    """The shared payoff.
+
+    Attributes:
+        kind: ``"battle"`` (two-sided games, win rates) or ``"solo"`` (no opponent).
+        decay: battle: factor applied to a pair's counts before each new game.
+        min_games: battle: (decayed) games below which a win rate reads 0.5.
+        buffer_size: solo: recent results kept per player.
+    """
+
+    kind: Literal["battle", "solo"] = "battle"
+    decay: float = 0.99
+    min_games: float = 8.0
+    buffer_size: int = 100
+
+
+@dataclass
+class RatingSettings:
+    """Ratings kept from battle results (:mod:`lightmarl.ratings`).
+
+    Attributes:
+        elo_initial: Elo of a new player.
+        elo_k: Elo K-factor.
+        openskill_model: openskill model of the ``(mu, sigma)`` ratings.
+    """
+
+    elo_initial: float = 1000.0
+    elo_k: float = 32.0
+    openskill_model: OpenSkillModelName = "PlackettLuce"
+
+
+@dataclass(frozen=True)
+class SnapshotEvent:
+    """An active player was snapshotted (and perhaps mutated).
+
+    The training loop saves the player's current weights to ``checkpoint_path``, then, when
+    ``reset_to`` is set, loads the weights saved there into the player's live binding.
+    """
+
+    player_id: str
+    historical_id: str
+    checkpoint_path: str
+    total_agent_step: int
+    reset_to: str | None = None
+
+
+class LeagueManager:
+    """Holds the players of a league and the payoff between them, and assigns jobs (AlphaStar, Vinyals et al. 2019).
+
+    Args:
+        roles: the active roles (default: one :class:`MainPlayer`); mappings are read as :class:`RoleSpec`.
+        categories: player categories (AlphaStar's races); every role is instantiated in each.
+        pretrained: pretrained models that start in the league as historical players.
+        payoff: payoff settings.
+        ratings: rating settings.
+        max_active_player_job: jobs one active player may run at once.
+        snapshot_dir: folder of the players' checkpoint and snapshot files.
+        seed: seed of the league's random generator (every random choice comes from it).
+        time_interval: seconds between rounds of the background threads (:meth:`run`).
+        launch_job_fn: called with every new job by :meth:`step` (and the launch thread).
+        save_checkpoint_fn: called as ``fn(player, snapshot)`` to save a snapshot's weights.
+        load_checkpoint_fn: called as ``fn(player, path)`` to load weights into a mutated player.
+    """
+
+    def __init__(
+        self,
+        roles: Sequence[RoleSpec | Mapping[str, Any]] | None = None,
+        categories: Sequence[str] = ("default",),
+        pretrained: Sequence[PretrainedSpec | Mapping[str, Any]] = (),
+        payoff: PayoffSettings | Mapping[str, Any] | None = None,
+        ratings: RatingSettings | Mapping[str, Any] | None = None,
+        max_active_player_job: int = 1,
+        snapshot_dir: str = "league",
+        seed: int = 0,
+        time_interval: float = 1.0,
+        launch_job_fn: Callable[[Job], None] | None = None,
+        save_checkpoint_fn: Callable[[ActivePlayer, HistoricalPlayer], None] | None = None,
+        load_checkpoint_fn: Callable[[ActivePlayer, str], None] | None = None,
+    ) -> None:
+        if not categories or len(set(categories)) != len(categories):
+            raise ValueError(f"categories must be non-empty and unique, got {list(categories)}")
+        self.payoff_settings = _as_settings(PayoffSettings, payoff)
+        self.rating_settings = _as_settings(RatingSettings, ratings)
+        self.max_active_player_job = max_active_player_job
+        self.snapshot_dir = snapshot_dir
+        self.seed = seed
+        self.time_interval = time_interval
+        self.launch_job_fn = launch_job_fn
+        self.save_checkpoint_fn = save_checkpoint_fn
+        self.load_checkpoint_fn = load_checkpoint_fn
+
+        self._lock = threading.RLock()
+        self._rng = random.Random(seed)
+        self.payoff = _make_payoff(self.payoff_settings)
+        self.elo = EloRatings(self.rating_settings.elo_initial, self.rating_settings.elo_k)
+        self.skill = SkillRatings(self.rating_settings.openskill_model)
+        self.active_players: list[ActivePlayer] = []
+        self.historical_players: list[HistoricalPlayer] = []
+        self._launch_count: dict[str, LaunchCount] = {}
+        self._running: dict[int, Job] = {}
+        self._next_job_id = 0
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+        specs = [s if isinstance(s, RoleSpec) else RoleSpec(**s) for s in (roles or [RoleSpec()])]
+        for category in categories:
+            for spec in specs:
+                self._add_active(spec, category)
+        for k, item in enumerate(pretrained):
+            self._add_pretrained(item if isinstance(item, PretrainedSpec) else PretrainedSpec(**item), k)
+        self._validate()
+
+    # Construction
+
+    def _add_active(self, spec: RoleSpec, category: str) -> None:
+        cls = _import_role(spec.class_path)
+        if spec.count < 0:
+            raise ValueError(f"role {spec.class_path!r}: count must be >= 0, got {spec.count}")
+        name = spec.name or re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
+        settings = cls.make_settings(spec.settings)
+        for i in range(spec.count):
+            player_id = f"{name}_{category}_{i}"
+            path = os.path.join(self.snapshot_dir, f"{player_id}.pt")
+            player = cls(player_id=player_id, category=category, checkpoint_path=path, settings=settings)
+            self.payoff.add_player(player)
+            self.active_players.append(player)
+            self._launch_count[player_id] = LaunchCount(self.max_active_player_job)
+            self._register_rating(player_id, None)
+
+    def _add_pretrained(self, spec: PretrainedSpec, k: int) -> None:
+        same_category = [p for p in self.active_players if p.category == spec.category]
+        mains = [p for p in same_category if isinstance(p, MainPlayer)]
+        default_parent = (mains or same_category)[0].player_id if same_category else ""
+        player = HistoricalPlayer(
+            spec.player_id or f"pretrained_{spec.category}_{k}",
+            spec.category,
+            spec.checkpoint_path,
+            0,
+            parent_id=default_parent if spec.parent_id is None else spec.parent_id,
+        )
+        self._add_historical(player)
+
+    def _add_historical(self, player: HistoricalPlayer) -> None:
+        self.payoff.add_player(player)
+        self.historical_players.append(player)
+        parent_rating = (self.elo[player.parent_id], self.skill[player.parent_id]) if player.parent_id else None
+        self._register_rating(player.player_id, parent_rating)
+
+    def _register_rating(self, player_id: str, rating: tuple[float, tuple[float, float]] | None) -> None:
+        self.elo.add(player_id, None if rating is None else rating[0])
+        self.skill.add(player_id, None if rating is None else rating[1])
+
+    def _validate(self) -> None:
+        if not self.active_players:
+            raise ValueError("the league has no active player: give roles with count >= 1")
+        kind = self.payoff_settings.kind
+        needed = BattleActivePlayer if kind == "battle" else SoloActivePlayer
+        for player in self.active_players:
+            if not isinstance(player, needed):
+                raise ValueError(
+                    f"player {player.player_id!r} ({type(player).__name__}) cannot play in a {kind!r} league: "
+                    f"its role must subclass {needed.__name__}"
+                )
+        if any(isinstance(p, MainExploiter) for p in self.active_players) and not any(
+            isinstance(p, MainPlayer) for p in self.active_players
+        ):
+            raise ValueError("roles include a MainExploiter but no MainPlayer for it to exploit")
+
+    # Queries
+
+    @property
+    def players(self) -> list[Player]:
+        """Every player, active ones first, then historical ones oldest first."""
+        return cast(list[Player], self.payoff.players)
+
+    def get_player(self, player_id: str) -> Player:
+        for player in self.players:
+            if player.player_id == player_id:
+                return player
+        raise ValueError(f"no player {player_id!r} in the league")
+
+    def _active(self, player_id: str) -> ActivePlayer:
+        player = self.get_player(player_id)
+        if not isinstance(player, ActivePlayer):
+            raise ValueError(f"player {player_id!r} is historical; only active players get jobs and steps")
+        return player
+
+    @property
+    def running_jobs(self) -> list[Job]:
+        """Jobs handed out and not yet finished, oldest first."""
+        with self._lock:
+            return list(self._running.values())
+
+    # Jobs
+
+    def get_job(self, player_id: str) -> Job | None:
+        """A new job for ``player_id``, or None when it already runs ``max_active_player_job`` jobs."""
+        with self._lock:
+            player = self._active(player_id)
+            if not self._launch_count[player_id].acquire():
+                return None
+            job = player.get_job(self._rng)
+            job = replace(job, job_id=self._next_job_id)
+            self._next_job_id += 1
+            self._running[job.job_id] = job
+            return job
+
+    def step(self) -> list[Job]:
+        """Fill every free job slot of every active player (in league order); each job goes to ``launch_job_fn``."""
+        jobs: list[Job] = []
+        with self._lock:
+            for player in self.active_players:
+                while (job := self.get_job(player.player_id)) is not None:
+                    jobs.append(job)
+        if self.launch_job_fn is not None:
+            for job in jobs:
+                self.launch_job_fn(job)
+        return jobs
+
+    def finish_job(self, job: Job | int, results: Sequence[GameResult | str | Any] | GameResult = ()) -> None:
+        """Record a finished job's results and free its slot.
+
+        Args:
+            job: the job or its id.
+            results: battle: one ``"win"``/``"draw"``/``"loss"`` per game, from the launching
+                player's side, against each of its opponents; solo: any per-episode values
+                (e.g. returns), kept in the solo payoff.
+        """
+        job_id = job if isinstance(job, int) else job.job_id
+        results = [results] if isinstance(results, str) else list(results)
+        with self._lock:
+            if job_id not in self._running:
+                raise ValueError(f"job {job_id} is not running (finished twice, or never handed out)")
+            done = self._running[job_id]
+            if isinstance(self.payoff, BattleSharedPayoff):
+                for opponent in done.opponent_ids:
+                    self.payoff.update(done.player_id, opponent, results)
+                    for result in results:
+                        self.elo.update(done.player_id, opponent, result)
+                        self.skill.update_1v1(done.player_id, opponent, result)
+            else:
+                self.payoff.update(done.player_id, results)
+            del self._running[job_id]
+            self._launch_count[done.player_id].release()
+
+    def cancel_job(self, job: Job | int) -> None:
+        """Free a job's slot without recording any result (e.g. its env copies were torn down)."""
+        job_id = job if isinstance(job, int) else job.job_id
+        with self._lock:
+            done = self._running.pop(job_id, None)
+            if done is None:
+                raise ValueError(f"job {job_id} is not running")
+            self._launch_count[done.player_id].release()
+
+    # Training progress, snapshots, mutation
+
+    def update_active_player(self, player_id: str, agent_steps: int) -> None:
+        """Add ``agent_steps`` trained agent steps to ``player_id``'s count."""
+        if agent_steps < 0:
+            raise ValueError(f"agent_steps must be >= 0, got {agent_steps}")
+        with self._lock:
+            player = self._active(player_id)
+            player.total_agent_step += agent_steps
+
+    def snapshot_due_players(self) -> list[SnapshotEvent]:
+        """Snapshot every active player that is trained enough, then mutate it.
+
+        Returns one event per snapshot, in league order; ``save_checkpoint_fn`` and
+        ``load_checkpoint_fn`` (when given) have already been called for each.
+        """
+        events: list[SnapshotEvent] = []
+        with self._lock:
+            for player in self.active_players:
+                if not player.is_trained_enough():
+                    continue
+                snapshot = player.snapshot()
+                if self.save_checkpoint_fn is not None:
+                    self.save_checkpoint_fn(player, snapshot)
+                self._add_historical(snapshot)
+                reset_to = player.mutate(self._rng)
+                if reset_to is not None:
+                    self._register_rating(player.player_id, None)
+                    if self.load_checkpoint_fn is not None:
+                        self.load_checkpoint_fn(player, reset_to)
+                events.append(
+                    SnapshotEvent(
+                        player.player_id,
+                        snapshot.player_id,
+                        snapshot.checkpoint_path,
+                        snapshot.total_agent_step,
+                        reset_to,
+                    )
+                )
+                log.info("league: snapshot %s of %s (reset to %s)", snapshot.player_id, player.player_id, reset_to)
+        return events
+
+    # Background threads (optional)
+
+    def run(self) -> None:
+        """Start the job-launch and snapshot threads; job order then depends on thread timing."""
+        if self._threads:
+            raise RuntimeError("the league threads are already running")
+        self._stop.clear()
+        self._threads = [
+            threading.Thread(target=self._loop, args=(self.step, 0.0), name="league-launch", daemon=True),
+            threading.Thread(
+                target=self._loop,
+                args=(self.snapshot_due_players, 0.5 * self.time_interval),
+                name="league-snapshot",
+                daemon=True,
+            ),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def close(self) -> None:
+        """Stop the background threads and wait for them."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
+
+    def _loop(self, work: Callable[[], object], delay: float) -> None:
+        if self._stop.wait(delay):
+            return
+        while not self._stop.is_set():
+            try:
+                work()
+            except Exception:
+                log.exception("league thread %s failed; stopping it", threading.current_thread().name)
+                return
+            self._stop.wait(self.time_interval)
+
+    # Checkpointing
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: counters, snapshots, payoff, ratings, running jobs, RNG state.
+
+        Plain Python containers only, so it loads with ``torch.load(weights_only=True)``.
+        """
+        with self._lock:
+            version, internal, gauss = self._rng.getstate()
+            return {
+                "version": STATE_VERSION,
+                "rng": [version, list(internal), gauss],
+                "next_job_id": self._next_job_id,
+                "active": {p.player_id: p.state_dict() for p in self.active_players},
+                "historical": [p.as_dict() for p in self.historical_players],
+                "payoff": self.payoff.state_dict(),
+                "elo": self.elo.state_dict(),
+                "skill": self.skill.state_dict(),
+                "running_jobs": [job.as_dict() for job in self._running.values()],
+            }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` into a manager built from the same config."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"league state version {state.get('version')!r} is not {STATE_VERSION}")
+        with self._lock:
+            ids = [p.player_id for p in self.active_players]
+            if sorted(state["active"]) != sorted(ids):
+                raise ValueError(
+                    f"league state has active players {sorted(state['active'])}, this config builds {sorted(ids)}"
+                )
+            for player in self.active_players:
+                player.load_state_dict(state["active"][player.player_id])
+            self.historical_players = [HistoricalPlayer(**item) for item in state["historical"]]
+            self.payoff.set_players([*self.active_players, *self.historical_players])
+            self.payoff.load_state_dict(state["payoff"])
+            self.elo.load_state_dict(state["elo"])
+            self.skill.load_state_dict(state["skill"])
+            self._running = {}
+            for count in self._launch_count.values():
+                count.used = 0
+            for item in state["running_jobs"]:
+                job = Job.from_dict(item)
+                self._running[job.job_id] = job
+                self._launch_count[job.player_id].used += 1
+            self._next_job_id = int(state["next_job_id"])
+            version, internal, gauss = state["rng"]
+            self._rng.setstate((version, tuple(internal), gauss))
+
+
+def _as_settings(cls: Any, value: Any) -> Any:
+    if value is None:
+        return cls()
+    return value if isinstance(value, cls) else cls(**value)
+
+
+def _make_payoff(settings: PayoffSettings) -> BattleSharedPayoff | SoloSharedPayoff:
+    if settings.kind == "battle":
+        return BattleSharedPayoff(settings.decay, settings.min_games)
+    if settings.kind == "solo":
+        return SoloSharedPayoff(settings.buffer_size)
+    raise ValueError(f"payoff kind must be 'battle' or 'solo', got {settings.kind!r}")
+
+
+def _import_role(class_path: str) -> type[ActivePlayer]:
+    # A bare class name means one exported by lightmarl.league.
+    path = class_path if "." in class_path else f"lightmarl.league.{class_path}"
+    cls = import_object(path, field="league role class_path")
+    if not (isinstance(cls, type) and issubclass(cls, ActivePlayer)):
+        raise ValueError(f"league role class_path {class_path!r} is not an ActivePlayer subclass")
+    return cls

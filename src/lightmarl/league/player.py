@@ -1,0 +1,334 @@
+"""League players: historical (frozen snapshots) and active (trained) members of a league.
+
+A player is the unit the league assigns jobs to. Active players learn; after one phase of
+training they are *snapshotted* into a frozen :class:`HistoricalPlayer` and may *mutate* (for
+example reset their weights). Roles subclass :class:`ActivePlayer` and choose opponents in
+:meth:`ActivePlayer._get_job_opponents`; see :mod:`lightmarl.league.roles` for AlphaStar's
+(Vinyals et al. 2019).
+
+A player holds no weights: ``checkpoint_path`` names where its weights are (or will be) saved,
+and the training loop moves weights between bindings and files (:class:`~lightmarl.league.SnapshotStore`).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from lightmarl.league.jobs import EpsilonSchedule, Job, JobSettings
+from lightmarl.league.payoff import BattleSharedPayoff, SharedPayoff
+from lightmarl.league.pfsp import PFSPWeighting, pfsp
+
+
+class Player:
+    """A member of the league.
+
+    Args:
+        player_id: unique name in the league (and, once the league runs in ``lightmarl fit``,
+            the binding id that plays it).
+        category: a partition of the league (AlphaStar's race); roles may use it, jobs do not.
+        checkpoint_path: file that holds (or will hold) this player's policy weights.
+        total_agent_step: agent steps trained so far (for a snapshot: its parent's at snapshot time).
+
+    The shared payoff is attached when the player joins a league (``payoff.add_player``).
+    """
+
+    def __init__(
+        self, player_id: str, category: str = "default", checkpoint_path: str = "", total_agent_step: int = 0
+    ) -> None:
+        if not isinstance(player_id, str) or not player_id:
+            raise ValueError(f"player_id must be a non-empty string, got {player_id!r}")
+        self._player_id = player_id
+        self._category = category
+        self._checkpoint_path = checkpoint_path
+        self._total_agent_step = int(total_agent_step)
+        self._payoff: SharedPayoff | None = None
+
+    @property
+    def player_id(self) -> str:
+        return self._player_id
+
+    @property
+    def category(self) -> str:
+        return self._category
+
+    @property
+    def checkpoint_path(self) -> str:
+        return self._checkpoint_path
+
+    @property
+    def total_agent_step(self) -> int:
+        return self._total_agent_step
+
+    @total_agent_step.setter
+    def total_agent_step(self, step: int) -> None:
+        self._total_agent_step = int(step)
+
+    @property
+    def payoff(self) -> SharedPayoff:
+        if self._payoff is None:
+            raise RuntimeError(f"player {self._player_id!r} has not joined a league (no payoff attached)")
+        return self._payoff
+
+    @payoff.setter
+    def payoff(self, payoff: SharedPayoff) -> None:
+        self._payoff = payoff
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._player_id!r}, step={self._total_agent_step})"
+
+
+class HistoricalPlayer(Player):
+    """A frozen player: a snapshot of an active player, or a pretrained model added at league start.
+
+    Args:
+        player_id: see :class:`Player`.
+        category: see :class:`Player`.
+        checkpoint_path: the snapshot file; never rewritten.
+        total_agent_step: the parent's agent steps when the snapshot was taken.
+        parent_id: the active player it was snapshotted from ("" when it has none).
+    """
+
+    def __init__(
+        self,
+        player_id: str,
+        category: str = "default",
+        checkpoint_path: str = "",
+        total_agent_step: int = 0,
+        parent_id: str = "",
+    ) -> None:
+        super().__init__(player_id, category, checkpoint_path, total_agent_step)
+        self._parent_id = parent_id
+
+    @property
+    def parent_id(self) -> str:
+        return self._parent_id
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain-Python form (saved in the league state)."""
+        return {
+            "player_id": self.player_id,
+            "category": self.category,
+            "checkpoint_path": self.checkpoint_path,
+            "total_agent_step": self.total_agent_step,
+            "parent_id": self.parent_id,
+        }
+
+
+@dataclass
+class ActivePlayerSettings:
+    """When an active player is snapshotted, and what its jobs carry.
+
+    Attributes:
+        one_phase_step: agent steps of training between two snapshots (at least).
+        job: keyword arguments every job of this player carries.
+    """
+
+    one_phase_step: int = 100_000
+    job: JobSettings = field(default_factory=JobSettings)
+
+    def __post_init__(self) -> None:
+        if self.one_phase_step < 1:
+            raise ValueError(f"one_phase_step must be >= 1, got {self.one_phase_step}")
+
+
+class ActivePlayer(Player):
+    """A player that learns, gets jobs, and is periodically snapshotted and mutated.
+
+    Subclasses set ``settings_class`` to their settings dataclass and implement
+    :meth:`_get_job_opponents`. The ``__init__`` keywords are the config schema: a role can be
+    named by ``class_path`` in YAML with its ``settings`` as ``init_args``.
+
+    Args:
+        player_id: see :class:`Player`.
+        category: see :class:`Player`.
+        checkpoint_path: see :class:`Player`; snapshots are saved beside it.
+        total_agent_step: see :class:`Player`.
+        settings: the role's settings (``settings_class``); default: its defaults.
+    """
+
+    settings_class: ClassVar[type[ActivePlayerSettings]] = ActivePlayerSettings
+
+    def __init__(
+        self,
+        player_id: str,
+        category: str = "default",
+        checkpoint_path: str = "",
+        total_agent_step: int = 0,
+        settings: ActivePlayerSettings | None = None,
+    ) -> None:
+        super().__init__(player_id, category, checkpoint_path or f"{player_id}.pt", total_agent_step)
+        settings = self.settings_class() if settings is None else settings
+        if not isinstance(settings, self.settings_class):
+            raise TypeError(
+                f"{type(self).__name__} {player_id!r} needs settings of type {self.settings_class.__name__}, "
+                f"got {type(settings).__name__}"
+            )
+        self.settings = settings
+        self.last_enough_step = 0
+        self.snapshot_count = 0
+
+    @classmethod
+    def make_settings(cls, settings: ActivePlayerSettings | Mapping[str, Any] | None) -> ActivePlayerSettings:
+        """Build ``settings_class`` from a recipe mapping (nested ``job``/``exploration`` included)."""
+        if settings is None or isinstance(settings, ActivePlayerSettings):
+            return settings if settings is not None else cls.settings_class()
+        values = dict(settings)
+        if isinstance(values.get("job"), Mapping):
+            job = dict(values["job"])
+            if isinstance(job.get("exploration"), Mapping):
+                job["exploration"] = EpsilonSchedule(**job["exploration"])
+            values["job"] = JobSettings(**job)
+        try:
+            return cls.settings_class(**values)
+        except TypeError as error:
+            raise TypeError(f"settings of {cls.__name__}: {error}") from error
+
+    @property
+    def initial_checkpoint_path(self) -> str:
+        """Where the player's initial weights are kept for roles that reset (:meth:`mutate`)."""
+        stem, ext = os.path.splitext(self.checkpoint_path)
+        return f"{stem}_init{ext or '.pt'}"
+
+    def is_trained_enough(self) -> bool:
+        """Whether at least ``one_phase_step`` agent steps passed since the last snapshot."""
+        return self.total_agent_step - self.last_enough_step >= self.settings.one_phase_step
+
+    def snapshot(self) -> HistoricalPlayer:
+        """Freeze the player as it is now; the caller saves its weights to the snapshot's ``checkpoint_path``."""
+        step = self.total_agent_step
+        stem, ext = os.path.splitext(self.checkpoint_path)
+        self.last_enough_step = step
+        self.snapshot_count += 1
+        return HistoricalPlayer(
+            f"{self.player_id}_{step}", self.category, f"{stem}_{step}{ext or '.pt'}", step, parent_id=self.player_id
+        )
+
+    def mutate(self, rng: random.Random) -> str | None:
+        """Change the player after a snapshot; returns a checkpoint path to load into it, or None to go on.
+
+        Args:
+            rng: the league's random generator (every random choice comes from it).
+        """
+        return None
+
+    def get_job(self, rng: random.Random) -> Job:
+        """The next job: its opponents (chosen by the role) and the kwargs of the job hooks."""
+        opponents, branch = self._get_job_opponents(rng)
+        return Job(
+            player_id=self.player_id,
+            opponent_ids=tuple(p.player_id for p in opponents),
+            branch=branch,
+            forward_kwargs=self._get_job_forward(),
+            adder_kwargs=self._get_job_adder(),
+            env_kwargs=self._get_job_env(),
+        )
+
+    def _get_job_opponents(self, rng: random.Random) -> tuple[list[Player], str]:
+        """The opponents of the next job and the name of the rule that chose them."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _get_job_opponents")
+
+    def _get_job_forward(self) -> dict[str, Any]:
+        kwargs = dict(self.settings.job.forward_kwargs)
+        if self.settings.job.exploration is not None:
+            kwargs["eps"] = self.settings.job.exploration(self.total_agent_step)
+        return kwargs
+
+    def _get_job_adder(self) -> dict[str, Any]:
+        return dict(self.settings.job.adder_kwargs)
+
+    def _get_job_env(self) -> dict[str, Any]:
+        return dict(self.settings.job.env_kwargs)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The player's counters (its role and settings come from the config)."""
+        return {
+            "total_agent_step": self.total_agent_step,
+            "last_enough_step": self.last_enough_step,
+            "snapshot_count": self.snapshot_count,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.total_agent_step = int(state["total_agent_step"])
+        self.last_enough_step = int(state["last_enough_step"])
+        self.snapshot_count = int(state["snapshot_count"])
+
+    # Helpers for roles: the league's players as the shared payoff sees them.
+
+    def _historical(self, parents: Sequence[str] | None = None) -> list[HistoricalPlayer]:
+        """Historical players, oldest first; only those snapshotted from ``parents`` when given."""
+        return [
+            p
+            for p in self.payoff.players
+            if isinstance(p, HistoricalPlayer) and (parents is None or p.parent_id in parents)
+        ]
+
+    def _pick(self, rng: random.Random, candidates: Sequence[Player], weighting: PFSPWeighting | None) -> Player:
+        """One of ``candidates``: uniformly, or by PFSP on this player's win rates against them."""
+        if weighting is None:
+            return candidates[rng.randrange(len(candidates))]
+        probabilities = pfsp(self._win_rates(candidates), weighting)
+        return candidates[rng.choices(range(len(candidates)), weights=probabilities.tolist())[0]]
+
+    def _win_rates(self, opponents: Sequence[Player]) -> list[float]:
+        """This player's win rates against ``opponents`` from the shared battle payoff."""
+        payoff = self.payoff
+        if not isinstance(payoff, BattleSharedPayoff):
+            raise TypeError(f"{type(self).__name__} needs a battle payoff, got {type(payoff).__name__}")
+        return payoff.win_rates(self, opponents).tolist()
+
+
+class SoloActivePlayer(ActivePlayer):
+    """An active player of a solo environment (no opponent): jobs only carry the hook kwargs."""
+
+    def _get_job_opponents(self, rng: random.Random) -> tuple[list[Player], str]:
+        return [], "solo"
+
+
+class BattleActivePlayer(ActivePlayer):
+    """An active player of a two-sided game: every job names one opponent.
+
+    Subclasses implement :meth:`_get_job_opponents` returning ``([opponent], branch)``.
+    """
+
+
+@dataclass
+class SelfPlaySettings(ActivePlayerSettings):
+    """Settings of :class:`SelfPlayPlayer`.
+
+    Attributes:
+        pfsp_prob: probability of playing a PFSP-chosen snapshot of itself instead of itself.
+        pfsp_weighting: PFSP weighting over its snapshots.
+    """
+
+    pfsp_prob: float = 0.5
+    pfsp_weighting: PFSPWeighting = "squared"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_probability("pfsp_prob", self.pfsp_prob)
+
+
+class SelfPlayPlayer(BattleActivePlayer):
+    """Self-play plus prioritized fictitious self-play against its own snapshots."""
+
+    settings_class = SelfPlaySettings
+    settings: SelfPlaySettings
+
+    def __init__(self, player_id: str, settings: SelfPlaySettings | None = None, **kwargs: Any) -> None:
+        """Args as :class:`ActivePlayer`; ``settings`` typed here so that ``class_path`` configs can name its fields."""
+        super().__init__(player_id, settings=settings, **kwargs)
+
+    def _get_job_opponents(self, rng: random.Random) -> tuple[list[Player], str]:
+        own = self._historical([self.player_id])
+        if own and rng.random() < self.settings.pfsp_prob:
+            return [self._pick(rng, own, self.settings.pfsp_weighting)], "pfsp"
+        return [self], "self_play"
+
+
+def _check_probability(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must lie in [0, 1], got {value}")

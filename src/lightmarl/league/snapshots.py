@@ -1,0 +1,120 @@
+"""Snapshot files of league players, and a bounded in-memory cache of opponents' weights.
+
+Two failure modes of other leagues shape this module: snapshots that keep *references* to the
+live weights and silently follow training (RLlib), and leagues that keep every historical policy
+in memory (growing RAM with the league). A snapshot here is a deep copy written to disk
+atomically; at most ``max_resident`` snapshots are held in memory and the rest load on demand.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+def detached_copy(state: Any) -> Any:
+    """A deep copy of a (nested) state dict whose tensors share no memory with the original, on CPU."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().to("cpu", copy=True)
+    if isinstance(state, Mapping):
+        return {key: detached_copy(value) for key, value in state.items()}
+    if isinstance(state, list | tuple):
+        return type(state)(detached_copy(value) for value in state)
+    return state
+
+
+class SnapshotStore:
+    """Saves policy state dicts to files and serves them through an LRU cache.
+
+    Files are written with :func:`torch.save` to a temporary file in the same folder and moved
+    into place with :func:`os.replace`, so a reader never sees half a snapshot; they load with
+    ``torch.load(weights_only=True)``. Thread-safe.
+
+    Args:
+        max_resident: most snapshots held in memory at once (0 disables the cache).
+
+    Examples:
+        >>> import tempfile, torch
+        >>> store = SnapshotStore(max_resident=2)
+        >>> path = f"{tempfile.mkdtemp()}/main_0.pt"
+        >>> store.save(path, torch.nn.Linear(2, 2).state_dict())
+        >>> sorted(store.load(path))
+        ['bias', 'weight']
+    """
+
+    def __init__(self, max_resident: int = 8) -> None:
+        if max_resident < 0:
+            raise ValueError(f"max_resident must be >= 0, got {max_resident}")
+        self.max_resident = max_resident
+        self._cache: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.loads_from_disk = 0
+
+    def save(self, path: str | os.PathLike[str], state_dict: Mapping[str, Any]) -> None:
+        """Write a deep copy of ``state_dict`` to ``path`` atomically (replacing any file there)."""
+        path = os.fspath(path)
+        snapshot = detached_copy(state_dict)
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(dir=folder, prefix=".snapshot-", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "wb") as file:
+                torch.save(snapshot, file)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+        with self._lock:
+            self._remember(path, snapshot)
+        log.debug("saved league snapshot %s", path)
+
+    def load(self, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """The state dict saved at ``path``, from memory when resident; treat it as read-only."""
+        path = os.fspath(path)
+        with self._lock:
+            if path in self._cache:
+                self._cache.move_to_end(path)
+                return self._cache[path]
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"league snapshot {path!r} does not exist (was it saved?)")
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        with self._lock:
+            self.loads_from_disk += 1
+            self._remember(path, state)
+        return state
+
+    @property
+    def resident(self) -> list[str]:
+        """Paths held in memory, least recently used first."""
+        with self._lock:
+            return list(self._cache)
+
+    def evict(self, path: str | os.PathLike[str]) -> None:
+        """Drop ``path`` from memory (the file stays)."""
+        with self._lock:
+            self._cache.pop(os.fspath(path), None)
+
+    def clear(self) -> None:
+        """Drop every snapshot from memory."""
+        with self._lock:
+            self._cache.clear()
+
+    def _remember(self, path: str, state: dict[str, Any]) -> None:
+        if self.max_resident == 0:
+            return
+        self._cache[path] = state
+        self._cache.move_to_end(path)
+        while len(self._cache) > self.max_resident:
+            self._cache.popitem(last=False)

@@ -1,0 +1,94 @@
+"""SIGTERM and Ctrl-C stop a real `lightmarl fit` at an iteration boundary with a checkpoint, a
+non-zero exit, no env worker left behind, and a run that resumes from `--ckpt_path last`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightmarl.training.preemption import PREEMPTED_EXIT_CODES
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = [
+    "--config",
+    str(ROOT / "recipes/quickstart.yaml"),
+    "--model.env.num_envs=4",
+    "--model.env.num_workers=2",
+    "--model.rollout_steps=10",
+    "--model.iterations_per_epoch=100000",  # the stop, not an epoch end, must write the checkpoint
+    "--trainer.enable_progress_bar=false",
+]
+
+
+def lightmarl() -> str:
+    return str(Path(sys.executable).with_name("lightmarl"))
+
+
+def processes_with(marker: str) -> list[int]:
+    """Live processes whose environment carries ``marker`` (the run and every process it started)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def wait_for_iterations(run_dir: Path, count: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        metrics = list(run_dir.rglob("metrics.csv"))
+        if metrics and len(metrics[0].read_text().splitlines()) > count:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the run logged fewer than {count} iterations in {timeout} s")
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc to find leftover processes")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_fit_with_a_checkpoint_and_the_run_resumes(signum, tmp_path):
+    marker = f"LIGHTMARL_TEST_RUN={uuid.uuid4().hex}"
+    env = {**os.environ, marker.split("=")[0]: marker.split("=")[1]}
+    run = subprocess.Popen(
+        [lightmarl(), "fit", *RUN, "--model.max_frames=10000000"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for_iterations(tmp_path / "runs", 2)
+        run.send_signal(signum)
+        _, err = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    name = signal.Signals(signum).name
+    assert run.returncode == PREEMPTED_EXIT_CODES[name], err[-2000:]
+    assert f"lightmarl: stopped by {name} after a final checkpoint" in err
+    assert "Traceback" not in err, err[-2000:]
+    deadline = time.monotonic() + 10
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not processes_with(marker), "env workers outlived the run"
+
+    last = tmp_path / "runs/quickstart/checkpoints/last.ckpt"
+    stopped = torch.load(last, map_location="cpu", weights_only=True)["lightmarl"]
+    assert stopped["iterations"] >= 2 and stopped["frames"] == stopped["iterations"] * 40
+    # Resume for two more iterations: the counters go on from the checkpoint.
+    more = f"--model.max_frames={stopped['frames'] + 80}"
+    resumed = subprocess.run([lightmarl(), "fit", *RUN, more, "--ckpt_path", "last"], cwd=tmp_path, timeout=300)
+    assert resumed.returncode == 0
+    assert (
+        torch.load(last, map_location="cpu", weights_only=True)["lightmarl"]["iterations"] == stopped["iterations"] + 2
+    )
