@@ -17,6 +17,7 @@ import os
 import sys
 from pathlib import Path
 
+from jsonargparse import set_parsing_settings
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
@@ -148,6 +149,8 @@ def export_main(args: list[str]) -> None:
 
 
 def main(args: list[str] | None = None) -> None:
+    # Algorithms declare their hyper-parameters as dataclass fields with docstrings: show those in --help.
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)
     preemption = Preemption()
     argv = sys.argv[1:] if args is None else args
     try:
