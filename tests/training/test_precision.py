@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from expectations import TINY_CLI_RUN
 
+from expectations import TINY_CLI_RUN
 from lightmarl.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
