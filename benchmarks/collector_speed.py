@@ -9,7 +9,7 @@ Compares, on the same envs, seeds and number of env copies:
 * ``lightmarl, 2 bindings``: the same with agents mapped ``["a", "b", "a"]``, ``b`` a
   ``UniformRandomPolicy`` (the multi-binding gather/scatter path);
 * ``lightmarl, W worker processes``: the ``lightmarl`` path with ``num_workers=W`` (default 2):
-  the env copies stepped by a :class:`~lightmarl.envs.workers.ProcessVecEnv`, the policy in
+  the env copies stepped by a :class:`~lightmarl.envs.runners.process.ProcessVecEnv`, the policy in
   this process; ``workers`` with the default settings, ``workers-overlap`` /
   ``workers-no-overlap`` with ``overlap`` forced on / off, ``workers-plain`` without overlap
   and without the workers' spin-wait;
@@ -52,8 +52,7 @@ from torchrl.envs import SerialEnv
 from torchrl.envs.libs.pettingzoo import PettingZooWrapper
 
 from lightmarl.data.collector import RolloutCollector
-from lightmarl.envs.pettingzoo import PettingZooEnvConfig
-from lightmarl.envs.workers import ProcessVecEnv
+from lightmarl.envs import PettingZooEnvConfig, ProcessVecEnv
 from lightmarl.policies import MultiAgentPolicy, PolicyRegistry
 from lightmarl.population import BindingTable, PolicyBinding
 

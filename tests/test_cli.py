@@ -7,11 +7,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
 import yaml
 
+from lightmarl.algorithms import IndependentMARLTrainer
 from lightmarl.cli import main
 from lightmarl.policies import PolicyDict
 
@@ -117,6 +119,23 @@ def test_print_config_shows_overrides(capsys):
         ("--model.max_frames=lots", "model.max_frames"),
         ("--model.env.env_fn=nosuchpackage.parallel_env", "env.env_fn: cannot import 'nosuchpackage.parallel_env'"),
         ("--model.agent_binding_map=[main,ghost,main]", "unknown binding 'ghost'"),
+        ("--model.algorithm.init_args.lr=-1", "algorithm.lr: invalid value -1.0"),
+        # A policy without what the algorithm reads: named with the binding, the algorithm and the policy class.
+        (
+            "--model.policy_bindings=[{id: main, class_path: lightmarl.policies.QNetworkPolicy}]",
+            "binding 'main': algorithm PPO needs a stochastic `actor`",
+        ),
+        (
+            "--model.policy_bindings=[{id: main, class_path: lightmarl.policies.QNetworkPolicy}]",
+            "QNetworkPolicy lacks them (use lightmarl.policies.MLPActorCritic",
+        ),
+        # Loss profiles name the trainers' losses exactly (today's names: ppo, dqn, ...).
+        (
+            "--model.loss_profiles={default: [PPO]}",
+            "loss_profiles.default: 'PPO' is not a loss of this run; valid names are ['ppo']",
+        ),
+        ("--model.loss_profiles={default: [ppo, nosuchloss]}", "loss_profiles.default: 'nosuchloss' is not a loss"),
+        ("--model.loss_profiles={default: []}", "loss_profiles.default: [] names none of trainable binding 'main'"),
     ],
 )
 def test_bad_recipes_fail_before_training_with_the_field_named(override, expected, tmp_path):
@@ -214,3 +233,39 @@ def test_a_resumed_run_keeps_the_target_networks_it_saved(tmp_path, monkeypatch)
     assert saved["networks"] and saved["networks"].keys() == kept["networks"].keys()
     for key, target in saved["networks"].items():
         assert torch.equal(kept["networks"][key], target), key
+
+
+class CountingMARLTrainer(IndependentMARLTrainer):
+    """A user's MARLTrainer, chosen by class_path: independent learning that counts its updates."""
+
+    built: ClassVar[list[CountingMARLTrainer]] = []
+
+    def __init__(self, table, policies, algorithms, shared=None, label: str = "unnamed") -> None:
+        super().__init__(table, policies, algorithms, shared)
+        self.label = label
+        self.updates = 0
+        CountingMARLTrainer.built.append(self)
+
+    def update(self, experience, optimizers, stepper, iteration=0):
+        self.updates += 1
+        return super().update(experience, optimizers, stepper, iteration)
+
+
+def test_the_marl_trainer_is_chosen_by_class_path(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    recipe = str(ROOT / "recipes/quickstart.yaml")
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", recipe, "--print_config"])
+    assert yaml.safe_load(capsys.readouterr().out)["model"]["marl_trainer"] == {
+        "class_path": "lightmarl.algorithms.IndependentMARLTrainer"
+    }
+    CountingMARLTrainer.built.clear()
+    choice = [
+        "--model.marl_trainer.class_path=test_cli.CountingMARLTrainer",
+        "--model.marl_trainer.init_args.label=mine",
+    ]
+    main(["fit", "--config", recipe, *TINY, *choice])
+    (trainer,) = CountingMARLTrainer.built
+    assert (trainer.label, trainer.updates) == ("mine", 3)
+    checkpoint = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
+    assert checkpoint["lightmarl"]["trainers"].keys() == {"main"}

@@ -1,10 +1,10 @@
-"""Resolving ``module.attr`` import paths named in recipes, and recipe values as plain data."""
+"""Resolving ``module.attr`` import paths named in recipes (eagerly or lazily), and recipe values as plain data."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -70,6 +70,33 @@ def instantiate(spec: Mapping[str, Any], *, field: str, **context: Any) -> Any:
         return cls(**kwargs)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{field}: {class_path}(**{sorted(kwargs)}) failed: {err}") from err
+
+
+def lazy_attributes(package: str, where: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's PEP 562 ``__getattr__`` and ``__dir__`` that import each public name from its module on first use.
+
+    Packages whose modules env worker processes import (``lightmarl.envs`` and below) use it so
+    that importing one torch-free module does not import every sibling's torch.
+
+    Args:
+        package: the package's ``__name__``.
+        where: public name -> module that defines it.
+    """
+    namespace = importlib.import_module(package).__dict__
+
+    def __getattr__(name: str) -> Any:
+        try:
+            module = where[name]
+        except KeyError:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+        value = getattr(importlib.import_module(module), name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | set(where))
+
+    return __getattr__, __dir__
 
 
 def plain_data(value: Any) -> Any:

@@ -2,7 +2,8 @@
 
 ``lightmarl fit --config recipes/quickstart.yaml`` trains, ``lightmarl validate`` /
 ``lightmarl test`` play evaluation episodes; ``--print_config`` shows the resolved recipe
-and any ``--model.x.y=value`` / ``--trainer.x=value`` overrides it.
+and any ``--model.x.y=value`` / ``--trainer.x=value`` overrides it. ``lightmarl export``
+writes a run's policies for inference (:mod:`lightmarl.policies.exported`).
 
 User errors (a bad recipe, a missing or unreadable checkpoint) end in one line naming the
 field and a non-zero exit; ``LIGHTMARL_DEBUG=1`` shows the full traceback instead.
@@ -10,11 +11,13 @@ field and a non-zero exit; ``LIGHTMARL_DEBUG=1`` shows the full traceback instea
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import os
 import sys
 from pathlib import Path
 
+from jsonargparse import set_parsing_settings
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
@@ -22,6 +25,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightmarl.errors import ConfigError
 from lightmarl.policies.loading import load_torch_file
+from lightmarl.policies.policy_dict import PolicyDict
 from lightmarl.training.module import MARLModule
 from lightmarl.training.preemption import PREEMPTED_EXIT_CODES, Preemption
 
@@ -124,6 +128,26 @@ def _check_config_files(args: list[str]) -> None:
             raise ConfigError(f"--config {value}: the file is empty; a recipe needs at least a `model:` section")
 
 
+def export_main(args: list[str]) -> None:
+    """``lightmarl export CHECKPOINT --out DIR``: the trained population, for inference or as NPCs."""
+    parser = argparse.ArgumentParser(
+        prog="lightmarl export",
+        description="Write a run's policies (no optimizer or trainer state) as population.json + "
+        "weights.safetensors; `policy_uri: DIR#binding` and PolicyDict.load(DIR) load them.",
+    )
+    parser.add_argument(
+        "checkpoint", help="a training checkpoint (e.g. runs/x/checkpoints/last.ckpt) or PolicyDict file"
+    )
+    parser.add_argument("--out", required=True, help="the directory to write")
+    parser.add_argument("--bindings", nargs="+", help="export only these bindings (default: all)")
+    options = parser.parse_args(args)
+    policies = PolicyDict.load(options.checkpoint)
+    if options.bindings:
+        policies = policies.select(options.bindings)
+    out = policies.export(options.out)
+    print(f"lightmarl: exported {', '.join(policies.keys())} to {out}")  # noqa: T201
+
+
 def main(args: list[str] | None = None) -> None:
     argv = sys.argv[1:] if args is None else args
     if argv[:1] == ["plot"]:
@@ -132,9 +156,16 @@ def main(args: list[str] | None = None) -> None:
 
         plot_cli.main(argv[1:])
         return
+    # Algorithms declare their hyper-parameters as dataclass fields with docstrings: show those in --help.
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)
     preemption = Preemption()
     try:
-        _check_config_files(sys.argv[1:] if args is None else args)
+        if argv[:1] == ["export"]:
+            try:
+                return export_main(argv[1:])
+            except ValueError as err:
+                raise ConfigError(str(err)) from err
+        _check_config_files(argv)
         LightmarlCLI(
             MARLModule,
             trainer_defaults={**TRAINER_DEFAULTS, "callbacks": [preemption]},

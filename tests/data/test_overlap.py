@@ -22,7 +22,7 @@ from lightmarl.policies.base import ScriptedPolicy
 from lightmarl.population import BindingTable, PolicyBinding
 
 SPREAD = "mpe2.simple_spread_v3.parallel_env"
-MEMORY = "lightmarl.envs.memory.parallel_env"
+MEMORY = "lightmarl.envs.testing.memory.parallel_env"
 
 pytestmark = pytest.mark.timeout(120)
 

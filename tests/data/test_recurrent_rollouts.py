@@ -15,7 +15,7 @@ from lightmarl.population import BindingTable, PolicyBinding
 
 # 3 agents, episodes of delay + 2 = 4 steps.
 MEMORY = PettingZooEnvConfig(
-    env_fn="lightmarl.envs.memory.parallel_env", env_kwargs={"num_agents": 3, "delay": 2}, num_envs=3
+    env_fn="lightmarl.envs.testing.memory.parallel_env", env_kwargs={"num_agents": 3, "delay": 2}, num_envs=3
 )
 
 

@@ -19,11 +19,12 @@ from pettingzoo import AECEnv
 from expectations import assert_finite_metrics
 from lightmarl import keys
 from lightmarl.algorithms import PPO, PlainStepper
-from lightmarl.algorithms.ppo import valid_row_gae
+from lightmarl.algorithms.gae import valid_row_gae
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig, check_same_trajectories
-from lightmarl.envs.aec import AECSlice
-from lightmarl.envs.checks import EnvContractError, random_actions
+from lightmarl.envs.checks import random_actions
+from lightmarl.envs.pettingzoo.aec import AECSlice
+from lightmarl.errors import EnvContractError
 from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, ScriptedPolicy, UniformRandomPolicy
 from lightmarl.policies.scripted import ConnectFourHeuristicPolicy
 from lightmarl.population import BindingTable, PolicyBinding

@@ -8,7 +8,7 @@ import torch
 from gymnasium import spaces
 
 from lightmarl.envs import PettingZooEnvConfig
-from lightmarl.envs.checks import EnvContractError
+from lightmarl.errors import EnvContractError
 from lightmarl.population import BindingTable, PolicyBinding
 from lightmarl.training.module import MARLModule
 

@@ -26,7 +26,7 @@ from lightmarl.population.bindings import BindingTable, PolicyBinding
 pytestmark = pytest.mark.timeout(120)
 
 SPREAD = "mpe2.simple_spread_v3.parallel_env"
-MATCH = "lightmarl.envs.match.parallel_env"
+MATCH = "lightmarl.envs.testing.match.parallel_env"
 
 
 class ScriptedVec:

@@ -263,3 +263,25 @@ def test_collector_over_workers_gives_the_same_experience():
         for key in local.keys(True, True):
             assert local[key].shape == remote[key].shape and local[key].dtype == remote[key].dtype, key
             assert torch.equal(local[key], remote[key]), key
+
+
+def test_a_worker_process_imports_no_torch():
+    """What a worker imports (its entry module, PettingZoo's stepping code, the test envs) stays torch-free:
+    importing torch would add about 5 s to every worker's start."""
+    from lightmarl.envs.runners.process import PETTINGZOO_SLICE
+
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from lightmarl._imports import import_object
+        import lightmarl.envs.runners.worker
+        import_object({PETTINGZOO_SLICE!r}, field="make_slice")
+        import_object("lightmarl.envs.testing.memory.parallel_env", field="env_fn")
+        import_object("lightmarl.envs.MatchTargetEnv", field="env_fn")
+        heavy = sorted(m for m in ("torch", "tensordict", "torchrl", "lightning") if m in sys.modules)
+        assert not heavy, heavy
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr

@@ -124,7 +124,7 @@ def test_write_video_mp4(tmp_path):
 def test_bad_video_settings_fail_before_training():
     with pytest.raises(ValueError, match=r"model.eval_video_episodes: expected an integer >= 0, got -1"):
         MARLModule(env=SPREAD, eval_video_episodes=-1)
-    no_render = PettingZooEnvConfig(env_fn="lightmarl.envs.memory.parallel_env", num_envs=2)
+    no_render = PettingZooEnvConfig(env_fn="lightmarl.envs.testing.memory.parallel_env", num_envs=2)
     with pytest.raises(ValueError, match="render_mode='rgb_array'"):
         MARLModule(env=no_render, eval_video_episodes=1)
 

@@ -21,7 +21,7 @@ from lightmarl.policies.distributions import MultiCategorical, discrete_distribu
 from lightmarl.population import BindingTable
 
 NVEC = (3, 4)
-MATCH = "lightmarl.envs.match.parallel_env"
+MATCH = "lightmarl.envs.testing.match.parallel_env"
 
 
 def match_config(num_envs=4, **kwargs) -> PettingZooEnvConfig:

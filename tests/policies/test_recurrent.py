@@ -10,7 +10,9 @@ from lightmarl import keys
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies.recurrent import RecurrentActorCritic
 
-MEMORY = PettingZooEnvConfig(env_fn="lightmarl.envs.memory.parallel_env", env_kwargs={"num_agents": 3, "delay": 2})
+MEMORY = PettingZooEnvConfig(
+    env_fn="lightmarl.envs.testing.memory.parallel_env", env_kwargs={"num_agents": 3, "delay": 2}
+)
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])

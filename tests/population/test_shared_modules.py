@@ -7,7 +7,7 @@ import torch
 
 from lightmarl.algorithms import DQN, PPO, PlainStepper
 from lightmarl.data.collector import RolloutCollector
-from lightmarl.envs.pettingzoo import PettingZooEnvConfig
+from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies import PolicyDict
 from lightmarl.training.module import MARLModule
 
@@ -63,12 +63,15 @@ def test_shared_module_is_stepped_once_on_the_summed_gradient_of_every_loss():
     experience = collect(module)
     trainer = module.marl_trainer
     optimizers = trainer.make_optimizers()
-    assert len(optimizers) == 3  # ppo_policy, dqn_policy, then the shared modules'
+    assert list(optimizers) == ["ppo_policy", "dqn_policy", "_shared"]  # by name: the bindings', the shared modules'
     shared_params = trainer.shared_parameters()
     shared_ids = {id(p) for p in shared_params}
-    for optimizer in optimizers[:2]:  # no binding's optimizer may step the shared module
+    for optimizer in (
+        optimizers["ppo_policy"],
+        optimizers["dqn_policy"],
+    ):  # no binding's optimizer may step the shared module
         assert not shared_ids & {id(p) for g in optimizer.param_groups for p in g["params"]}
-    assert {id(p) for g in optimizers[2].param_groups for p in g["params"]} == shared_ids
+    assert {id(p) for g in optimizers["_shared"].param_groups for p in g["params"]} == shared_ids
 
     summed = [torch.zeros_like(p) for p in shared_params]
     calls = []
@@ -83,8 +86,8 @@ def test_shared_module_is_stepped_once_on_the_summed_gradient_of_every_loss():
     for p, acc in zip(shared_params, summed):
         p.register_hook(accumulate_into(acc))
     steps = []
-    original_step = optimizers[2].step
-    optimizers[2].step = lambda *a, **k: (steps.append(1), original_step(*a, **k))[1]
+    original_step = optimizers["_shared"].step
+    optimizers["_shared"].step = lambda *a, **k: (steps.append(1), original_step(*a, **k))[1]
     before = [p.detach().clone() for p in shared_params]
 
     metrics = trainer.update(experience, optimizers, PlainStepper())
@@ -186,3 +189,33 @@ def test_a_binding_loaded_from_a_checkpoint_gets_its_shared_modules_back(tmp_pat
         npc.state_dict().items(), trained.policies["ppo_policy"].state_dict().items()
     ):
         torch.testing.assert_close(value, expected, msg=name)
+
+
+def test_the_population_resolves_shared_modules_as_plain_data_without_building_them(spread_config):
+    from lightmarl.population import BindingTable, PolicyBinding, SharedModuleSpec, shared_module_specs
+
+    table = BindingTable(
+        [
+            PolicyBinding("main", class_path=MLP),
+            PolicyBinding("npc", class_path=MLP, trainable=False),
+            PolicyBinding("unused", class_path=MLP),  # controls no agent: not a user
+        ],
+        spread_config.spec(),
+        ["main", "npc", "npc"],
+    )
+    specs = shared_module_specs(
+        {
+            "critic": {"class_path": "no_such_package.Module", "lr": 0.01},  # never imported: nothing is built
+            "npc_only": {"class_path": "no_such_package.Module", "shared_between": {"npc": "value_network"}},
+        },
+        table,
+    )
+    assert specs["critic"] == SharedModuleSpec(
+        name="critic",
+        class_path="no_such_package.Module",
+        users={"main": "critic", "npc": "critic"},
+        group="agent",
+        lr=0.01,
+    )
+    assert specs["npc_only"].users == {"npc": "value_network"} and not specs["npc_only"].trainable
+    assert specs["critic"].describe()["shared_between"] == {"main": "critic", "npc": "critic"}

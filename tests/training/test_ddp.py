@@ -121,3 +121,13 @@ def test_shared_modules_under_ddp_stay_identical_and_step_once_per_iteration(tmp
         assert {int(s["step"]) for s in unit["state"].values()} == {ITERATIONS * PPO_EPOCHS}
     assert {int(s["step"]) for s in shared["state"].values()} == {ITERATIONS}
     assert [g["name"] for g in shared["param_groups"]] == ["encoder", "critic"]
+
+
+@pytest.mark.timeout(300)
+def test_off_policy_learner_under_ddp_starts_learning_on_every_rank_together(tmp_path: Path) -> None:
+    """PPO next to DQN: whether DQN's replay is full enough is agreed across ranks
+    (``GradientStepper.agree_min``), so both take the same gradient steps and stay bit-identical."""
+    run_ddp(REPO / "recipes" / "ppo_vs_dqn.yaml", tmp_path)
+    ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    dqn = ckpt["lightmarl"]["trainers"]["dqn_policy"]
+    assert dqn["grad_steps"] > 0 and dqn["networks"], dqn.keys()

@@ -16,7 +16,7 @@ SPREAD = PettingZooEnvConfig(
 )
 
 
-def fit_quietly(module: MARLModule, root) -> None:
+def fit_quietly(module: MARLModule, root, callbacks=()) -> None:
     """Train ``module`` to its frame budget with no logger, checkpoints or validation."""
     Trainer(
         max_epochs=-1,
@@ -26,6 +26,7 @@ def fit_quietly(module: MARLModule, root) -> None:
         enable_model_summary=False,
         limit_val_batches=0,
         default_root_dir=root,
+        callbacks=list(callbacks),
     ).fit(module)
 
 
@@ -79,7 +80,9 @@ def test_algorithm_overrides_must_name_trainable_bindings():
 
 
 MEMORY = PettingZooEnvConfig(
-    env_fn="lightmarl.envs.memory.parallel_env", env_kwargs={"num_agents": 2, "num_cues": 4, "delay": 4}, num_envs=32
+    env_fn="lightmarl.envs.testing.memory.parallel_env",
+    env_kwargs={"num_agents": 2, "num_cues": 4, "delay": 4},
+    num_envs=32,
 )
 
 

@@ -1,53 +1,85 @@
 """Where the population acts: PettingZoo (and VMAS) envs, their specs, transforms and vectorization.
 
+Layout, lowest first (each module imports only those before it):
+
+* :mod:`~lightmarl.envs.spec` (groups and spaces) and :mod:`~lightmarl.envs.layout` (the
+  arrays a vector fills, the stepping-code protocol), torch-free;
+* :mod:`~lightmarl.envs.base`: the :class:`VecEnv` protocol every vector implements;
+* :mod:`~lightmarl.envs.transforms`, then :mod:`~lightmarl.envs.config` (:class:`EnvConfig`,
+  what a recipe's ``env`` builds);
+* :mod:`~lightmarl.envs.runners`: stepping copies in process or in worker processes, for any
+  family's stepping code; :mod:`~lightmarl.envs.checks`: the vector contract;
+* the env families: :mod:`~lightmarl.envs.pettingzoo` and :mod:`~lightmarl.envs.vmas`;
+  beside them :mod:`~lightmarl.envs.rendering` (video frames) and :mod:`~lightmarl.envs.testing`
+  (tiny tasks).
+
 Names are imported on first use (PEP 562): env worker processes import
-``lightmarl.envs.workers`` and must not pay for torch, which ``pettingzoo`` and ``spec`` import.
+:mod:`lightmarl.envs.runners.worker` and the torch-free stepping modules, and must not pay for
+torch, which most other modules import.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from lightmarl._imports import lazy_attributes
 
 if TYPE_CHECKING:
-    from lightmarl.envs.checks import EnvContractError, check_same_trajectories, check_vec_env
+    from lightmarl.envs.base import AsyncVecEnv, PhasedVecEnv, VecEnv
+    from lightmarl.envs.checks import check_same_trajectories, check_vec_env
     from lightmarl.envs.config import EnvConfig
-    from lightmarl.envs.pettingzoo import ParallelVecEnv, PettingZooEnvConfig, VecEnv, env_spec_of
+    from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
+    from lightmarl.envs.pettingzoo.spec import env_spec_of
+    from lightmarl.envs.pettingzoo.vector import ParallelVecEnv
+    from lightmarl.envs.runners.inprocess import InProcessVecEnv
+    from lightmarl.envs.runners.process import ProcessVecEnv
     from lightmarl.envs.spec import EnvSpec, GroupSpec
+    from lightmarl.envs.testing.match import MatchTargetEnv
+    from lightmarl.envs.testing.memory import CueMemoryEnv
     from lightmarl.envs.transforms import FrameStack, ObservationNorm, RewardNorm, TransformedVecEnv, VecTransform
     from lightmarl.envs.vmas import VmasEnvConfig, VmasVecEnv
-    from lightmarl.envs.workers import ProcessVecEnv
+    from lightmarl.errors import EnvContractError
 
 _WHERE = {
+    "AsyncVecEnv": "lightmarl.envs.base",
+    "CueMemoryEnv": "lightmarl.envs.testing.memory",
     "EnvConfig": "lightmarl.envs.config",
-    "EnvContractError": "lightmarl.envs.checks",
+    "EnvContractError": "lightmarl.errors",
     "EnvSpec": "lightmarl.envs.spec",
     "FrameStack": "lightmarl.envs.transforms",
     "GroupSpec": "lightmarl.envs.spec",
+    "InProcessVecEnv": "lightmarl.envs.runners.inprocess",
+    "MatchTargetEnv": "lightmarl.envs.testing.match",
     "ObservationNorm": "lightmarl.envs.transforms",
-    "ParallelVecEnv": "lightmarl.envs.pettingzoo",
-    "PettingZooEnvConfig": "lightmarl.envs.pettingzoo",
-    "ProcessVecEnv": "lightmarl.envs.workers",
+    "ParallelVecEnv": "lightmarl.envs.pettingzoo.vector",
+    "PettingZooEnvConfig": "lightmarl.envs.pettingzoo.config",
+    "PhasedVecEnv": "lightmarl.envs.base",
+    "ProcessVecEnv": "lightmarl.envs.runners.process",
     "RewardNorm": "lightmarl.envs.transforms",
     "TransformedVecEnv": "lightmarl.envs.transforms",
-    "VecEnv": "lightmarl.envs.pettingzoo",
+    "VecEnv": "lightmarl.envs.base",
     "VecTransform": "lightmarl.envs.transforms",
     "VmasEnvConfig": "lightmarl.envs.vmas",
     "VmasVecEnv": "lightmarl.envs.vmas",
     "check_same_trajectories": "lightmarl.envs.checks",
     "check_vec_env": "lightmarl.envs.checks",
-    "env_spec_of": "lightmarl.envs.pettingzoo",
+    "env_spec_of": "lightmarl.envs.pettingzoo.spec",
 }
 
 __all__ = [
+    "AsyncVecEnv",
+    "CueMemoryEnv",
     "EnvConfig",
     "EnvContractError",
     "EnvSpec",
     "FrameStack",
     "GroupSpec",
+    "InProcessVecEnv",
+    "MatchTargetEnv",
     "ObservationNorm",
     "ParallelVecEnv",
     "PettingZooEnvConfig",
+    "PhasedVecEnv",
     "ProcessVecEnv",
     "RewardNorm",
     "TransformedVecEnv",
@@ -60,16 +92,4 @@ __all__ = [
     "env_spec_of",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    try:
-        module = _WHERE[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _WHERE)

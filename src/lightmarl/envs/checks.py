@@ -1,14 +1,11 @@
-"""Checks that an env honours the contract lightmarl's collector relies on.
+"""Checks that a vector of env copies honours the contract lightmarl's collector relies on.
 
 TorchRL checks a TorchRL env with :func:`torchrl.envs.utils.check_env_specs`: a short random
 rollout whose data must match the env's specs (keys, shapes, dtypes). This module does the same
-for lightmarl's :class:`~lightmarl.envs.pettingzoo.VecEnv` protocol, plus what multi-agent
-envs add: validity of agents, action masks, episode ends and seeding.
+for lightmarl's :class:`~lightmarl.envs.base.VecEnv` protocol, plus what multi-agent envs add:
+validity of agents, action masks, episode ends and seeding. (A raw PettingZoo env is checked
+before it is vectorized, by :mod:`lightmarl.envs.pettingzoo.checks`.)
 
-* :func:`check_parallel_env`: one ``reset`` and one ``step`` of a raw PettingZoo ``ParallelEnv``
-  against its :class:`~lightmarl.envs.spec.EnvSpec` (observations only for known agents, of
-  the declared shapes). :meth:`PettingZooEnvConfig.spec` runs it, so a recipe whose env breaks
-  the PettingZoo API fails before training starts.
 * :func:`check_vec_env`: a random rollout of a vector (in-process or worker processes): shapes
   and dtypes per group match the :class:`~lightmarl.envs.spec.GroupSpec`, absent agents are
   masked, every legal action set is non-empty, ``done`` is ``terminated | truncated``, agents
@@ -17,8 +14,7 @@ envs add: validity of agents, action masks, episode ends and seeding.
   data (same seed twice, or in-process against worker processes).
 
 Example:
-    >>> from lightmarl.envs import PettingZooEnvConfig
-    >>> from lightmarl.envs.checks import check_same_trajectories, check_vec_env
+    >>> from lightmarl.envs import PettingZooEnvConfig, check_same_trajectories, check_vec_env
     >>> config = PettingZooEnvConfig(env_kwargs={"max_cycles": 10}, num_envs=2)
     >>> report = check_vec_env(config.make_vector(seed=0), num_steps=25)
     >>> report.episode_ends
@@ -29,122 +25,15 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
 import torch
 
 from lightmarl import keys
+from lightmarl.envs.base import Outputs, VecEnv
+from lightmarl.envs.layout import ROOT
 from lightmarl.envs.spec import EnvSpec, GroupSpec
-from lightmarl.envs.workers import ROOT
-
-if TYPE_CHECKING:
-    from lightmarl.envs.pettingzoo import VecEnv
-
-
-class EnvContractError(ValueError):
-    """An env (or vector of envs) does not behave as lightmarl's collector needs; the message names the env."""
-
-
-# -- a raw PettingZoo env ----------------------------------------------------------------
-
-
-def check_parallel_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
-    """Reset ``env`` with ``seed`` and step it once with a fixed legal action per agent.
-
-    Checks the PettingZoo parallel API as the env layer uses it: ``reset`` returns
-    ``(observations, infos)`` and ``step`` five dicts; every key is an agent of
-    ``possible_agents``; observations (and action masks) have the shapes of the declared
-    spaces. Leaves ``env`` mid-episode: close it or reset it afterwards.
-
-    Raises:
-        EnvContractError: naming the env, the call and the agent.
-    """
-    where = f"env {spec.name!r} (API check with seed {seed})"
-    try:
-        result = env.reset(seed=seed)
-    except Exception as err:
-        raise EnvContractError(f"{where}: reset() raised {type(err).__name__}: {err}") from err
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise EnvContractError(
-            f"{where}: reset() must return (observations, infos) as PettingZoo parallel envs do; "
-            f"got {type(result).__name__}"
-        )
-    _check_observations(where, "reset()", result[0], spec)
-    agents = list(env.agents)
-    _check_known(where, "env.agents after reset()", agents, spec)
-    if not agents:
-        raise EnvContractError(f"{where}: env.agents is empty after reset(); no agent would act")
-    missing = [a for a in agents if a not in result[0]]
-    if missing:
-        raise EnvContractError(f"{where}: reset() returned no observation for agents {missing} of env.agents")
-    actions = {agent: _fixed_action(spec.group_of(agent), result[0][agent]) for agent in agents}
-    try:
-        result = env.step(actions)
-    except Exception as err:
-        raise EnvContractError(f"{where}: step() raised {type(err).__name__}: {err} (actions {actions})") from err
-    if not (isinstance(result, tuple) and len(result) == 5):
-        raise EnvContractError(
-            f"{where}: step() must return (observations, rewards, terminations, truncations, infos); "
-            f"got {type(result).__name__} of length {len(result) if isinstance(result, tuple) else '-'}"
-        )
-    observations, rewards, terminations, truncations, _ = result
-    _check_observations(where, "step()", observations, spec)
-    for what, values in (("rewards", rewards), ("terminations", terminations), ("truncations", truncations)):
-        _check_known(where, f"step() {what}", values, spec)
-    _check_known(where, "env.agents after step()", list(env.agents), spec)
-
-
-def _check_known(where: str, what: str, agents: Any, spec: EnvSpec) -> None:
-    if not isinstance(agents, (dict, list)):
-        raise EnvContractError(f"{where}: {what} must be a dict keyed by agent name; got {type(agents).__name__}")
-    unknown = [a for a in agents if a not in spec.possible_agents]
-    if unknown:
-        raise EnvContractError(
-            f"{where}: {what} names unknown agent {unknown[0]!r}; possible_agents are {list(spec.possible_agents)}"
-        )
-
-
-def _check_observations(where: str, call: str, observations: Any, spec: EnvSpec) -> None:
-    _check_known(where, f"{call} observations", observations, spec)
-    for agent, obs in observations.items():
-        group = spec.group_of(agent)
-        mask = None
-        if isinstance(obs, dict):
-            if "observation" not in obs:
-                raise EnvContractError(
-                    f"{where}: {call} observation of agent {agent!r} is a dict without 'observation'"
-                )
-            mask = obs.get("action_mask")
-            obs = obs["observation"]
-        if np.shape(obs) != group.observation_shape:
-            raise EnvContractError(
-                f"{where}: {call} observation of agent {agent!r} has shape {np.shape(obs)}, but its "
-                f"observation_space says {group.observation_shape}"
-            )
-        if group.has_action_mask and (mask is None or np.shape(mask) != (group.num_actions,)):
-            raise EnvContractError(
-                f"{where}: {call} observation of agent {agent!r} needs an 'action_mask' of shape "
-                f"({group.num_actions},), as its observation_space says; got "
-                + ("none" if mask is None else f"shape {np.shape(mask)}")
-            )
-
-
-def _fixed_action(group: GroupSpec, observation: Any) -> Any:
-    """A legal action chosen without randomness: the first legal choice, or the zero vector clipped into bounds."""
-    if group.action_kind == "continuous":
-        low = np.asarray(group.action_low, np.float32).reshape(group.action_shape)
-        high = np.asarray(group.action_high, np.float32).reshape(group.action_shape)
-        return np.clip(np.zeros(group.action_shape, np.float32), low, high)
-    mask = np.asarray(observation["action_mask"], bool) if group.has_action_mask else None
-    sizes = group.action_nvec or (group.num_actions,)
-    choices, offset = [], 0
-    for size in sizes:
-        legal = np.ones(size, bool) if mask is None else mask[offset : offset + size]
-        choices.append(int(np.argmax(legal)))  # first legal one (0 when none is legal)
-        offset += size
-    return choices[0] if group.action_kind == "discrete" else np.asarray(choices, np.int64)
-
+from lightmarl.errors import EnvContractError
 
 # -- vectors -----------------------------------------------------------------------------
 
@@ -166,9 +55,7 @@ class VecEnvCheck:
     masked_rows: int
 
 
-def random_actions(
-    spec: EnvSpec, current: dict[str, dict[str, torch.Tensor]], generator: torch.Generator
-) -> dict[str, torch.Tensor]:
+def random_actions(spec: EnvSpec, current: Outputs, generator: torch.Generator) -> dict[str, torch.Tensor]:
     """Uniformly random legal actions ``[num_envs, agents_in_group, *action_shape]`` per group.
 
     Args:
@@ -361,7 +248,7 @@ def _check_next(
     spec: EnvSpec,
     num_envs: int,
     nxt: Any,
-    current: dict[str, dict[str, torch.Tensor]],
+    current: Outputs,
     ended: torch.Tensor,
     where: str,
 ) -> None:
@@ -383,7 +270,7 @@ def _check_next(
             )
 
 
-def _check_observation_td(vec: VecEnv, current: dict[str, dict[str, torch.Tensor]], where: str) -> None:
+def _check_observation_td(vec: VecEnv, current: Outputs, where: str) -> None:
     spec = vec.spec
     td = vec.observation_td()
     if tuple(td.batch_size) != (vec.num_envs,):

@@ -1,23 +1,24 @@
 """What a recipe's ``model.env`` entry must provide, whatever simulator is behind it.
 
-:class:`~lightmarl.envs.pettingzoo.PettingZooEnvConfig` is the default (a recipe's ``env:``
+:class:`~lightmarl.envs.pettingzoo.config.PettingZooEnvConfig` is the default (a recipe's ``env:``
 without ``class_path``); others are selected by ``class_path``, e.g.
 ``lightmarl.envs.vmas.VmasEnvConfig``. A subclass says how to build its env's own spec and
 vector; this base adds the recipe's :mod:`~lightmarl.envs.transforms` on top, so every env
 family gets the same transforms, the same way.
+
+It sits above :mod:`~lightmarl.envs.transforms` (it wraps vectors in them), which sits above
+the vector protocol of :mod:`~lightmarl.envs.base`; that is why it is not in ``base``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from lightmarl.envs.base import VecEnv
 from lightmarl.envs.spec import EnvSpec
 from lightmarl.envs.transforms import TransformedVecEnv, VecTransform, transformed_spec
-
-if TYPE_CHECKING:
-    from lightmarl.envs.pettingzoo import VecEnv
 
 
 class EnvConfig(ABC):

@@ -1,12 +1,17 @@
-"""What the population needs to know about an env: its agents, groups and spaces."""
+"""What the population needs to know about an env: its agents, groups and spaces.
+
+Plain data, torch-free at import: env worker processes read it (see :mod:`lightmarl.envs.runners`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,8 @@ class GroupSpec:
 
     @property
     def action_dtype(self) -> torch.dtype:
+        import torch  # lazily: worker processes import this module and must not pay for torch
+
         return torch.float32 if self.action_kind == "continuous" else torch.int64
 
 

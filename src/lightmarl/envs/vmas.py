@@ -5,11 +5,11 @@ Learning") simulates ``num_envs`` copies of a 2-D multi-robot scenario as batche
 on CPU or GPU; one ``step`` advances every copy. :class:`VmasVecEnv` drives a VMAS
 ``Environment`` directly (not through TorchRL's ``VmasEnv``: the collector wants lightmarl's
 ``[num_envs, agents, ...]`` group tensors, and skipping TensorDict round-trips keeps the per-step
-overhead flat) and implements the :class:`~lightmarl.envs.pettingzoo.VecEnv` protocol, so the
+overhead flat) and implements the :class:`~lightmarl.envs.base.VecEnv` protocol, so the
 collector, evaluation and transforms treat it like a PettingZoo vector.
 
 Install the extra: ``pip install 'lightmarl[vmas]'``. Select it in a recipe with
-``class_path: lightmarl.envs.vmas.VmasEnvConfig`` (see ``docs/vmas.md``).
+``class_path: lightmarl.envs.VmasEnvConfig`` (see ``docs/vmas.md``).
 
 What differs from PettingZoo vectors:
 
@@ -38,8 +38,9 @@ from tensordict import TensorDict
 
 from lightmarl import keys
 from lightmarl._imports import import_object
+from lightmarl.envs.base import VecEnv, observation_td
+from lightmarl.envs.checks import check_vec_env
 from lightmarl.envs.config import EnvConfig
-from lightmarl.envs.pettingzoo import VecEnv, observation_td
 from lightmarl.envs.spec import EnvSpec, GroupSpec, default_group_name
 from lightmarl.envs.transforms import VecTransform
 
@@ -168,8 +169,6 @@ class VmasEnvConfig(EnvConfig):
     def base_spec(self) -> EnvSpec:
         """The scenario's groups and spaces, after a reset and two random steps of two copies
         (:func:`~lightmarl.envs.checks.check_vec_env`): a broken scenario fails here."""
-        from lightmarl.envs.checks import check_vec_env
-
         vector = self._make(2, seed=0)
         try:
             check_vec_env(vector, num_steps=2)
@@ -322,7 +321,7 @@ class VmasVecEnv:
         return self.current
 
     def step(self, actions: dict[str, torch.Tensor]) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]:
-        """Step every copy; arguments and results as in ``ParallelVecEnv.step``."""
+        """Step every copy; arguments and results as in :meth:`~lightmarl.envs.base.VecEnv.step`."""
         device = self._env.device
         per_agent: list[Any] = [None] * len(self.spec.possible_agents)
         for g in self.spec.groups.values():
@@ -370,7 +369,7 @@ class VmasVecEnv:
         return nxt, ended
 
     def observation_td(self) -> TensorDict:
-        """As ``ParallelVecEnv.observation_td``: per group ``observation``, ``valid``, ``agent_id``."""
+        """As :func:`~lightmarl.envs.base.observation_td`: per group ``observation``, ``valid``, ``agent_id``."""
         return observation_td(self.spec, self.current, self.num_envs, self._agent_ids)
 
     def render(self, index: int = 0) -> Any:

@@ -16,7 +16,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from lightmarl._imports import import_object
 from lightmarl.league.jobs import Job, LaunchCount
@@ -240,10 +240,10 @@ class LeagueManager:
     @property
     def players(self) -> list[Player]:
         """Every player, active ones first, then historical ones oldest first."""
-        return self.payoff.players
+        return cast(list[Player], self.payoff.players)
 
     def get_player(self, player_id: str) -> Player:
-        for player in self.payoff.players:
+        for player in self.players:
             if player.player_id == player_id:
                 return player
         raise ValueError(f"no player {player_id!r} in the league")

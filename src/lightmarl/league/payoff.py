@@ -12,14 +12,26 @@ import threading
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from lightmarl.ratings import GameResult
 
-if TYPE_CHECKING:
-    from lightmarl.league.player import Player
+
+class Player(Protocol):
+    """What the payoff needs of a league player (:class:`lightmarl.league.Player`); a protocol, so
+    that this module stays below ``player.py``, which builds on it."""
+
+    @property
+    def player_id(self) -> str: ...
+
+    @property
+    def payoff(self) -> Any: ...
+
+    @payoff.setter
+    def payoff(self, payoff: Any) -> None: ...
+
 
 _MIRROR: dict[str, str] = {"win": "loss", "draw": "draw", "loss": "win"}
 _COUNT_KEY: dict[str, str] = {"win": "wins", "draw": "draws", "loss": "losses"}

@@ -1,4 +1,4 @@
-"""Who acts: bindings, the agent -> binding map and loss profiles."""
+"""Who acts, as plain data: bindings, the agent -> binding map, loss profiles and shared-module specs."""
 
 from lightmarl.population.bindings import (
     DEFAULT_BINDING_ID,
@@ -13,6 +13,7 @@ from lightmarl.population.bindings import (
     default_bindings,
     resolve_policy_mapping_fn,
 )
+from lightmarl.population.shared import SharedModuleConfig, SharedModuleSpec, shared_module_specs
 
 __all__ = [
     "DEFAULT_BINDING_ID",
@@ -23,7 +24,10 @@ __all__ = [
     "PerEnvAgentBindingMap",
     "PolicyBinding",
     "PolicyBindingConfig",
+    "SharedModuleConfig",
+    "SharedModuleSpec",
     "as_binding",
     "default_bindings",
     "resolve_policy_mapping_fn",
+    "shared_module_specs",
 ]

@@ -1,4 +1,6 @@
-"""Shared modules: one network object used by several bindings' policies (seed 000's ``shared_modules``).
+"""Shared modules as plain data: which bindings share which module, under which argument, with which optimizer.
+
+Seed 000's ``shared_modules``: one network object used by several bindings' policies.
 
 A recipe names each shared module once::
 
@@ -9,8 +11,10 @@ A recipe names each shared module once::
         shared_between: {ppo_policy: encoder, dqn_policy: encoder}   # binding -> constructor argument
         lr: 0.001
 
-The module is built once (its class gets the bindings' agent group as ``group=`` when its
-constructor takes one) and passed to each listed binding's policy constructor under that
+:func:`shared_module_specs` checks each entry against the bindings and resolves it into a
+:class:`SharedModuleSpec`; :class:`lightmarl.policies.shared_modules.SharedModules` builds the
+module once from it (its class gets the bindings' agent group as ``group=`` when its
+constructor takes one) and passes it to each listed binding's policy constructor under that
 binding's argument name, so every policy holds the *same* object. ``shared_between:
 {__all__: name}`` (the default when ``shared_between`` is left out, with the module's own
 name) lists every binding with a policy class.
@@ -26,12 +30,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict
 
-from torch import nn
-
-from lightmarl._imports import import_object, instantiate
-from lightmarl.envs.spec import EnvSpec
+from lightmarl._imports import import_object
 from lightmarl.population.bindings import BindingTable
 
 ALL_BINDINGS = "__all__"
@@ -48,139 +50,133 @@ class SharedModuleConfig(TypedDict):
     max_grad_norm: NotRequired[float | None]
 
 
-class SharedModules:
-    """The shared modules of a population, built and checked against its bindings.
+@dataclass(frozen=True)
+class SharedModuleSpec:
+    """One shared module, checked against the population: what builds it and who uses it.
+
+    Attributes:
+        name: the module's name in the recipe.
+        class_path: import path of its ``nn.Module`` class.
+        init_args: its constructor's keyword arguments.
+        users: binding id -> the policy constructor argument that receives the module (bindings
+            that act in this env only).
+        group: the agent group of its users when they all act in one (passed as ``group=`` to a
+            class that takes one), else ``None``.
+        trainable: some trainable binding uses it (otherwise it is frozen).
+        optimizer: ``"adam"`` or ``"sgd"``.
+        lr: learning rate of its optimizer.
+        max_grad_norm: gradient clipping of its step (``None``: none).
+    """
+
+    name: str
+    class_path: str
+    init_args: dict[str, Any] = field(default_factory=dict)
+    users: dict[str, str] = field(default_factory=dict)
+    group: str | None = None
+    trainable: bool = True
+    optimizer: Literal["adam", "sgd"] = "adam"
+    lr: float = 1e-3
+    max_grad_norm: float | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """What rebuilds the module (for checkpoints and saved policy dicts)."""
+        return {"class_path": self.class_path, "init_args": dict(self.init_args), "shared_between": dict(self.users)}
+
+
+def shared_module_specs(
+    configs: Mapping[str, SharedModuleConfig] | None, table: BindingTable
+) -> dict[str, SharedModuleSpec]:
+    """Check a recipe's ``shared_modules`` against the population and resolve each entry.
 
     Args:
         configs: module name -> :class:`SharedModuleConfig`.
         table: the population's bindings.
-        env_spec: the env (for each module's agent group).
+
+    Returns:
+        module name -> :class:`SharedModuleSpec`, in the recipe's order.
 
     Raises:
         ValueError: naming the module and binding for an unknown binding, a binding loaded
             from a file (its constructor cannot take a module), bindings of different groups
-            sharing a module whose class takes a group, an argument the policy class does not
-            accept or that the binding's ``policy_kwargs`` already set, or bad optimizer settings.
+            sharing a module whose class takes a group, bindings on different devices, an
+            argument the policy class does not accept or that the binding's ``policy_kwargs``
+            already set, or bad optimizer settings.
     """
-
-    def __init__(
-        self, configs: Mapping[str, SharedModuleConfig] | None, table: BindingTable, env_spec: EnvSpec
-    ) -> None:
-        self.configs: dict[str, dict[str, Any]] = {name: dict(config) for name, config in (configs or {}).items()}
-        self.modules: dict[str, nn.Module] = {}
-        #: module name -> binding id -> constructor argument name (active bindings only).
-        self.users: dict[str, dict[str, str]] = {}
-        for name, config in self.configs.items():
-            self._check_settings(name, config)
-            users = self._resolve_users(name, config, table)
-            groups = {table.group_of_binding[b] for b in users}
-            devices = {table.binding(b).device for b in users}
-            if len(devices) > 1:
-                raise ValueError(
-                    f"shared_modules.{name}: its bindings ask for different devices "
-                    f"({ {b: table.binding(b).device for b in users} }); one module lives on one device"
-                )
-            field = f"shared_modules.{name}"
-            context: dict[str, Any] = {}
-            if len(groups) == 1:
-                context["group"] = env_spec.groups[next(iter(groups))]
-            elif _takes(config["class_path"], "group", field):
-                raise ValueError(
-                    f"{field}: its class takes an agent group, but its bindings act in groups {sorted(groups)}; "
-                    "share it between bindings of one group"
-                )
-            module = instantiate(
-                {"class_path": config["class_path"], "init_args": config.get("init_args", {})}, field=field, **context
-            )
-            if not isinstance(module, nn.Module):
-                raise ValueError(f"{field}.class_path: {config['class_path']!r} did not build an nn.Module")
-            self.modules[name] = module
-            self.users[name] = users
-        self._trainable = [n for n, users in self.users.items() if any(table.binding(b).trainable for b in users)]
-        self.restore_trainability()
-
-    def restore_trainability(self) -> None:
-        """Freeze the modules only frozen bindings use; let the others learn.
-
-        Call it after freezing frozen bindings' policies, which freezes the shared modules inside them too.
-        """
-        for name, module in self.modules.items():
-            module.requires_grad_(name in self._trainable)
-
-    @staticmethod
-    def _check_settings(name: str, config: dict[str, Any]) -> None:
-        field = f"shared_modules.{name}"
-        unknown = set(config) - set(SharedModuleConfig.__annotations__)
-        if unknown:
+    specs: dict[str, SharedModuleSpec] = {}
+    for name, entry in (configs or {}).items():
+        config: dict[str, Any] = dict(entry)
+        field_name = f"shared_modules.{name}"
+        _check_settings(field_name, config)
+        users = _resolve_users(name, config, table)
+        groups = {table.group_of_binding[b] for b in users}
+        devices = {table.binding(b).device for b in users}
+        if len(devices) > 1:
             raise ValueError(
-                f"{field}: unknown keys {sorted(unknown)}; allowed {sorted(SharedModuleConfig.__annotations__)}"
+                f"{field_name}: its bindings ask for different devices "
+                f"({ {b: table.binding(b).device for b in users} }); one module lives on one device"
             )
-        lr = config.get("lr", 1e-3)
-        if not isinstance(lr, (int, float)) or lr <= 0:
-            raise ValueError(f"{field}.lr: expected a positive number, got {lr!r}")
-        if config.get("optimizer", "adam") not in ("adam", "sgd"):
-            raise ValueError(f"{field}.optimizer: expected 'adam' or 'sgd', got {config.get('optimizer')!r}")
+        if len(groups) > 1 and _takes(config["class_path"], "group", field_name):
+            raise ValueError(
+                f"{field_name}: its class takes an agent group, but its bindings act in groups {sorted(groups)}; "
+                "share it between bindings of one group"
+            )
+        specs[name] = SharedModuleSpec(
+            name=name,
+            class_path=config["class_path"],
+            init_args=dict(config.get("init_args") or {}),
+            users=users,
+            group=next(iter(groups)) if len(groups) == 1 else None,
+            trainable=any(table.binding(b).trainable for b in users),
+            optimizer=config.get("optimizer", "adam"),
+            lr=float(config.get("lr", 1e-3)),
+            max_grad_norm=config.get("max_grad_norm"),
+        )
+    return specs
 
-    @staticmethod
-    def _resolve_users(name: str, config: dict[str, Any], table: BindingTable) -> dict[str, str]:
-        field = f"shared_modules.{name}.shared_between"
-        shared_between = dict(config.get("shared_between") or {ALL_BINDINGS: name})
-        users: dict[str, str] = {}
-        if ALL_BINDINGS in shared_between:
-            argument = shared_between.pop(ALL_BINDINGS)
-            users = {b: argument for b in table.active_ids if table.binding(b).class_path is not None}
-        for binding_id, argument in shared_between.items():
-            if binding_id not in table.index:
-                raise ValueError(f"{field}: unknown binding {binding_id!r}; bindings are {table.ids}")
-            users[binding_id] = argument
-        for binding_id in [b for b in users if b not in table.group_of_binding]:
-            del users[binding_id]  # controls no agent in this env: no policy is built
-        if not users:
-            raise ValueError(f"{field}: no binding that acts in this env uses the module")
-        for binding_id, argument in users.items():
-            binding = table.binding(binding_id)
-            where = f"{field}.{binding_id}"
-            if binding.class_path is None:
-                raise ValueError(
-                    f"{where}: binding {binding_id!r} is loaded from {binding.policy_uri!r}; only bindings built "
-                    "from a class_path can take a shared module"
-                )
-            if argument in binding.policy_kwargs:
-                raise ValueError(f"{where}: binding {binding_id!r} already sets policy_kwargs.{argument}")
-            if not _takes(binding.class_path, argument, where):
-                raise ValueError(
-                    f"{where}: {binding.class_path} has no constructor argument {argument!r} to receive the module"
-                )
-        return users
 
-    def __bool__(self) -> bool:
-        return bool(self.modules)
+def _check_settings(field_name: str, config: dict[str, Any]) -> None:
+    unknown = set(config) - set(SharedModuleConfig.__annotations__)
+    if unknown:
+        raise ValueError(
+            f"{field_name}: unknown keys {sorted(unknown)}; allowed {sorted(SharedModuleConfig.__annotations__)}"
+        )
+    lr = config.get("lr", 1e-3)
+    if not isinstance(lr, (int, float)) or lr <= 0:
+        raise ValueError(f"{field_name}.lr: expected a positive number, got {lr!r}")
+    if config.get("optimizer", "adam") not in ("adam", "sgd"):
+        raise ValueError(f"{field_name}.optimizer: expected 'adam' or 'sgd', got {config.get('optimizer')!r}")
 
-    def injected(self, binding_id: str) -> dict[str, tuple[str, nn.Module]]:
-        """Constructor argument -> ``(module name, module)`` for one binding's policy."""
-        return {
-            users[binding_id]: (name, self.modules[name]) for name, users in self.users.items() if binding_id in users
-        }
 
-    def trainable(self) -> dict[str, nn.Module]:
-        """Shared modules some trainable binding learns through (the others are frozen)."""
-        return {n: self.modules[n] for n in self._trainable}
-
-    def describe(self) -> dict[str, dict[str, Any]]:
-        """What rebuilds the modules (for checkpoints and saved policy dicts)."""
-        return {
-            name: {
-                "class_path": config["class_path"],
-                "init_args": dict(config.get("init_args") or {}),
-                "shared_between": dict(self.users[name]),
-            }
-            for name, config in self.configs.items()
-        }
-
-    def optimizer_settings(self, name: str) -> tuple[str, float, float | None]:
-        """``(optimizer, lr, max_grad_norm)`` of one module."""
-        config = self.configs[name]
-        return config.get("optimizer", "adam"), float(config.get("lr", 1e-3)), config.get("max_grad_norm")
+def _resolve_users(name: str, config: dict[str, Any], table: BindingTable) -> dict[str, str]:
+    path = f"shared_modules.{name}.shared_between"
+    shared_between = dict(config.get("shared_between") or {ALL_BINDINGS: name})
+    users: dict[str, str] = {}
+    if ALL_BINDINGS in shared_between:
+        argument = shared_between.pop(ALL_BINDINGS)
+        users = {b: argument for b in table.active_ids if table.binding(b).class_path is not None}
+    for binding_id, argument in shared_between.items():
+        if binding_id not in table.index:
+            raise ValueError(f"{path}: unknown binding {binding_id!r}; bindings are {table.ids}")
+        users[binding_id] = argument
+    for binding_id in [b for b in users if b not in table.group_of_binding]:
+        del users[binding_id]  # controls no agent in this env: no policy is built
+    if not users:
+        raise ValueError(f"{path}: no binding that acts in this env uses the module")
+    for binding_id, argument in users.items():
+        binding = table.binding(binding_id)
+        where = f"{path}.{binding_id}"
+        if binding.class_path is None:
+            raise ValueError(
+                f"{where}: binding {binding_id!r} is loaded from {binding.policy_uri!r}; only bindings built "
+                "from a class_path can take a shared module"
+            )
+        if argument in binding.policy_kwargs:
+            raise ValueError(f"{where}: binding {binding_id!r} already sets policy_kwargs.{argument}")
+        if not _takes(binding.class_path, argument, where):
+            raise ValueError(
+                f"{where}: {binding.class_path} has no constructor argument {argument!r} to receive the module"
+            )
+    return users
 
 
 def _takes(class_path: str, argument: str, field: str) -> bool:

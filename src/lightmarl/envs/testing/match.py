@@ -125,5 +125,5 @@ class MatchTargetEnv(ParallelEnv):
 
 
 def parallel_env(**kwargs: Any) -> MatchTargetEnv:
-    """Constructor for recipes: ``env_fn: lightmarl.envs.match.parallel_env``."""
+    """Constructor for recipes: ``env_fn: lightmarl.envs.testing.match.parallel_env`` (or the class, ``lightmarl.envs.MatchTargetEnv``)."""
     return MatchTargetEnv(**kwargs)

@@ -1,8 +1,8 @@
 """Turn-based (AEC) PettingZoo envs in the same vector layout as parallel envs.
 
 A PettingZoo ``AECEnv`` lets one agent act at a time (``env.agent_selection``). lightmarl
-steps it with the vector machinery of parallel envs (:class:`~lightmarl.envs.workers.EnvSlice`
-and its users), so the collector, the policies and evaluation see the usual rows
+steps it with the vector machinery of parallel envs (:class:`~lightmarl.envs.pettingzoo.parallel.ParallelSlice`
+and the runners), so the collector, the policies and evaluation see the usual rows
 ``[num_envs, agents_in_group, ...]``. One vector step is one turn in every env copy:
 
 * **validity**: only the acting agent's row is ``valid``; every other agent of the copy has a
@@ -26,24 +26,26 @@ and its users), so the collector, the policies and evaluation see the usual rows
   leaves ``env.agents``; the adapter does those steps itself, right after the turn, so policies
   never see them.
 
-:class:`AECSlice` is the stepping code; :func:`~lightmarl.envs.workers.slice_class_for` picks it
+:class:`AECSlice` is the stepping code; :func:`~lightmarl.envs.pettingzoo.slices.pettingzoo_slice` picks it
 for AEC envs, in-process and in worker processes. This module imports no torch at module
 level (worker processes import it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
 import numpy as np
 
 from lightmarl import keys
-from lightmarl.envs.workers import ROOT, Arrays, EnvSlice, GroupLayout
-
-if TYPE_CHECKING:
-    from lightmarl.envs.spec import EnvSpec
+from lightmarl.envs.layout import ROOT, Arrays
+from lightmarl.envs.pettingzoo.checks import call_checked, first_legal_action
+from lightmarl.envs.pettingzoo.parallel import ParallelSlice
+from lightmarl.envs.pettingzoo.spec import env_spec_of
+from lightmarl.envs.spec import EnvSpec
+from lightmarl.errors import EnvContractError
 
 
 def is_aec_env(env: Any) -> bool:
@@ -51,26 +53,17 @@ def is_aec_env(env: Any) -> bool:
     return hasattr(env, "agent_iter")
 
 
-class AECSlice(EnvSlice):
+class AECSlice(ParallelSlice):
     """Steps AEC env copies ``start .. start + len(envs) - 1`` of a vector: one turn per copy per step.
 
-    Same constructor, arrays and error messages as :class:`~lightmarl.envs.workers.EnvSlice`
+    Same constructor, arrays and error messages as :class:`~lightmarl.envs.pettingzoo.parallel.ParallelSlice`
     (whose helpers it reuses); the rules for rows are in this module's docstring. Groups with an
     action mask read it from the observation dict, or from ``env.infos[agent]["action_mask"]``
     when observations are plain arrays.
     """
 
-    def __init__(
-        self,
-        envs: Sequence[Any],
-        groups: Sequence[GroupLayout],
-        seeds: Sequence[int],
-        start: int,
-        env_name: str,
-        possible_agents: Sequence[str],
-    ) -> None:
-        super().__init__(envs, groups, seeds, start, env_name, possible_agents)
-        self.masked_groups = [g.name for g in groups if g.has_action_mask]
+    def _start_state(self) -> None:
+        self.masked_groups = [g.name for g in self.groups if g.has_action_mask]
         # Per copy: agents seen in the running episode, and those whose end was reported.
         self._playing: list[set[str]] = [set() for _ in self.envs]
         self._finished: list[set[str]] = [set() for _ in self.envs]
@@ -191,7 +184,7 @@ class AECSlice(EnvSlice):
             self._start_episode(e, j, env, current)
 
     def step(self, actions: dict[str, np.ndarray], nxt: Arrays, current: Arrays, ended: np.ndarray) -> None:
-        """One turn in every copy; arrays as in ``EnvSlice.step`` (rows of this module's docstring)."""
+        """One turn in every copy; arrays as in ``ParallelSlice.step`` (rows of this module's docstring)."""
         for j, env in enumerate(self.envs):
             e = self.start + j
             agent = self._selected(e, env)
@@ -255,16 +248,14 @@ def _info_mask(env: Any, agent: str) -> Any:
 def aec_env_spec(env: Any, name: str, state: bool = False, seed: int = 0) -> EnvSpec:
     """The :class:`~lightmarl.envs.spec.EnvSpec` of an AEC env, after checking it keeps the AEC API.
 
-    Groups and spaces as for parallel envs (:func:`~lightmarl.envs.pettingzoo.env_spec_of`); a
+    Groups and spaces as for parallel envs (:func:`~lightmarl.envs.pettingzoo.spec.env_spec_of`); a
     group whose observations are plain arrays but whose agents find an ``action_mask`` in their
     ``infos`` gets ``has_action_mask``. Resets ``env`` with ``seed`` and plays one turn
     (:func:`check_aec_env`): a broken env fails here, before training, with an error naming it.
     """
-    from lightmarl.envs.pettingzoo import env_spec_of
-
     spec = env_spec_of(env, name=name, state=state)
     where = f"env {name!r} (API check with seed {seed})"
-    _call(where, "reset()", lambda: env.reset(seed=seed))
+    call_checked(where, "reset()", lambda: env.reset(seed=seed))
     groups = dict(spec.groups)
     for group in spec.groups.values():
         if group.has_action_mask or group.action_kind != "discrete":
@@ -276,15 +267,6 @@ def aec_env_spec(env: Any, name: str, state: bool = False, seed: int = 0) -> Env
     spec = replace(spec, groups=groups)
     check_aec_env(env, spec, seed=seed)
     return spec
-
-
-def _call(where: str, call: str, fn: Any) -> Any:
-    from lightmarl.envs.checks import EnvContractError
-
-    try:
-        return fn()
-    except Exception as err:
-        raise EnvContractError(f"{where}: {call} raised {type(err).__name__}: {err}") from err
 
 
 def check_aec_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
@@ -299,10 +281,8 @@ def check_aec_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
     Raises:
         EnvContractError: naming the env, the call and the agent.
     """
-    from lightmarl.envs.checks import EnvContractError
-
     where = f"env {spec.name!r} (API check with seed {seed})"
-    _call(where, "reset()", lambda: env.reset(seed=seed))
+    call_checked(where, "reset()", lambda: env.reset(seed=seed))
 
     def check_state(after: str) -> Any:
         agents = list(getattr(env, "agents", None) or [])
@@ -322,7 +302,7 @@ def check_aec_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
         if agents and selected not in agents:
             raise EnvContractError(f"{where}: agent_selection after {after} is {selected!r}, not one of {agents}")
         for agent in agents:
-            obs = _call(where, f"observe({agent!r}) after {after}", lambda a=agent: env.observe(a))
+            obs = call_checked(where, f"observe({agent!r}) after {after}", partial(env.observe, agent))
             group = spec.group_of(agent)
             mask: Any = obs.get("action_mask") if isinstance(obs, dict) else _info_mask(env, agent)
             array: Any = obs.get("observation") if isinstance(obs, dict) else obs
@@ -342,22 +322,7 @@ def check_aec_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
     if not env.agents:
         raise EnvContractError(f"{where}: env.agents is empty after reset(); no agent would act")
     group = spec.group_of(selected)
-    action = _first_legal_action(env, selected, group)
-    _call(where, f"step({action!r}) of agent {selected!r}", lambda: env.step(action))
+    obs = env.observe(selected)
+    action = first_legal_action(group, obs.get("action_mask") if isinstance(obs, dict) else _info_mask(env, selected))
+    call_checked(where, f"step({action!r}) of agent {selected!r}", lambda: env.step(action))
     check_state("one step()")
-
-
-def _first_legal_action(env: Any, agent: str, group: Any) -> Any:
-    if group.action_kind == "continuous":
-        low = np.asarray(group.action_low, np.float32).reshape(group.action_shape)
-        high = np.asarray(group.action_high, np.float32).reshape(group.action_shape)
-        return np.clip(np.zeros(group.action_shape, np.float32), low, high)
-    obs = env.observe(agent)
-    mask = obs.get("action_mask") if isinstance(obs, dict) else _info_mask(env, agent)
-    sizes = group.action_nvec or (group.num_actions,)
-    choices, offset = [], 0
-    for size in sizes:
-        legal = np.ones(size, bool) if mask is None else np.asarray(mask, bool)[offset : offset + size]
-        choices.append(int(np.argmax(legal)))
-        offset += size
-    return choices[0] if group.action_kind == "discrete" else np.asarray(choices, np.int64)

@@ -93,5 +93,5 @@ class CueMemoryEnv(ParallelEnv):
 
 
 def parallel_env(**kwargs: Any) -> CueMemoryEnv:
-    """Constructor for recipes: ``env_fn: lightmarl.envs.memory.parallel_env``."""
+    """Constructor for recipes: ``env_fn: lightmarl.envs.testing.memory.parallel_env`` (or the class, ``lightmarl.envs.CueMemoryEnv``)."""
     return CueMemoryEnv(**kwargs)

@@ -1,0 +1,130 @@
+"""The arrays every vector of env copies fills: per group ``[num_envs, agents_in_group, ...]`` entries.
+
+:class:`GroupLayout` is the torch-free, picklable part of a
+:class:`~lightmarl.envs.spec.GroupSpec` that stepping code needs; :func:`empty_current` /
+:func:`empty_next` allocate what policies see before a step and what a step returns. The same
+layout is used in process (:class:`~lightmarl.envs.runners.inprocess.InProcessVecEnv`) and in the
+shared-memory block of worker processes (:mod:`lightmarl.envs.runners.shared_memory`). This
+module imports no torch (worker processes import it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+
+import numpy as np
+
+from lightmarl import keys
+
+if TYPE_CHECKING:
+    from lightmarl.envs.spec import EnvSpec
+
+Arrays = dict[str, dict[str, np.ndarray]]  # group name -> key -> [num_envs, agents_in_group, ...]
+
+#: the ``Arrays`` entry of each env copy as a whole, not of a group: ``{"state": [num_envs, *state_shape]}``
+#: (the env's global ``state()``), present only when the vector records it (``EnvSpec.state_shape``).
+ROOT = "__root__"
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """What a worker needs to know about one group: a torch-free, picklable slice of ``GroupSpec``."""
+
+    name: str
+    agents: tuple[str, ...]
+    observation_shape: tuple[int, ...]
+    has_action_mask: bool
+    num_actions: int
+    action_shape: tuple[int, ...]
+    action_dtype: str  # NumPy dtype name
+
+    @classmethod
+    def of(cls, spec: EnvSpec) -> list[GroupLayout]:
+        return [
+            cls(
+                name=g.name,
+                agents=tuple(g.agents),
+                observation_shape=tuple(g.observation_shape),
+                has_action_mask=g.has_action_mask,
+                num_actions=g.num_actions,
+                action_shape=tuple(g.action_shape),
+                action_dtype="float32" if g.action_kind == "continuous" else "int64",
+            )
+            for g in spec.groups.values()
+        ]
+
+    def current_fields(self, num_envs: int) -> list[tuple[str, str, tuple[int, ...]]]:
+        """``(key, dtype, shape)`` of what the policies see at the next step."""
+        rows = (num_envs, len(self.agents))
+        fields = [(keys.OBSERVATION, "float32", (*rows, *self.observation_shape)), (keys.VALID, "bool", rows)]
+        if self.has_action_mask:
+            fields.append((keys.ACTION_MASK, "bool", (*rows, self.num_actions)))
+        return fields
+
+    def next_fields(self, num_envs: int) -> list[tuple[str, str, tuple[int, ...]]]:
+        """``(key, dtype, shape)`` of a step's results, in the order ``ParallelVecEnv.step`` returns them."""
+        rows = (num_envs, len(self.agents))
+        fields = [(keys.OBSERVATION, "float32", (*rows, *self.observation_shape))]
+        if self.has_action_mask:
+            fields.append((keys.ACTION_MASK, "bool", (*rows, self.num_actions)))
+        fields += [(keys.REWARD, "float32", rows), (keys.TERMINATED, "bool", rows), (keys.TRUNCATED, "bool", rows)]
+        fields.append((keys.DONE, "bool", rows))
+        return fields
+
+    def action_field(self, num_envs: int) -> tuple[str, tuple[int, ...]]:
+        return self.action_dtype, (num_envs, len(self.agents), *self.action_shape)
+
+
+def root_fields(num_envs: int, state_shape: tuple[int, ...] | None) -> list[tuple[str, str, tuple[int, ...]]]:
+    """``(key, dtype, shape)`` of the env copies' own entries (under :data:`ROOT`): the global state, if recorded."""
+    return [] if state_shape is None else [(keys.STATE, "float32", (num_envs, *state_shape))]
+
+
+def _with_root(arrays: Arrays, num_envs: int, state_shape: tuple[int, ...] | None) -> Arrays:
+    if state_shape is not None:
+        arrays[ROOT] = {k: np.zeros(s, dtype=d) for k, d, s in root_fields(num_envs, state_shape)}
+    return arrays
+
+
+class EnvSlice(Protocol):
+    """The stepping code of one env family for copies ``start .. stop - 1`` of a vector.
+
+    It reads actions from and writes results into arrays of this module's layout (rows of its
+    own copies only, never clearing them: the caller hands in zeroed rows), and resets a copy
+    whose episode ended. :class:`~lightmarl.envs.runners.inprocess.InProcessVecEnv` runs one slice over
+    every copy; each worker of :class:`~lightmarl.envs.runners.process.ProcessVecEnv` runs one per
+    phase. PettingZoo's are :class:`~lightmarl.envs.pettingzoo.parallel.ParallelSlice` and
+    :class:`~lightmarl.envs.pettingzoo.aec.AECSlice`.
+    """
+
+    envs: list[Any]
+    start: int
+    stop: int
+
+    def reset(self, current: Arrays) -> None:
+        """Reset every copy with its seed, writing the first observations into ``current``."""
+
+    def step(self, actions: dict[str, np.ndarray], nxt: Arrays, current: Arrays, ended: np.ndarray) -> None:
+        """Step every copy: results into ``nxt``, next observations into ``current``, resets into ``ended``."""
+
+    def close(self) -> None:
+        """Close every copy."""
+
+
+#: builds the :class:`EnvSlice` of some env copies from ``(envs, groups, seeds, start, env_name,
+#: possible_agents)`` (e.g. PettingZoo's picks parallel or AEC stepping by env).
+SliceFactory: TypeAlias = Callable[
+    [Sequence[Any], Sequence[GroupLayout], Sequence[int], int, str, Sequence[str]], EnvSlice
+]
+
+
+def empty_current(groups: Sequence[GroupLayout], num_envs: int, state_shape: tuple[int, ...] | None = None) -> Arrays:
+    arrays = {g.name: {k: np.zeros(s, dtype=d) for k, d, s in g.current_fields(num_envs)} for g in groups}
+    return _with_root(arrays, num_envs, state_shape)
+
+
+def empty_next(groups: Sequence[GroupLayout], num_envs: int, state_shape: tuple[int, ...] | None = None) -> Arrays:
+    arrays = {g.name: {k: np.zeros(s, dtype=d) for k, d, s in g.next_fields(num_envs)} for g in groups}
+    return _with_root(arrays, num_envs, state_shape)

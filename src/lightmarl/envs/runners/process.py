@@ -1,0 +1,426 @@
+"""Env copies stepped in worker processes, results exchanged through shared memory.
+
+:class:`ProcessVecEnv` has the interface of :class:`~lightmarl.envs.runners.inprocess.InProcessVecEnv`
+but splits its ``num_envs`` copies over ``num_workers`` processes; each worker
+(:mod:`lightmarl.envs.runners.worker`) steps its contiguous slice of copies (one slice per
+phase, see :class:`ProcessVecEnv`) serially with the env family's stepping code (an
+:class:`~lightmarl.envs.layout.EnvSlice`, the same code the in-process vector runs), so both
+produce the same trajectories for the same seeds and actions.
+
+One :class:`~lightmarl.envs.runners.shared_memory.SharedArrays` block holds the actions, the
+step's results and the next observations; a duplex pipe per worker carries small commands and
+replies. The parent waits on every pending pipe *and* every worker's process sentinel with a
+timeout, so a worker that dies or hangs raises instead of blocking forever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing as mp
+import select
+import time
+import weakref
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import torch
+from tensordict import TensorDict
+
+from lightmarl.envs.base import Outputs, observation_td
+from lightmarl.envs.layout import Arrays, GroupLayout
+from lightmarl.envs.runners.shared_memory import SharedArrays
+from lightmarl.envs.runners.spawn import (
+    RemoteTraceback,
+    WorkerHandle,
+    shutdown,
+    single_threaded_children,
+    skip_main_reimport,
+    split_evenly,
+)
+from lightmarl.envs.runners.worker import WorkerArgs, worker_main
+from lightmarl.envs.spec import EnvSpec
+
+#: the slice factory of PettingZoo envs (parallel and AEC), the env family worker processes serve today
+PETTINGZOO_SLICE = "lightmarl.envs.pettingzoo.slices.pettingzoo_slice"
+
+
+class ProcessVecEnv:
+    """``num_envs`` env copies stepped by ``num_workers`` worker processes, with auto-reset.
+
+    Each worker builds its copies from ``env_fn`` and steps them with the slices ``make_slice``
+    builds: by default PettingZoo's (:func:`~lightmarl.envs.pettingzoo.slices.pettingzoo_slice`:
+    parallel envs, or turn-based AEC envs one turn per step).
+
+    Same interface and results as :class:`~lightmarl.envs.runners.inprocess.InProcessVecEnv` (copy
+    ``i`` reset with ``seeds[i]``): ``reset()`` / ``step()`` return per group tensors shaped
+    ``[num_envs, agents_in_group, ...]`` (fresh tensors each call, safe to keep), and an env
+    whose episode ended is reset inside ``step``. The parent waits for all workers, so the env
+    work of a step runs in parallel while the policy's forward pass runs in the parent between
+    steps.
+
+    Phases: with ``num_phases=2`` the copies form two halves (:meth:`phases`, each a
+    :class:`VecEnvPhase` with the same interface plus ``step_async`` / ``step_wait``), and
+    every worker holds copies of both halves. A collector then sends one half's actions and
+    computes the other half's while the workers step the first: the policy's forward pass
+    overlaps env stepping instead of alternating with it. Phase ``p`` covers copies
+    ``phase_bounds[p] .. phase_bounds[p + 1] - 1``; copy ``i`` is still reset with
+    ``seeds[i]``, so the phases step exactly the trajectories of the whole vector.
+
+    Errors: an exception in a worker's env raises :class:`RuntimeError` here naming the env
+    copy and its seed, with the worker's traceback chained; a worker that dies or does not
+    answer within ``timeout`` seconds raises (and shuts the vector down) instead of hanging.
+    :meth:`close` (also run when the vector is garbage-collected or the interpreter exits)
+    joins the workers and frees the shared memory.
+
+    Args:
+        env_fn: import path of the env constructor (workers import it themselves).
+        env_kwargs: its keyword arguments (picklable).
+        spec: the env's :class:`EnvSpec` (built in the parent, e.g. by ``PettingZooEnvConfig.spec()``).
+        seeds: one reset seed per env copy.
+        num_workers: worker processes, ``1 <= num_workers <= len(seeds)``.
+        num_phases: ``1``, or ``2`` halves stepped in alternation (needs ``2 * num_workers``
+            copies or more: every worker holds at least one copy of each half).
+        start_method: ``"spawn"`` (default) or ``"forkserver"``; ``"fork"`` is refused (unsafe
+            once torch has started threads).
+        timeout: seconds to wait for a step / reset / render answer.
+        start_timeout: seconds to wait for the workers to import and build their envs.
+        spin_wait: seconds a worker keeps polling for its next command (yielding the CPU to
+            any other runnable process) before it sleeps. Between the steps of a rollout the
+            next command comes within a few milliseconds, and on a virtual machine waking a
+            sleeping process costs 0.3-1 ms, a large part of a step; ``0`` sleeps at once.
+        make_slice: import path of the :class:`~lightmarl.envs.layout.SliceFactory` the workers
+            step their copies with (they import it, so its module must not import torch).
+    """
+
+    def __init__(
+        self,
+        env_fn: str,
+        env_kwargs: dict[str, Any],
+        spec: EnvSpec,
+        seeds: Sequence[int],
+        num_workers: int,
+        *,
+        num_phases: int = 1,
+        start_method: str = "spawn",
+        timeout: float = 300.0,
+        start_timeout: float = 120.0,
+        spin_wait: float = 0.01,
+        make_slice: str = PETTINGZOO_SLICE,
+    ) -> None:
+        seeds = [int(s) for s in seeds]
+        if not isinstance(num_workers, int) or not 1 <= num_workers <= len(seeds):
+            raise ValueError(f"num_workers: expected 1..{len(seeds)} (the number of env copies), got {num_workers!r}")
+        if num_phases not in (1, 2) or num_phases * num_workers > len(seeds):
+            raise ValueError(
+                f"num_phases: expected 1, or 2 with at least 2 env copies per worker; got {num_phases!r} "
+                f"for {len(seeds)} copies and {num_workers} workers"
+            )
+        if start_method not in ("spawn", "forkserver"):
+            raise ValueError(f"start_method: expected 'spawn' or 'forkserver', got {start_method!r}")
+        self.spec = spec
+        self.seeds = seeds
+        self.num_envs = len(seeds)
+        self.num_workers = num_workers
+        self.timeout = timeout
+        self.current: Outputs = {}
+        self.phase_bounds = [0]
+        for size in split_evenly(self.num_envs, num_phases):
+            self.phase_bounds.append(self.phase_bounds[-1] + size)
+        self._groups = GroupLayout.of(spec)
+        self._agent_ids: dict[str, Any] = {}
+        self._broken: str | None = None
+        self._in_flight: list[int] = []  # phases sent ``step`` whose answers are not read yet, in order
+        self._shared = SharedArrays(self._groups, self.num_envs, state_shape=spec.state_shape)
+        self._workers: list[WorkerHandle] = []
+        # Registered before any process starts, so a failure below still cleans up.
+        self._finalizer = weakref.finalize(self, shutdown, self._workers, self._shared)
+        ctx: Any = mp.get_context(start_method)
+        chunks: list[list[tuple[int, tuple[int, ...]]]] = [[] for _ in range(num_workers)]
+        for first, stop in zip(self.phase_bounds, self.phase_bounds[1:]):
+            start = first
+            for k, size in enumerate(split_evenly(stop - first, num_workers)):
+                chunks[k].append((start, tuple(seeds[start : start + size])))
+                start += size
+        try:
+            with single_threaded_children(), skip_main_reimport(env_fn):
+                for k in range(num_workers):
+                    args = WorkerArgs(
+                        index=k,
+                        env_fn=env_fn,
+                        env_kwargs=dict(env_kwargs),
+                        env_name=spec.name,
+                        possible_agents=tuple(spec.possible_agents),
+                        groups=tuple(self._groups),
+                        num_envs=self.num_envs,
+                        shm_name=self._shared.name,
+                        chunks=tuple(chunks[k]),
+                        state_shape=spec.state_shape,
+                        spin_wait=float(spin_wait),
+                        make_slice=make_slice,
+                    )
+                    parent_conn, child_conn = ctx.Pipe(duplex=True)
+                    process = ctx.Process(
+                        target=worker_main, args=(child_conn, args), name=f"lightmarl-env-worker-{k}", daemon=True
+                    )
+                    process.start()
+                    child_conn.close()  # only the worker holds its end: its death reads as EOF here
+                    self._workers.append(WorkerHandle(k, process, parent_conn, args.chunks))
+            self._request("start", None, timeout=start_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- protocol ----------------------------------------------------------------------
+    def _request(
+        self, command: str, arg: Any, timeout: float | None, workers: Sequence[WorkerHandle] = ()
+    ) -> list[Any]:
+        """Send ``command`` to ``workers`` (default: all; ``"start"``: nothing to send) and return
+        their payloads in order; answers of steps still in flight are read (and dropped) first."""
+        self._drain()
+        workers = workers or self._workers
+        self._send(workers, command, arg)
+        return self._answers(workers, command, timeout)
+
+    def _drain(self) -> None:
+        """Read the answers of steps still in flight (e.g. after the collector stopped on an error)."""
+        while self._in_flight:
+            self._in_flight.pop(0)
+            with contextlib.suppress(RuntimeError):  # a worker's error in a step nobody waits for
+                self._answers(self._workers, "step", self.timeout)
+
+    def _send(self, workers: Sequence[WorkerHandle], command: str, arg: Any) -> None:
+        self._check_usable()
+        if command == "start":
+            return
+        for w in workers:
+            try:
+                w.conn.send((command, arg))
+            except OSError:
+                w.process.join(1.0)
+                self._fail(RuntimeError(f"{w.describe()} died (exit code {w.process.exitcode}) before {command}"))
+
+    def _answers(self, workers: Sequence[WorkerHandle], command: str, timeout: float | None) -> list[Any]:
+        """Every worker's answer to ``command``, in order.
+
+        Waits on the pipes and the process sentinels together: a dead worker is seen at once.
+        Every answer is read before a worker's error is raised, so the pipes stay in step and
+        the vector stays usable; a dead, silent or unstartable worker shuts the vector down.
+        """
+        try:
+            payloads, error = self._exchange(workers, command, timeout)
+        except _Fatal as fatal:
+            self._fail(fatal.error)
+        except BaseException as err:  # e.g. KeyboardInterrupt while waiting: answers may still come
+            self._broken = f"interrupted by {type(err).__name__} during {command}"
+            raise
+        if error is not None:  # every answer was read: the vector can go on
+            raise error
+        return payloads
+
+    def _fail(self, error: BaseException) -> NoReturn:
+        self._broken = str(error)
+        self.close()
+        raise error from error.__cause__  # a worker's traceback, or None
+
+    def _check_usable(self) -> None:
+        if self._broken is not None:
+            raise RuntimeError(f"ProcessVecEnv is unusable: {self._broken}")
+        if not self._finalizer.alive:
+            raise RuntimeError("ProcessVecEnv is closed")
+
+    def _exchange(
+        self, workers: Sequence[WorkerHandle], command: str, timeout: float | None
+    ) -> tuple[list[Any], RuntimeError | None]:
+        pending = {w.index: w for w in workers}
+        payloads: dict[int, Any] = {}
+        errors: list[tuple[WorkerHandle, str, str]] = []
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # A poll object over the pending pipes and sentinels: a third of the cost of
+        # multiprocessing's wait(), which builds a selector each call (twice per step).
+        poller = select.poll()
+        owner: dict[int, WorkerHandle] = {}  # fd -> its worker
+        for w in workers:
+            for fd in (w.conn.fileno(), w.process.sentinel):
+                poller.register(fd, select.POLLIN)
+                owner[fd] = w
+        while pending:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            events = poller.poll(None if remaining is None else math.ceil(remaining * 1000))
+            if not events:
+                names = "; ".join(w.describe() for w in pending.values())
+                raise _Fatal(TimeoutError(f"no answer to {command} within {timeout:g} s from {names}"))
+            for index in sorted({owner[fd].index for fd, _ in events}):
+                w = pending[index]
+                poller.unregister(w.conn.fileno())
+                poller.unregister(w.process.sentinel)
+                try:
+                    if not w.conn.poll():  # the sentinel fired and nothing is left to read
+                        raise EOFError
+                    status, payload = w.conn.recv()
+                except (EOFError, OSError):
+                    w.process.join(1.0)
+                    raise _Fatal(
+                        RuntimeError(f"{w.describe()} died (exit code {w.process.exitcode}) during {command}")
+                    ) from None
+                del pending[w.index]
+                if status == "error":
+                    errors.append((w, *payload))
+                else:
+                    payloads[w.index] = payload
+        if errors:
+            errors.sort(key=lambda e: e[0].index)
+            w, message, remote = errors[0]
+            more = f" (and {len(errors) - 1} more worker(s) failed)" if len(errors) > 1 else ""
+            error = RuntimeError(f"{message} [in {w.describe()}]{more}")
+            error.__cause__ = RemoteTraceback(remote)
+            if command == "start":
+                raise _Fatal(error)
+            return [], error
+        return [payloads[w.index] for w in workers], None
+
+    # -- the vector env interface ------------------------------------------------------
+    def _copy_out(self, arrays: Arrays, rows: slice = slice(None)) -> Outputs:
+        return {g: {k: torch.from_numpy(v[rows].copy()) for k, v in d.items()} for g, d in arrays.items()}
+
+    def _rows(self, phase: int | None) -> slice:
+        return slice(None) if phase is None else slice(self.phase_bounds[phase], self.phase_bounds[phase + 1])
+
+    def reset(self) -> Outputs:
+        self._reset(None)
+        self.current = self._copy_out(self._shared.current)
+        return self.current
+
+    def _reset(self, phase: int | None) -> Outputs:
+        self._request("reset", phase, self.timeout)
+        return self._copy_out(self._shared.current, self._rows(phase))
+
+    def step(self, actions: dict[str, torch.Tensor]) -> tuple[Outputs, torch.Tensor]:
+        """Step every env copy; arguments and results as in :meth:`~lightmarl.envs.base.VecEnv.step`."""
+        self._drain()
+        self._step_async(actions, None)
+        nxt, ended, self.current = self._receive(None)
+        return nxt, ended
+
+    def _step_async(self, actions: dict[str, torch.Tensor], phase: int | None) -> None:
+        """Write ``phase``'s actions into the shared block and tell every worker to step its copies of it."""
+        self._check_usable()
+        rows = self._rows(phase)
+        for g in self._groups:
+            target = self._shared.actions[g.name][rows]
+            try:
+                target[...] = actions[g.name].numpy()
+            except KeyError:
+                raise KeyError(f"actions: no entry for group {g.name!r}") from None
+            except ValueError as err:
+                raise ValueError(f"actions[{g.name!r}]: expected shape {tuple(target.shape)}: {err}") from None
+        self._send(self._workers, "step", phase)
+        self._in_flight.append(-1 if phase is None else phase)
+
+    def _receive(self, phase: int | None) -> tuple[Outputs, torch.Tensor, dict]:
+        """Read the answers to the oldest step in flight, which must be ``phase``'s: ``(next, ended, current)``."""
+        expected = -1 if phase is None else phase
+        if not self._in_flight or self._in_flight[0] != expected:
+            raise RuntimeError(
+                f"step_wait: no step of phase {phase} is the next in flight (in flight: {self._in_flight}); "
+                "wait for the steps in the order they were sent"
+            )
+        self._in_flight.pop(0)
+        self._answers(self._workers, "step", self.timeout)
+        rows = self._rows(phase)
+        ended = torch.from_numpy(self._shared.ended[rows].copy())
+        return self._copy_out(self._shared.next, rows), ended, self._copy_out(self._shared.current, rows)
+
+    def phases(self) -> list[VecEnvPhase]:
+        """The copies as :attr:`num_phases` vectors of their own, to be stepped in alternation."""
+        return [VecEnvPhase(self, p) for p in range(self.num_phases)]
+
+    @property
+    def num_phases(self) -> int:
+        return len(self.phase_bounds) - 1
+
+    def observation_td(self) -> TensorDict:
+        """What the policies see now: see :func:`~lightmarl.envs.base.observation_td`."""
+        return observation_td(self.spec, self.current, self.num_envs, self._agent_ids)
+
+    def render(self, index: int = 0) -> Any:
+        if not 0 <= index < self.num_envs:
+            raise IndexError(f"render: env copy {index} out of range (num_envs={self.num_envs})")
+        worker = next(w for w in self._workers if w.holds(index))
+        return self._request("render", index, self.timeout, workers=[worker])[0]
+
+    @property
+    def worker_processes(self) -> list[Any]:
+        """The worker :class:`multiprocessing.Process` objects (for monitoring and tests)."""
+        return [w.process for w in self._workers]
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Stop the workers (closing their envs) and free the shared memory; idempotent."""
+        self._finalizer()
+
+    def __enter__(self) -> ProcessVecEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class VecEnvPhase:
+    """One phase (a contiguous range of copies) of a :class:`ProcessVecEnv`, as a vector of its own.
+
+    The :class:`~lightmarl.envs.base.AsyncVecEnv` interface over copies
+    ``vector.phase_bounds[phase] ..`` (indices here are relative to the phase), plus
+    :meth:`step_async` / :meth:`step_wait`: send this phase's actions, do other work (e.g. the
+    other phase's forward pass), then read the results. Steps of different phases must be
+    waited for in the order they were sent. :meth:`close` closes the whole vector.
+    """
+
+    def __init__(self, vector: ProcessVecEnv, phase: int) -> None:
+        self.vector = vector
+        self.phase = phase
+        self.first = vector.phase_bounds[phase]
+        self.num_envs = vector.phase_bounds[phase + 1] - self.first
+        self.spec = vector.spec
+        self.seeds = vector.seeds[self.first : self.first + self.num_envs]
+        self.current: Outputs = {}
+        self._agent_ids: dict[str, Any] = {}
+
+    def reset(self) -> Outputs:
+        self.current = self.vector._reset(self.phase)
+        return self.current
+
+    def step_async(self, actions: dict[str, torch.Tensor]) -> None:
+        """Start stepping this phase's copies with ``actions`` (``[num_envs, agents_in_group, ...]`` per group)."""
+        self.vector._step_async(actions, self.phase)
+
+    def step_wait(self) -> tuple[Outputs, torch.Tensor]:
+        """The results of the step :meth:`step_async` started, as :meth:`~lightmarl.envs.base.VecEnv.step` returns them."""
+        nxt, ended, self.current = self.vector._receive(self.phase)
+        return nxt, ended
+
+    def step(self, actions: dict[str, torch.Tensor]) -> tuple[Outputs, torch.Tensor]:
+        self.step_async(actions)
+        return self.step_wait()
+
+    def observation_td(self) -> TensorDict:
+        return observation_td(self.spec, self.current, self.num_envs, self._agent_ids)
+
+    def render(self, index: int = 0) -> Any:
+        if not 0 <= index < self.num_envs:
+            raise IndexError(f"render: env copy {index} out of range (num_envs={self.num_envs})")
+        return self.vector.render(self.first + index)
+
+    def close(self) -> None:
+        self.vector.close()
+
+
+class _Fatal(Exception):
+    """Internal: the vector cannot go on (a worker died, timed out or failed to start)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error

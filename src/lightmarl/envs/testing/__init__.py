@@ -1,0 +1,16 @@
+"""Tiny PettingZoo tasks that exercise what the mpe2 tasks do not (memory, masks, multi-discrete actions).
+
+* :class:`CueMemoryEnv` (:mod:`~lightmarl.envs.testing.memory`): only a recurrent policy can solve it.
+* :class:`MatchTargetEnv` (:mod:`~lightmarl.envs.testing.match`): ``MultiDiscrete`` actions,
+  action masks, agents that leave early.
+
+A recipe names them by class, e.g. ``env_fn: lightmarl.envs.CueMemoryEnv``. They import no torch
+(env worker processes build them).
+"""
+
+from __future__ import annotations
+
+from lightmarl.envs.testing.match import MatchTargetEnv
+from lightmarl.envs.testing.memory import CueMemoryEnv
+
+__all__ = ["CueMemoryEnv", "MatchTargetEnv"]

@@ -1,0 +1,58 @@
+"""Optional transforms of a vector's outputs: observation and reward normalization, frame stacking.
+
+A recipe lists them under its env, applied in order to what every
+:class:`~lightmarl.envs.base.VecEnv` returns (in-process, worker processes or VMAS)::
+
+    env:
+      env_fn: mpe2.simple_spread_v3.parallel_env
+      transforms:
+        - class_path: lightmarl.envs.transforms.ObservationNorm
+        - class_path: lightmarl.envs.transforms.RewardNorm
+          init_args: {gamma: 0.99}
+        - class_path: lightmarl.envs.transforms.FrameStack
+          init_args: {num_frames: 4}
+
+Two kinds of state, kept apart:
+
+* **statistics** (running means and variances) belong to the :class:`VecTransform` object of
+  the recipe. Every vector built from the recipe shares them: training vectors update them,
+  evaluation vectors read them frozen. They are saved in the model checkpoint
+  (:func:`transforms_state_dict`) and restored on resume and in ``validate --ckpt_path``.
+* **per-vector memory** (the last frames of each agent, each agent's discounted return) belongs
+  to the :class:`BoundTransform` that :meth:`VecTransform.bind` makes for one vector.
+
+Transforms run in the training process on the vector's torch outputs
+(:class:`TransformedVecEnv`), so env worker processes stay torch-free. The spec a policy is built
+from, ``EnvConfig.spec()``, is the transformed one (frame stacking widens observations).
+Transforms apply to agent groups, never to the global ``state`` of the root.
+
+Modules: :mod:`~lightmarl.envs.transforms.base` (the transform interface, the transformed
+vector, checkpoint state), :mod:`~lightmarl.envs.transforms.normalization` (``ObservationNorm``,
+``RewardNorm``), :mod:`~lightmarl.envs.transforms.frame_stack` (``FrameStack``).
+"""
+
+from __future__ import annotations
+
+from lightmarl.envs.transforms.base import (
+    BoundTransform,
+    TransformedVecEnv,
+    VecTransform,
+    load_transforms_state_dict,
+    transformed_spec,
+    transforms_state_dict,
+)
+from lightmarl.envs.transforms.frame_stack import FrameStack
+from lightmarl.envs.transforms.normalization import ObservationNorm, RewardNorm, RunningMeanStd
+
+__all__ = [
+    "BoundTransform",
+    "FrameStack",
+    "ObservationNorm",
+    "RewardNorm",
+    "RunningMeanStd",
+    "TransformedVecEnv",
+    "VecTransform",
+    "load_transforms_state_dict",
+    "transformed_spec",
+    "transforms_state_dict",
+]

@@ -1,0 +1,260 @@
+"""The import graph of ``src/lightmarl`` is acyclic and layered: every package imports only downward.
+
+Read from the source with :mod:`ast` (nothing is imported): every ``import`` statement counts,
+at module level, under ``if TYPE_CHECKING:`` and inside functions alike, because a cycle that
+only a function-level import hides is still a cycle. A row flows up the layers, from env to
+optimizer step, and code never reaches back down-to-up::
+
+    keys, ratings   (torch-free vocabulary: TensorDict keys, rating maths)
+    _imports, errors
+    envs            where they act
+    population      who acts (plain data)
+    policies        how they act
+    data            what they experienced
+    algorithms      how they learn
+    league, evaluation   who plays whom / how well they do (siblings: neither imports the other)
+    training        how it runs at scale: drives algorithms, league and evaluation
+    cli             the front door
+
+A package may import itself and any package of a lower layer, never one of its own layer or
+above. ``training`` sits above ``league`` and ``evaluation`` because it drives them (callbacks,
+validation); they must not import it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = "lightmarl"
+
+#: lowest first; "" is the root package ``lightmarl/__init__.py`` (a docstring and the version).
+LAYERS: list[tuple[str, ...]] = [
+    ("", "keys", "ratings"),
+    ("_imports", "errors"),
+    ("envs",),
+    ("population",),
+    ("policies",),
+    ("data",),
+    ("algorithms",),
+    ("league", "evaluation"),
+    ("training",),
+    ("cli",),
+]
+
+#: third-party modules a package must not import (module prefixes).
+FORBIDDEN_EXTERNAL: dict[str, tuple[str, ...]] = {
+    "keys": ("torch", "tensordict", "numpy"),
+    # Plain data: validated config and index tensors, no networks.
+    "population": ("torch.nn", "lightning"),
+    # Algorithms know nothing of Lightning nor of collectives: the LightningModule in training/ wraps them.
+    "algorithms": ("lightning", "torch.distributed"),
+}
+
+#: ``(importing module, imported module)`` pairs allowed inside a function, each with its reason.
+#: Lazy imports of optional third-party packages (vmas, imageio, ...) need no entry: only
+#: imports of lightmarl modules are checked.
+FUNCTION_LEVEL_ALLOWED: dict[tuple[str, str], str] = {}
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    line: int
+    in_function: bool
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def all_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted((SRC / PACKAGE).rglob("*.py"))}
+
+
+def _imported_names(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> Iterator[str]:
+    """Fully qualified names an import statement binds: ``a.b`` for ``import a.b``, ``a.b.c`` for ``from a.b import c``."""
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names)
+        return
+    base = node.module or ""
+    if node.level:  # relative: resolved against this module's package
+        anchor = module.split(".") if is_package else module.split(".")[:-1]
+        anchor = anchor[: len(anchor) - (node.level - 1)]
+        base = ".".join([*anchor, base] if base else anchor)
+    for alias in node.names:
+        yield f"{base}.{alias.name}"
+
+
+def _walk(tree: ast.AST) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement, and whether it sits inside a function."""
+
+    def visit(node: ast.AST, in_function: bool) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child, in_function
+            yield from visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    yield from visit(tree, False)
+
+
+def resolve(name: str, modules: dict[str, Path]) -> str:
+    """The lightmarl module ``name`` lives in: the longest module prefix (``a.b.Class`` -> ``a.b``)."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in modules:
+            return candidate
+    raise AssertionError(f"{name!r} is not a module of {PACKAGE}")
+
+
+def import_graph() -> tuple[dict[str, list[Edge]], dict[str, list[tuple[str, int]]]]:
+    """lightmarl module -> its edges to lightmarl modules; and module -> third-party names it imports."""
+    modules = all_modules()
+    edges: dict[str, list[Edge]] = {m: [] for m in modules}
+    external: dict[str, list[tuple[str, int]]] = {m: [] for m in modules}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node, in_function in _walk(tree):
+            for name in _imported_names(node, module, path.name == "__init__.py"):
+                if name == PACKAGE or name.startswith(PACKAGE + "."):
+                    target = resolve(name, modules)
+                    if target != module:
+                        edges[module].append(Edge(module, target, node.lineno, in_function))
+                else:
+                    external[module].append((name, node.lineno))
+    return edges, external
+
+
+def package_of(module: str) -> str:
+    """The top-level part of lightmarl a module belongs to (``""`` for the root package)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def layer_of(package: str) -> int:
+    for rank, packages in enumerate(LAYERS):
+        if package in packages:
+            return rank
+    raise AssertionError(f"lightmarl.{package} is in no layer: add it to LAYERS in {__file__}")
+
+
+def find_cycle(edges: dict[str, list[Edge]]) -> list[str] | None:
+    """One import cycle (``[a, b, ..., a]``), or ``None``."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for edge in edges[module]:
+            if state.get(edge.target) == 1:
+                return [*path[path.index(edge.target) :], edge.target]
+            if edge.target not in state and (cycle := visit(edge.target)):
+                return cycle
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(edges):
+        if module not in state and (cycle := visit(module)):
+            return cycle
+    return None
+
+
+def upward_imports(edges: dict[str, list[Edge]]) -> list[str]:
+    found = []
+    for module_edges in edges.values():
+        for edge in module_edges:
+            source, target = package_of(edge.source), package_of(edge.target)
+            if source != target and layer_of(target) >= layer_of(source):
+                found.append(f"{edge.source}:{edge.line} imports {edge.target} (layer of {target or 'lightmarl'})")
+    return found
+
+
+def function_level_imports(edges: dict[str, list[Edge]]) -> list[str]:
+    return [
+        f"{edge.source}:{edge.line} imports {edge.target} inside a function"
+        for module_edges in edges.values()
+        for edge in module_edges
+        if edge.in_function and (edge.source, edge.target) not in FUNCTION_LEVEL_ALLOWED
+    ]
+
+
+def forbidden_external(external: dict[str, list[tuple[str, int]]]) -> list[str]:
+    found = []
+    for module, names in external.items():
+        for prefix in FORBIDDEN_EXTERNAL.get(package_of(module), ()):
+            found += [
+                f"{module}:{line} imports {name}" for name, line in names if (name + ".").startswith(prefix + ".")
+            ]
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> tuple[dict[str, list[Edge]], dict[str, list[tuple[str, int]]]]:
+    return import_graph()
+
+
+def test_the_graph_is_read(graph):
+    edges, _ = graph
+    assert len(edges) > 50  # every module was found
+    assert ("lightmarl.keys", False) in {(e.target, e.in_function) for e in edges["lightmarl.envs.base"]}
+
+
+def test_no_import_cycle(graph):
+    assert find_cycle(graph[0]) is None
+
+
+def test_layers_import_only_downward(graph):
+    edges, _ = graph
+    for module in edges:
+        layer_of(package_of(module))  # every package has a layer
+    assert upward_imports(edges) == []
+
+
+def test_no_function_level_import_of_lightmarl_modules(graph):
+    assert function_level_imports(graph[0]) == []
+    stale = [
+        pair
+        for pair in FUNCTION_LEVEL_ALLOWED
+        if pair not in {(e.source, e.target) for es in graph[0].values() for e in es}
+    ]
+    assert stale == [], "allow-list entries no import needs any more"
+
+
+def test_packages_keep_off_forbidden_dependencies(graph):
+    assert forbidden_external(graph[1]) == []
+
+
+def test_the_checks_catch_what_they_name():
+    """Each check fails on a graph that breaks its rule (the real graph passes them above)."""
+    edges = {
+        "lightmarl.envs.base": [Edge("lightmarl.envs.base", "lightmarl.policies.base", 3, False)],
+        "lightmarl.policies.base": [Edge("lightmarl.policies.base", "lightmarl.envs.base", 5, True)],
+        "lightmarl.evaluation.episodes": [Edge("lightmarl.evaluation.episodes", "lightmarl.training.module", 7, False)],
+        "lightmarl.training.module": [Edge("lightmarl.training.module", "lightmarl.evaluation.episodes", 9, False)],
+        "lightmarl.league.payoff": [Edge("lightmarl.league.payoff", "lightmarl.evaluation.episodes", 11, False)],
+    }
+    assert find_cycle(edges) in (
+        ["lightmarl.envs.base", "lightmarl.policies.base", "lightmarl.envs.base"],
+        ["lightmarl.evaluation.episodes", "lightmarl.training.module", "lightmarl.evaluation.episodes"],
+    )
+    assert upward_imports(edges) == [
+        "lightmarl.envs.base:3 imports lightmarl.policies.base (layer of policies)",
+        "lightmarl.evaluation.episodes:7 imports lightmarl.training.module (layer of training)",
+        "lightmarl.league.payoff:11 imports lightmarl.evaluation.episodes (layer of evaluation)",
+    ]
+    assert function_level_imports(edges) == ["lightmarl.policies.base:5 imports lightmarl.envs.base inside a function"]
+    assert forbidden_external({"lightmarl.population.shared": [("torch.nn", 4), ("torch", 5), ("torchrl", 6)]}) == [
+        "lightmarl.population.shared:4 imports torch.nn"
+    ]
