@@ -24,6 +24,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightmarl.errors import ConfigError
+from lightmarl.evaluation import plot_cli
 from lightmarl.policies.loading import load_torch_file
 from lightmarl.policies.policy_dict import PolicyDict
 from lightmarl.training.module import MARLModule
@@ -152,8 +153,6 @@ def main(args: list[str] | None = None) -> None:
     argv = sys.argv[1:] if args is None else args
     if argv[:1] == ["plot"]:
         # LightningCLI's subcommands are fixed: `lightmarl plot` is dispatched before it.
-        from lightmarl.evaluation import plot_cli
-
         plot_cli.main(argv[1:])
         return
     # Algorithms declare their hyper-parameters as dataclass fields with docstrings: show those in --help.
