@@ -29,11 +29,11 @@ class OffPolicyActorCriticAlgorithm(OffPolicyAlgorithm):
     critic_lr: float = 1e-3
     """Adam learning rate of the critic(s)."""
 
-    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool], ...]:
+    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
         return (
             *super().hyperparameter_checks(),
-            ("actor_lr", self.actor_lr, self.actor_lr > 0),
-            ("critic_lr", self.critic_lr, self.critic_lr > 0),
+            ("actor_lr", self.actor_lr, self.actor_lr > 0, "actor_lr > 0"),
+            ("critic_lr", self.critic_lr, self.critic_lr > 0, "critic_lr > 0"),
         )
 
 
