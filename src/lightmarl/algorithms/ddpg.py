@@ -28,7 +28,6 @@ class DDPGUnitTrainer(OffPolicyActorCriticUnitTrainer):
     requires = (DeterministicActor, QCritic)
     suggested_policy = "lightmarl.policies.DeterministicActorCritic"
     loss_name = "ddpg"
-    flavours = ("IDDPG", "MADDPG")
     config: DDPG
 
     def _make_loss(self) -> LossModule:

@@ -29,7 +29,6 @@ class SACUnitTrainer(OffPolicyActorCriticUnitTrainer):
     requires = (StochasticActor, TwinQCritics)
     suggested_policy = "lightmarl.policies.SACActorCritic"
     loss_name = "sac"
-    flavours = ("ISAC", "MASAC")
     config: SAC
     loss: SACLoss
 
