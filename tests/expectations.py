@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import yaml
 
 #: what every PPO update reports (TorchRL's PPO loss terms and diagnostics, plus lightmarl's row count).
 PPO_METRICS = ("loss_objective", "loss_critic", "loss_entropy", "entropy", "kl_approx", "clip_fraction", "rows")
@@ -31,3 +34,21 @@ TINY_CLI_RUN = [
     "--trainer.enable_model_summary=false",
     "--trainer.logger=false",
 ]
+
+
+def minibatches_within(recipe: Path, env_steps: int) -> list[str]:
+    """Overrides that shrink a recipe's on-policy minibatches to ``env_steps`` (one tiny rollout):
+    a minibatch larger than a rollout is a config error."""
+    model = yaml.safe_load(Path(recipe).read_text()).get("model") or {}
+    specs = [("model.algorithm", model.get("algorithm"))]
+    specs += [(f"model.algorithms.{binding}", spec) for binding, spec in (model.get("algorithms") or {}).items()]
+    return [
+        f"--{field}.init_args.minibatch_size={min(int(spec['init_args']['minibatch_size']), env_steps)}"
+        for field, spec in specs
+        if spec and "minibatch_size" in (spec.get("init_args") or {})
+    ]
+
+
+def tiny_cli_run(recipe: Path) -> list[str]:
+    """:data:`TINY_CLI_RUN` for ``recipe``, its on-policy minibatches shrunk to the tiny rollout (2 x 5 env steps)."""
+    return [*TINY_CLI_RUN, *minibatches_within(recipe, 2 * 5)]

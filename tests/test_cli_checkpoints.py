@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from expectations import TINY_CLI_RUN
+from expectations import TINY_CLI_RUN, tiny_cli_run
 from lightmarl.cli import main
 from lightmarl.errors import ConfigError
 
@@ -47,7 +47,7 @@ def test_validate_last_without_a_checkpoint_is_an_error(in_tmp, capsys):
 
 
 def test_fit_last_without_a_checkpoint_starts_fresh_and_says_so(in_tmp, caplog):
-    main(["fit", "--config", QUICKSTART, "--ckpt_path", "last", *TINY_CLI_RUN])
+    main(["fit", "--config", QUICKSTART, "--ckpt_path", "last", *tiny_cli_run(Path(QUICKSTART))])
     assert re.search(r"no checkpoint in \S*runs/quickstart/checkpoints; starting a fresh run", caplog.text)
     assert (in_tmp / "runs/quickstart/checkpoints/last.ckpt").is_file()
 

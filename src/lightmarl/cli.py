@@ -16,10 +16,11 @@ import itertools
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from jsonargparse import set_parsing_settings
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -42,6 +43,44 @@ TRAINER_DEFAULTS = {
 DEBUG_ENV = "LIGHTMARL_DEBUG"
 
 
+def readable(message: str) -> str:
+    """A jsonargparse / instantiation error as one line naming the field.
+
+    A field typed ``X | None`` (e.g. ``model.algorithm``) reports a failed ``X`` as "Does not
+    validate against any of the Union subtypes" followed by each subtype's error; only the
+    non-``None`` one says what is wrong, so that is the one kept. Other messages lose their
+    line breaks.
+    """
+    union = "Does not validate against any of the Union subtypes"
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if any(union in line for line in lines):
+        field = lines[0].split(union)[0].strip()  # e.g. 'Parser key "model.algorithm":'
+        reasons: list[str] = []
+        for line in lines[lines.index("Errors:") + 1 :] if "Errors:" in lines else []:
+            if line.startswith("Given value"):
+                break
+            if line.startswith("- "):
+                reasons.append(line[2:])
+            elif reasons:  # a reason continued on the next line
+                reasons[-1] += " " + line
+        reasons = [reason for reason in reasons if "NoneType" not in reason]
+        if reasons:
+            return " ".join([field, "; ".join(reasons)]).strip()
+    return " ".join(lines)
+
+
+class LightmarlArgumentParser(LightningArgumentParser):
+    """Parse errors as one line (``lightmarl: error: ...``) instead of the whole usage, exit code 2."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error or os.environ.get(DEBUG_ENV):
+            super().error(message, ex)
+        # prog is "<script> [options] fit"; the script is __main__.py when run in-process.
+        command = " ".join(["lightmarl", *self.prog.replace(" [options]", "").split()[1:]])
+        sys.stderr.write(f"lightmarl: error: {readable(message)} (`{command} --help` lists every option)\n")
+        raise SystemExit(2)
+
+
 class LightmarlCLI(LightningCLI):
     """LightningCLI with lightmarl's defaults (:data:`TRAINER_DEFAULTS`) and checked checkpoints.
 
@@ -55,7 +94,7 @@ class LightmarlCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except (ValueError, TypeError) as err:
-            raise ConfigError(str(err)) from err
+            raise ConfigError(readable(str(err))) from err
 
     def _parse_ckpt_path(self) -> None:
         # LightningCLI reads a --ckpt_path file's hyper-parameters while parsing: check the file first.
@@ -171,6 +210,7 @@ def main(args: list[str] | None = None) -> None:
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
+            parser_class=LightmarlArgumentParser,
             args=args,
         )
     except SIGTERMException:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from expectations import TINY_CLI_RUN
+from expectations import tiny_cli_run
 from lightmarl.cli import main
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies import MLPActorCritic, PolicyDict
@@ -41,7 +41,14 @@ def test_export_writes_weights_and_a_description_that_load_back(tmp_path, capsys
 
 def test_export_keeps_shared_modules_shared_and_can_select_bindings(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    main(["fit", "--config", str(ROOT / "recipes/centralized_critic.yaml"), *TINY_CLI_RUN])
+    main(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "recipes/centralized_critic.yaml"),
+            *tiny_cli_run(ROOT / "recipes/centralized_critic.yaml"),
+        ]
+    )
     checkpoint = next(tmp_path.rglob("last.ckpt"))
     main(["export", str(checkpoint), "--out", "all"])
     policies = PolicyDict.load("all")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from expectations import TINY_CLI_RUN
+from expectations import tiny_cli_run
 from lightmarl.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +24,7 @@ LEARN_AT_ONCE = {
 def test_bf16_mixed_precision_trains(recipe, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # 4 iterations; the off-policy learners start learning on the first transitions and take gradient steps.
-    run = [*TINY_CLI_RUN, "--model.max_frames=40", *LEARN_AT_ONCE.get(recipe, [])]
+    run = [*tiny_cli_run(ROOT / f"recipes/{recipe}.yaml"), "--model.max_frames=40", *LEARN_AT_ONCE.get(recipe, [])]
     main(["fit", "--config", str(ROOT / f"recipes/{recipe}.yaml"), "--trainer.precision=bf16-mixed", *run])
     checkpoint = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=True)
     assert checkpoint["lightmarl"]["iterations"] == 4

@@ -25,6 +25,7 @@ RUN = [
     "--model.rollout_steps=10",
     "--model.iterations_per_epoch=100000",  # the stop, not an epoch end, must write the checkpoint
     "--trainer.enable_progress_bar=false",
+    "--model.algorithm.init_args.minibatch_size=40",  # one rollout: 4 copies x 10 steps
 ]
 
 
