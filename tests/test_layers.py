@@ -52,8 +52,8 @@ FORBIDDEN_EXTERNAL: dict[str, tuple[str, ...]] = {
     "keys": ("torch", "tensordict", "numpy"),
     # Plain data: validated config and index tensors, no networks.
     "population": ("torch.nn", "lightning"),
-    # Algorithms know nothing of Lightning: the LightningModule in training/ wraps them.
-    "algorithms": ("lightning",),
+    # Algorithms know nothing of Lightning nor of collectives: the LightningModule in training/ wraps them.
+    "algorithms": ("lightning", "torch.distributed"),
 }
 
 #: ``(importing module, imported module)`` pairs allowed inside a function, each with its reason.

@@ -22,6 +22,7 @@ from lightmarl.algorithms import DDPG, DQN, PPO, QMIX, SAC, VDN, Algorithm, Plai
 from lightmarl.algorithms.off_policy import OffPolicyUnitTrainer
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig
+from lightmarl.policies.contracts import missing_capabilities
 from lightmarl.training.module import MARLModule
 
 LEARNER_GROUP = "adversary"
@@ -128,6 +129,9 @@ def test_algorithm_contract(name: str) -> None:
     assert list(trainer.unit_trainers) == ["learner"], "frozen bindings get no UnitTrainer"
     unit = trainer.unit_trainers["learner"]
     assert unit.group.name == LEARNER_GROUP
+    # The trainer writes down what it reads from the policy and which losses profiles may name.
+    assert unit.requires and missing_capabilities(module.policies["learner"], unit.requires) == []
+    assert unit.loss_names and all(name.islower() for name in unit.loss_names)
 
     # Keys honour the env's group names.
     losses = loss_modules(unit)

@@ -1,4 +1,4 @@
-"""GAE over each agent's own valid rows (:func:`lightmarl.algorithms.ppo.valid_row_gae`).
+"""GAE over each agent's own valid rows (:func:`lightmarl.algorithms.gae.valid_row_gae`).
 
 With every row valid it is TorchRL's GAE, bit for bit; with gaps (turn-based envs, agents that
 left) rewards and episode ends on the gaps belong to the agent's preceding turn.
@@ -12,7 +12,7 @@ from torchrl.objectives.value.functional import vec_generalized_advantage_estima
 
 from lightmarl import keys
 from lightmarl.algorithms import PPO
-from lightmarl.algorithms.ppo import valid_row_gae
+from lightmarl.algorithms.gae import valid_row_gae
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, RecurrentActorCritic

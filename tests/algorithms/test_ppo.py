@@ -98,9 +98,14 @@ def test_rows_outside_the_mask_produce_no_gradient(spread_config):
 
 def test_ppo_needs_a_critic_and_says_which_binding(spread_config):
     group = spread_config.spec().groups["agent"]
-    with pytest.raises(ValueError, match=r"binding 'npc': algorithm PPO needs .* critic"):
+    with pytest.raises(
+        ValueError,
+        match=r"binding 'npc': algorithm PPO needs a stochastic `actor` .* and a value `critic` .*UniformRandomPolicy lacks them",
+    ):
         PPO().check_policy("npc", UniformRandomPolicy(group))
-    with pytest.raises(ValueError, match=r"binding 'x'.*critic=False"):
+    with pytest.raises(
+        ValueError, match=r"binding 'x': algorithm PPO needs a value `critic` .*; MLPActorCritic lacks it"
+    ):
         PPO().check_policy("x", MLPActorCritic(group, critic="none"))
 
 
@@ -124,10 +129,11 @@ def test_co_trained_bindings_step_on_their_own_schedules(spread_config):
         table, policies, {"learner": PPO(minibatch_size=10), "npc": PPO(minibatch_size=10, update_every=2)}
     )
     optimizers = trainer.make_optimizers()
-    assert len(optimizers) == 2
-    assert {id(p) for p in optimizers[0].param_groups[0]["params"]}.isdisjoint(
-        id(p) for p in optimizers[1].param_groups[0]["params"]
-    )
+    assert list(optimizers) == ["learner", "npc"]  # by binding id
+    assert {id(p) for p in optimizers["learner"].param_groups[0]["params"]} == {
+        id(p) for p in policies["learner"].parameters()
+    }
+    assert {id(p) for p in optimizers["npc"].param_groups[0]["params"]} == {id(p) for p in policies["npc"].parameters()}
     stepped = []
     for iteration in range(4):
         npc_before = copy.deepcopy(policies["npc"].state_dict())

@@ -244,7 +244,7 @@ def test_the_binding_must_control_every_agent_of_its_group():
     policy = QNetworkPolicy(spec.groups["adversary"])
     table = BindingTable(bindings, spec, ["team", "other", "team", "runner"])
     with pytest.raises(
-        ValueError, match=r"binding 'team': algorithm qmix .* agent_binding_map gives 'adversary_1' to 'other'"
+        ValueError, match=r"binding 'team': algorithm QMIX .* agent_binding_map gives 'adversary_1' to 'other'"
     ):
         QMIX().make_unit_trainer("team", policy, table)
     per_env = {"default": ["team", "team", "team", "runner"], "per_env": {2: ["team", "team", "other", "runner"]}}
@@ -255,7 +255,9 @@ def test_the_binding_must_control_every_agent_of_its_group():
 
 def test_the_policy_must_have_utilities_and_discrete_actions():
     spec = tag_config().spec()
-    with pytest.raises(ValueError, match=r"binding 'team': algorithm vdn needs a policy with per-agent utilities"):
+    with pytest.raises(
+        ValueError, match=r"binding 'team': algorithm VDN needs a policy with Q-values .*MLPActorCritic lacks it"
+    ):
         VDN().check_policy("team", MLPActorCritic(spec.groups["adversary"]))
     with pytest.raises(ValueError, match=r"algorithm.team_reward"):
         QMIX(team_reward="max")  # type: ignore[arg-type]

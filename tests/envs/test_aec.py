@@ -19,7 +19,7 @@ from pettingzoo import AECEnv
 from expectations import assert_finite_metrics
 from lightmarl import keys
 from lightmarl.algorithms import PPO, PlainStepper
-from lightmarl.algorithms.ppo import valid_row_gae
+from lightmarl.algorithms.gae import valid_row_gae
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig, check_same_trajectories
 from lightmarl.envs.checks import random_actions

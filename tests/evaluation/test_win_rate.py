@@ -38,6 +38,7 @@ def test_outcome_rules():
     assert seat_outcomes([("a", 0.0), ("a", 0.0)], "highest_return") == [("a", "draw"), ("a", "draw")]
     assert seat_outcomes([("a", 1.0), ("b", -1.0)], "positive_return") == [("a", "win"), ("b", "loss")]
     assert seat_outcomes([("a", 0.0), ("b", 0.0)], "positive_return") == [("a", "draw"), ("b", "draw")]
+    assert seat_outcomes([("a", -1.0), ("b", 1.0)], "positive_return") == [("a", "loss"), ("b", "win")]
     assert seat_outcomes([("a", 1.0)], "none") == []
 
 

@@ -63,12 +63,15 @@ def test_shared_module_is_stepped_once_on_the_summed_gradient_of_every_loss():
     experience = collect(module)
     trainer = module.marl_trainer
     optimizers = trainer.make_optimizers()
-    assert len(optimizers) == 3  # ppo_policy, dqn_policy, then the shared modules'
+    assert list(optimizers) == ["ppo_policy", "dqn_policy", "_shared"]  # by name: the bindings', the shared modules'
     shared_params = trainer.shared_parameters()
     shared_ids = {id(p) for p in shared_params}
-    for optimizer in optimizers[:2]:  # no binding's optimizer may step the shared module
+    for optimizer in (
+        optimizers["ppo_policy"],
+        optimizers["dqn_policy"],
+    ):  # no binding's optimizer may step the shared module
         assert not shared_ids & {id(p) for g in optimizer.param_groups for p in g["params"]}
-    assert {id(p) for g in optimizers[2].param_groups for p in g["params"]} == shared_ids
+    assert {id(p) for g in optimizers["_shared"].param_groups for p in g["params"]} == shared_ids
 
     summed = [torch.zeros_like(p) for p in shared_params]
     calls = []
@@ -83,8 +86,8 @@ def test_shared_module_is_stepped_once_on_the_summed_gradient_of_every_loss():
     for p, acc in zip(shared_params, summed):
         p.register_hook(accumulate_into(acc))
     steps = []
-    original_step = optimizers[2].step
-    optimizers[2].step = lambda *a, **k: (steps.append(1), original_step(*a, **k))[1]
+    original_step = optimizers["_shared"].step
+    optimizers["_shared"].step = lambda *a, **k: (steps.append(1), original_step(*a, **k))[1]
     before = [p.detach().clone() for p in shared_params]
 
     metrics = trainer.update(experience, optimizers, PlainStepper())

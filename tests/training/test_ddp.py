@@ -19,13 +19,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from expectations import minibatches_within
+
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "quickstart.yaml"
 
 NUM_ENVS, ROLLOUT_STEPS, WORLD = 4, 25, 2
 ITERATIONS, ITERATIONS_PER_EPOCH = 6, 3
 FRAMES = NUM_ENVS * ROLLOUT_STEPS * WORLD * ITERATIONS  # the budget counts every rank's frames
-PPO_EPOCHS = 4  # quickstart's algorithm.init_args.epochs; one minibatch (400 > 100 rows per rank)
+PPO_EPOCHS = 4  # quickstart's algorithm.init_args.epochs; one minibatch (100 rows per rank)
 
 
 def _lightmarl() -> str:
@@ -76,6 +78,7 @@ def run_ddp(recipe: Path, tmp_path: Path) -> str:
         "--model.max_frames", str(FRAMES),
         "--model.iterations_per_epoch", str(ITERATIONS_PER_EPOCH),
         "--model.eval_episodes", "2",
+        *minibatches_within(recipe, NUM_ENVS * ROLLOUT_STEPS),
     ]  # fmt: skip
     proc = subprocess.run(
         cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=280
@@ -121,3 +124,13 @@ def test_shared_modules_under_ddp_stay_identical_and_step_once_per_iteration(tmp
         assert {int(s["step"]) for s in unit["state"].values()} == {ITERATIONS * PPO_EPOCHS}
     assert {int(s["step"]) for s in shared["state"].values()} == {ITERATIONS}
     assert [g["name"] for g in shared["param_groups"]] == ["encoder", "critic"]
+
+
+@pytest.mark.timeout(300)
+def test_off_policy_learner_under_ddp_starts_learning_on_every_rank_together(tmp_path: Path) -> None:
+    """PPO next to DQN: whether DQN's replay is full enough is agreed across ranks
+    (``GradientStepper.agree_min``), so both take the same gradient steps and stay bit-identical."""
+    run_ddp(REPO / "recipes" / "ppo_vs_dqn.yaml", tmp_path)
+    ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    dqn = ckpt["lightmarl"]["trainers"]["dqn_policy"]
+    assert dqn["grad_steps"] > 0 and dqn["networks"], dqn.keys()

@@ -7,6 +7,7 @@ from lightning.pytorch import Callback, seed_everything
 from test_learning import fit_quietly
 
 from lightmarl import keys
+from lightmarl.algorithms import PPO
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.training import MARLModule
 
@@ -57,7 +58,9 @@ def trace(experience, buffer) -> set[tuple[int, int, int]]:
 
 def test_every_row_the_trainer_sees_is_a_buffer_row_of_one_episode_agent_and_time(tmp_path):
     seed_everything(0)
-    module = MARLModule(env=SPREAD, rollout_steps=7, max_frames=3 * 28, iterations_per_epoch=3)
+    module = MARLModule(
+        env=SPREAD, algorithm=PPO(minibatch_size=28), rollout_steps=7, max_frames=3 * 28, iterations_per_epoch=3
+    )
     spy = SeeWhatTheTrainerSees()
     fit_quietly(module, tmp_path, callbacks=[spy])
 

@@ -1,15 +1,22 @@
 """The learner contract: an :class:`Algorithm` (config) builds one :class:`UnitTrainer` per binding.
 
-This layer knows nothing of Lightning. Gradient steps go through a :class:`GradientStepper`
-so that the LightningModule can route ``backward`` through ``manual_backward`` and
-all-reduce gradients under DDP, while plain Python scripts use :class:`PlainStepper`.
+This layer knows nothing of Lightning nor of ``torch.distributed``. Gradient steps and the
+few decisions every process must take together go through a :class:`GradientStepper`, so
+that the LightningModule can route ``backward`` through ``manual_backward`` and all-reduce
+under DDP, while plain Python scripts use :class:`PlainStepper`.
+
+An algorithm is a dataclass: its fields are its hyper-parameters (the YAML schema of
+``class_path: lightmarl.algorithms.PPO`` + ``init_args``, with each field's docstring as its
+``--help``), checked in ``__post_init__``. Its :attr:`Algorithm.trainer_class` declares, in
+``requires``, the policy contracts (:mod:`lightmarl.policies.contracts`) it reads.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
-from typing import Protocol
+from typing import Any, ClassVar, Protocol, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -18,11 +25,12 @@ from torch import nn
 from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
+from lightmarl.policies.contracts import missing_capabilities
 from lightmarl.population import BindingTable
 
 
 class GradientStepper(Protocol):
-    """How a UnitTrainer turns a loss into a parameter update."""
+    """How a UnitTrainer turns a loss into a parameter update, and agrees with the other processes."""
 
     def backward(self, loss: torch.Tensor) -> None: ...
 
@@ -30,6 +38,9 @@ class GradientStepper(Protocol):
         self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None
     ) -> None:
         """Synchronise gradients (if distributed), clip them, step and zero them."""
+
+    def agree_min(self, value: int) -> int:
+        """The smallest ``value`` over every process (a decision all must take together, e.g. "start learning")."""
 
 
 class PlainStepper:
@@ -45,6 +56,50 @@ class PlainStepper:
             torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+
+    def agree_min(self, value: int) -> int:
+        return value
+
+
+def optimize(
+    terms: Mapping[str, torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    stepper: GradientStepper,
+    parameters: list[nn.Parameter],
+    max_grad_norm: float | None,
+) -> None:
+    """One gradient step on the sum of a loss output's ``loss*`` terms (TorchRL's convention).
+
+    Other entries (diagnostics such as ``entropy`` or ``ESS``) are left out of the sum; DQN's
+    loss names its only term ``loss``, the others ``loss_<part>``.
+    """
+    stepper.backward(cast(torch.Tensor, sum(value for name, value in terms.items() if name.startswith("loss"))))
+    stepper.step(optimizer, parameters, max_grad_norm)
+
+
+class MetricMeans:
+    """Means of per-step metrics over an update: each :meth:`add` is one step.
+
+    Tensors are reduced to their mean (multi-agent diagnostics can be non-scalar); empty and
+    integer tensors are skipped. :meth:`means` drops non-finite means: the one place where
+    that happens before logging.
+    """
+
+    def __init__(self) -> None:
+        self._sums: dict[str, float] = {}
+        self.steps = 0
+
+    def add(self, values: Mapping[str, torch.Tensor | float]) -> None:
+        self.steps += 1
+        for name, value in values.items():
+            if isinstance(value, torch.Tensor):
+                if not (value.numel() and value.dtype.is_floating_point):
+                    continue
+                value = float(value.detach().float().mean())
+            self._sums[name] = self._sums.get(name, 0.0) + value
+
+    def means(self) -> dict[str, float]:
+        return {k: v / max(self.steps, 1) for k, v in self._sums.items() if math.isfinite(v)}
 
 
 def loss_row_mask(
@@ -63,7 +118,7 @@ def loss_row_mask(
     losses, it was produced by a trainable binding.
 
     Args:
-        rows: a group's rows (``[..., agents]``) carrying the annotations of :mod:`lightmarl.data.schema`.
+        rows: a group's rows (``[..., agents]``) carrying the annotations of :mod:`lightmarl.keys`.
         table: the population.
         loss_name: the loss asking.
         binding_id: restrict to this binding's rows, or ``None``.
@@ -87,28 +142,61 @@ def loss_row_mask(
 class UnitTrainer(ABC):
     """The learner of one trainable binding: its losses, optimizer and data path.
 
+    Subclasses declare what they read from the policy (:attr:`requires`, :attr:`action_kinds`)
+    and which parameters they step at which learning rate (:meth:`parameter_groups`); the
+    :class:`Algorithm` checks the first before building the trainer.
+
     Args:
         binding_id: the binding it trains.
         policy: that binding's policy.
         table: the population (for the loss filter).
+        config: the algorithm's hyper-parameters.
+        population: binding id -> policy for every binding that plays (a loss reading
+            another binding's policy, e.g. a distillation teacher, needs it).
     """
 
-    #: names of the losses this trainer runs; loss profiles refer to them.
+    #: the policy contracts (:mod:`lightmarl.policies.contracts`) this trainer reads.
+    requires: ClassVar[tuple[type, ...]] = ()
+    #: the action kinds it can learn (``None``: any).
+    action_kinds: ClassVar[tuple[str, ...] | None] = None
+    #: a policy class that satisfies :attr:`requires`, named in the error when a policy does not.
+    suggested_policy: ClassVar[str] = "a policy that provides them"
+    #: names of the losses this trainer runs; loss profiles refer to them (checked at build time).
     loss_names: tuple[str, ...] = ()
     #: learn on every k-th training iteration only.
     update_every: int = 1
     #: ids of parameters of shared modules: the MARLTrainer's shared optimizer steps them, never this trainer.
     shared_parameter_ids: frozenset[int] = frozenset()
 
-    def __init__(self, binding_id: str, policy: Policy, table: BindingTable) -> None:
+    def __init__(
+        self,
+        binding_id: str,
+        policy: Policy,
+        table: BindingTable,
+        config: Any,
+        population: Mapping[str, Policy] | None = None,
+    ) -> None:
         self.binding_id = binding_id
         self.policy = policy
         self.table = table
+        self.config = config
         self.group: GroupSpec = policy.group
+        self.population = population
+        #: what it trains, in words (e.g. ``MAPPO``, ``double DQN``), for the run's log.
+        self.flavour = type(self).__name__.removesuffix("UnitTrainer")
+        self.fraction_done = 0.0
+        self._build()
+
+    def _build(self) -> None:  # noqa: B027 - an optional hook: a plain UnitTrainer needs nothing more
+        """Build losses and state once the attributes above are set (subclasses extend it, not ``__init__``)."""
 
     @abstractmethod
+    def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
+        """``(parameters, learning rate)`` pairs its optimizer steps; build each with :meth:`own_parameters`."""
+
     def parameters(self) -> list[nn.Parameter]:
-        """The parameters its optimizer steps: implement as ``self.own_parameters([...])``."""
+        """Every parameter its optimizer steps."""
+        return [p for params, _ in self.parameter_groups() for p in params]
 
     def own_parameters(self, modules: Iterable[nn.Module]) -> list[nn.Parameter]:
         """Trainable parameters of ``modules``, each once, without those of shared modules.
@@ -118,8 +206,9 @@ class UnitTrainer(ABC):
         """
         return [p for p in unique_parameters(modules) if id(p) not in self.shared_parameter_ids]
 
-    @abstractmethod
-    def make_optimizer(self) -> torch.optim.Optimizer: ...
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """One Adam with a parameter group per entry of :meth:`parameter_groups` (empty ones left out)."""
+        return torch.optim.Adam([{"params": params, "lr": lr} for params, lr in self.parameter_groups() if params])
 
     @abstractmethod
     def update(
@@ -127,12 +216,16 @@ class UnitTrainer(ABC):
     ) -> dict[str, float]:
         """Learn from one rollout; returns scalar metrics (logged as ``train/<binding>/<name>``)."""
 
+    def set_progress(self, optimizer: torch.optim.Optimizer, fraction_done: float) -> None:
+        """Called before each update with the share of the training budget spent (for schedules)."""
+        self.fraction_done = fraction_done
+
     def to(self, device: torch.device) -> UnitTrainer:
         """Move loss buffers (the policy moves with the LightningModule)."""
         return self
 
     def state_dict(self) -> dict:
-        """Trainer state beyond the policy and optimizer (schedules, counters)."""
+        """Trainer state beyond the policy and optimizer (schedules, counters, target networks)."""
         return {}
 
     def load_state_dict(self, state: dict) -> None:
@@ -142,11 +235,55 @@ class UnitTrainer(ABC):
 class Algorithm(ABC):
     """Configuration of a learning algorithm; builds the :class:`UnitTrainer` of a binding.
 
-    Subclasses list their hyper-parameters as typed ``__init__`` arguments: that signature
-    is the YAML schema (``class_path: lightmarl.algorithms.PPO`` + ``init_args``).
+    Subclasses are dataclasses: each field is a hyper-parameter with a default and a docstring,
+    which makes the ``__init__`` signature the YAML schema (``class_path:
+    lightmarl.algorithms.PPO`` + ``init_args``). :meth:`hyperparameter_checks` lists the checks
+    ``__post_init__`` runs, so a bad recipe fails before training starts.
     """
 
-    @abstractmethod
+    #: the learner this algorithm builds; its ``requires`` is the policy contract.
+    trainer_class: ClassVar[type[UnitTrainer]]
+
+    def __post_init__(self) -> None:
+        check_hyperparameters(*self.hyperparameter_checks())
+
+    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
+        """``(field, value, ok, rule)`` for every hyper-parameter with a constraint (extend with ``super()``'s)."""
+        return ()
+
+    @property
+    def name(self) -> str:
+        """The algorithm's name in messages."""
+        return type(self).__name__
+
+    def check_policy(self, binding_id: str, policy: Policy) -> None:
+        """Fail unless ``policy`` satisfies the trainer's contracts and has actions it can learn.
+
+        Raises:
+            ValueError: naming the binding, the algorithm, the policy class and what it lacks.
+        """
+        trainer = self.trainer_class
+        missing = missing_capabilities(policy, trainer.requires)
+        if missing:
+            raise ValueError(
+                f"binding {binding_id!r}: algorithm {self.name} needs {' and '.join(missing)}; "
+                f"{type(policy).__name__} lacks {'them' if len(missing) > 1 else 'it'} (use {trainer.suggested_policy})"
+            )
+        kinds = trainer.action_kinds
+        if kinds is not None and policy.group.action_kind not in kinds:
+            raise ValueError(
+                f"binding {binding_id!r}: algorithm {self.name} needs {' or '.join(kinds)} actions; group "
+                f"{policy.group.name!r} has {policy.group.action_kind} actions"
+            )
+
+    def check_binding(self, binding_id: str, policy: Policy, table: BindingTable) -> None:
+        """Checks that need the population (e.g. who controls the group's other agents); default: none."""
+        del binding_id, policy, table
+
+    def check_rollout(self, binding_id: str, num_envs: int, rollout_steps: int) -> None:
+        """Checks against the size of one rollout (``num_envs x rollout_steps`` env steps); default: none."""
+        del binding_id, num_envs, rollout_steps
+
     def make_unit_trainer(
         self,
         binding_id: str,
@@ -154,43 +291,21 @@ class Algorithm(ABC):
         table: BindingTable,
         population: Mapping[str, Policy] | None = None,
     ) -> UnitTrainer:
-        """Build the learner of ``binding_id``.
+        """Check the binding, then build its learner.
 
         ``population`` (binding id -> policy, every binding that plays) lets a loss read other
         bindings' policies, e.g. a distillation teacher; losses that need it fail without it.
         """
-
-    def check_policy(self, binding_id: str, policy: Policy) -> None:
-        """Fail before training when ``policy`` lacks an output this algorithm needs."""
-        del binding_id, policy
-
-
-def require_policy_outputs(
-    binding_id: str, algorithm: str, policy: Policy, missing: list[str], *, use: str, action_kind: str | None = None
-) -> None:
-    """The check behind every ``Algorithm.check_policy``: fail naming the binding, the algorithm and
-    what the policy lacks (``missing``: readable descriptions), suggesting the policy class ``use``;
-    with ``action_kind``, the binding's group must have that kind of actions."""
-    if missing:
-        raise ValueError(
-            f"binding {binding_id!r}: algorithm {algorithm} needs {' and '.join(missing)}; {type(policy).__name__} "
-            f"lacks {'them' if len(missing) > 1 else 'it'} (use {use})"
-        )
-    if action_kind is not None and policy.group.action_kind != action_kind:
-        raise ValueError(
-            f"binding {binding_id!r}: algorithm {algorithm} needs {action_kind} actions; group "
-            f"{policy.group.name!r} has {policy.group.action_kind} actions"
-        )
+        self.check_policy(binding_id, policy)
+        self.check_binding(binding_id, policy, table)
+        return self.trainer_class(binding_id, policy, table, self, population)
 
 
-def check_hyperparameters(*checks: tuple[str, object, bool]) -> None:
-    """Raise a ``ValueError`` naming the first ``(name, value, ok)`` whose ``ok`` is false.
-
-    Algorithms call it in ``__init__`` so a bad recipe fails before training starts.
-    """
-    for name, value, ok in checks:
+def check_hyperparameters(*checks: tuple[str, object, bool, str]) -> None:
+    """Raise a ``ValueError`` naming the first ``(name, value, ok, rule)`` whose ``ok`` is false, and its rule."""
+    for name, value, ok, rule in checks:
         if not ok:
-            raise ValueError(f"algorithm.{name}: invalid value {value!r}")
+            raise ValueError(f"algorithm.{name}: invalid value {value!r}; valid values satisfy {rule}")
 
 
 def unique_parameters(modules: Iterable[nn.Module]) -> list[nn.Parameter]:

@@ -31,6 +31,7 @@ from torchrl.objectives import LossModule
 from lightmarl import keys
 from lightmarl.errors import ConfigError
 from lightmarl.policies.base import Policy, ScriptedPolicy, masked_logits
+from lightmarl.policies.contracts import ValueCritic, satisfies
 from lightmarl.population import BindingTable
 
 #: loss name of the kickstarting KL term (loss profiles refer to it).
@@ -147,12 +148,12 @@ class Distillation:
                 f"{field}.teacher: {self.teacher!r} plays group {teacher_group!r} but {student_id!r} plays "
                 f"{student.group.name!r}; a teacher must act in the student's group"
             )
-        if self.value_coeff > 0 and (not teacher.has_critic or getattr(teacher, "critic", None) is None):
+        if self.value_coeff > 0 and not satisfies(teacher, ValueCritic):
             raise ConfigError(
                 f"{field}.value_coeff: {self.value_coeff!r} needs a teacher with a value critic; "
                 f"{self.teacher!r} ({type(teacher).__name__}) has none: set value_coeff to 0"
             )
-        if self.value_coeff > 0 and getattr(student, "critic", None) is None:
+        if self.value_coeff > 0 and not satisfies(student, ValueCritic):
             raise ConfigError(f"{field}.value_coeff: the student {student_id!r} has no critic to regress")
         if self.mode == "kl":
             if not gives_logits(teacher):
@@ -274,7 +275,7 @@ class _TeacherLoss(LossModule):
         return F.log_softmax(masked_logits(logits, inputs.get((self.group, keys.ACTION_MASK), None)), dim=-1)
 
     def _value(self, policy: Policy, inputs: TensorDict) -> torch.Tensor:
-        critic = cast(torch.nn.Module, policy.critic)
+        critic = cast(ValueCritic, policy).critic
         return critic(inputs.copy()).get((self.group, keys.STATE_VALUE))
 
     def _loss(

@@ -1,30 +1,47 @@
-"""The MARLTrainer: one UnitTrainer per trainable binding, fed by one rollout stream."""
+"""The MARLTrainer: coordinates one UnitTrainer per trainable binding, fed by one rollout stream.
+
+:class:`MARLTrainer` is the base a recipe can replace (``model.marl_trainer: {class_path:
+my_package.MyMARLTrainer, init_args: {...}}``); :class:`IndependentMARLTrainer` is the default.
+The LightningModule builds it in ``setup`` with ``(table, policies, algorithms, shared)`` plus
+the recipe's ``init_args``, creates its optimizers in ``configure_optimizers`` and matches them
+to bindings by name.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
 
 import torch
 from tensordict import TensorDictBase
 from torch import nn
 
 from lightmarl.algorithms.base import Algorithm, GradientStepper, UnitTrainer, unique_parameters
+from lightmarl.errors import ConfigError
 from lightmarl.policies.base import Policy
 from lightmarl.policies.shared_modules import SharedModules
 from lightmarl.population import BindingTable
 
-#: metrics key of the shared modules' step (logged as ``train/_shared/<module>_grad_norm``).
+#: name of the shared modules' optimizer and metrics (logged as ``train/_shared/<module>_grad_norm``).
 SHARED_METRICS = "_shared"
 
 
-class IndependentMARLTrainer:
-    """Routes each trainable binding's rows to its own UnitTrainer (independent learning).
+class MARLTrainer:
+    """Owns the UnitTrainers of a population and runs one update per rollout.
 
-    Frozen bindings have no UnitTrainer: they act, their rows are annotated
-    ``is_trainable_agent=False``, and nothing steps their parameters.
+    The constructor builds one UnitTrainer per trainable binding that controls an agent (its
+    algorithm checks the binding's policy first). The base behaviour is independent learning
+    (:class:`IndependentMARLTrainer` names it for recipes): each trainable binding's rows go to its
+    own UnitTrainer and optimizer. Frozen bindings have no UnitTrainer: they act, their rows are
+    annotated ``is_trainable_agent=False``, and nothing steps their parameters.
 
-    Shared modules (:mod:`lightmarl.population.shared`) are stepped exactly once per
-    iteration: no UnitTrainer steps them; every loss that reaches them adds to their
-    gradient, and after the UnitTrainers have learnt, one optimizer of the MARLTrainer's
-    (the last of :meth:`make_optimizers`) steps them on the summed gradient.
+    Shared modules (:mod:`lightmarl.policies.shared_modules`) are stepped exactly once per iteration:
+    no UnitTrainer steps them; every loss that reaches them adds to their gradient, and after
+    the UnitTrainers have learnt, the MARLTrainer's own optimizer (``_shared`` in
+    :meth:`make_optimizers`) steps them on the summed gradient.
+
+    A subclass (e.g. a centralized learner) overrides :meth:`make_optimizers` and
+    :meth:`update`; its constructor takes ``(table, policies, algorithms, shared=None)`` first
+    (the LightningModule passes them), then any keyword knobs a recipe sets in ``init_args``.
 
     Args:
         table: the population.
@@ -41,8 +58,8 @@ class IndependentMARLTrainer:
         shared: SharedModules | None = None,
     ) -> None:
         self.table = table
+        self.shared = shared
         self.shared_modules: dict[str, nn.Module] = shared.trainable() if shared else {}
-        self._shared = shared
         shared_ids = frozenset(id(p) for p in unique_parameters(self.shared_modules.values()))
         self.unit_trainers: dict[str, UnitTrainer] = {}
         for binding_id in table.trainable_ids:
@@ -54,18 +71,18 @@ class IndependentMARLTrainer:
             unit.shared_parameter_ids = shared_ids
             self.unit_trainers[binding_id] = unit
 
-    def make_optimizers(self) -> list[torch.optim.Optimizer]:
-        """One optimizer per UnitTrainer, in :attr:`unit_trainers` order, then the shared modules' one (if any)."""
-        optimizers = [unit.make_optimizer() for unit in self.unit_trainers.values()]
+    def make_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """One optimizer per UnitTrainer (by binding id), then the shared modules' one (``_shared``), if any."""
+        optimizers = {binding_id: unit.make_optimizer() for binding_id, unit in self.unit_trainers.items()}
         if self.shared_modules:
-            optimizers.append(self._make_shared_optimizer())
+            optimizers[SHARED_METRICS] = self._make_shared_optimizer()
         return optimizers
 
     def _make_shared_optimizer(self) -> torch.optim.Optimizer:
-        assert self._shared is not None
+        assert self.shared is not None
         groups: dict[str, list[dict]] = {"adam": [], "sgd": []}
         for name, module in self.shared_modules.items():
-            kind, lr, _ = self._shared.optimizer_settings(name)
+            kind, lr, _ = self.shared.optimizer_settings(name)
             groups[kind].append({"params": unique_parameters([module]), "lr": lr, "name": name})
         if groups["adam"] and groups["sgd"]:
             raise ValueError("shared_modules: use one optimizer kind ('adam' or 'sgd') for every shared module")
@@ -79,7 +96,7 @@ class IndependentMARLTrainer:
     def update(
         self,
         experience: TensorDictBase,
-        optimizers: list[torch.optim.Optimizer],
+        optimizers: Mapping[str, torch.optim.Optimizer],
         stepper: GradientStepper,
         iteration: int = 0,
     ) -> dict[str, dict[str, float]]:
@@ -90,17 +107,17 @@ class IndependentMARLTrainer:
         to a slower-moving partner. Then the shared modules take their one step.
         """
         metrics = {
-            binding_id: unit.update(experience, optimizer, stepper)
-            for (binding_id, unit), optimizer in zip(self.unit_trainers.items(), optimizers)
+            binding_id: unit.update(experience, optimizers[binding_id], stepper)
+            for binding_id, unit in self.unit_trainers.items()
             if iteration % unit.update_every == 0
         }
         if self.shared_modules:
-            metrics[SHARED_METRICS] = self._step_shared(optimizers[len(self.unit_trainers)], stepper)
+            metrics[SHARED_METRICS] = self._step_shared(optimizers[SHARED_METRICS], stepper)
         return metrics
 
     def _step_shared(self, optimizer: torch.optim.Optimizer, stepper: GradientStepper) -> dict[str, float]:
         """One step of every shared module on the gradient its users' losses summed this iteration."""
-        assert self._shared is not None
+        assert self.shared is not None
         params = self.shared_parameters()
         # Every rank takes this step (with zeros where no loss reached a module), so DDP all-reduces line up.
         norms = {}
@@ -109,12 +126,17 @@ class IndependentMARLTrainer:
             norms[f"{name}_grad_norm"] = (
                 float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))) if grads else 0.0
             )
-        clip = [self._shared.optimizer_settings(n)[2] for n in self.shared_modules]
+        clip = [self.shared.optimizer_settings(n)[2] for n in self.shared_modules]
         max_grad_norm = min((c for c in clip if c is not None), default=None)
         stepper.step(optimizer, params, max_grad_norm)
         return norms
 
-    def to(self, device: torch.device) -> IndependentMARLTrainer:
+    def set_progress(self, optimizers: Mapping[str, torch.optim.Optimizer], fraction_done: float) -> None:
+        """Tell every UnitTrainer the share of the budget spent (learning-rate and loss schedules)."""
+        for binding_id, unit in self.unit_trainers.items():
+            unit.set_progress(optimizers[binding_id], fraction_done)
+
+    def to(self, device: torch.device) -> MARLTrainer:
         for unit in self.unit_trainers.values():
             unit.to(device)
         return self
@@ -126,3 +148,45 @@ class IndependentMARLTrainer:
         for b, unit in self.unit_trainers.items():
             if b in state:
                 unit.load_state_dict(state[b])
+
+    def check_loss_profiles(self) -> None:
+        """Fail unless every trainable binding's loss profile names losses its trainers run.
+
+        A profile of a trainable binding must be non-empty, every name in it must be a loss of a
+        UnitTrainer of this run (``loss_names``; names are case-sensitive), and at least one must
+        be the binding's own. Otherwise the binding would silently learn nothing.
+
+        Raises:
+            ConfigError: naming the profile, the bad name and the valid names.
+        """
+        valid = sorted({name for unit in self.unit_trainers.values() for name in unit.loss_names})
+        for binding_id, unit in self.unit_trainers.items():
+            profile = self.table.binding(binding_id).loss_profile
+            allowed = self.table.loss_profiles[profile]
+            if allowed is None:
+                continue  # no loss_profiles in the recipe: every loss may use every row
+            field = f"loss_profiles.{profile}"
+            unknown = [name for name in allowed if name not in valid]
+            if unknown:
+                raise ConfigError(
+                    f"{field}: {unknown[0]!r} is not a loss of this run; valid names are {valid} "
+                    f"(binding {binding_id!r} uses this profile)"
+                )
+            if not set(allowed) & set(unit.loss_names):
+                raise ConfigError(
+                    f"{field}: {allowed} names none of trainable binding {binding_id!r}'s losses, so it would learn "
+                    f"nothing; add one of {list(unit.loss_names)} (valid names are {valid})"
+                )
+
+
+#: what ``model.marl_trainer`` holds: the class (or a ``class_path`` + ``init_args`` partial) to build it with.
+MARLTrainerFactory = Callable[
+    [BindingTable, dict[str, Policy], dict[str, Algorithm], SharedModules | None], MARLTrainer
+]
+
+
+class IndependentMARLTrainer(MARLTrainer):
+    """Independent learning, the default ``model.marl_trainer``: each trainable binding learns on its own rows.
+
+    Exactly :class:`MARLTrainer`'s behaviour, under the name recipes choose it by.
+    """

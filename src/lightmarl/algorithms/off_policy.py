@@ -1,4 +1,4 @@
-"""The off-policy data path shared by DQN, SAC and DDPG: rows -> transitions -> replay -> sampled updates.
+"""The off-policy learner shared by DQN, DDPG, SAC and QMIX/VDN: rows -> transitions -> replay -> sampled updates.
 
 Each update, an off-policy UnitTrainer selects its binding's rows of the rollout with the shared
 loss filter (:func:`~lightmarl.algorithms.base.loss_row_mask`), turns them into transitions
@@ -7,7 +7,8 @@ adds them to the binding's own TorchRL :class:`~torchrl.data.ReplayBuffer` over 
 :class:`~torchrl.data.LazyTensorStorage`. Once the buffer holds ``learning_starts`` transitions it
 samples ``updates_per_iteration`` batches of ``batch_size``; each is one TorchRL loss call, one
 gradient step through the :class:`~lightmarl.algorithms.base.GradientStepper` and one
-target-network update.
+target-network update. Whether the buffer is full enough is agreed by every process
+(``GradientStepper.agree_min``), so that all DDP ranks step together.
 
 Transitions come in two layouts:
 
@@ -20,19 +21,18 @@ Transitions come in two layouts:
 
 from __future__ import annotations
 
-import math
 from abc import abstractmethod
-from typing import Protocol, cast
+from dataclasses import dataclass
+from typing import ClassVar, Literal, cast
 
 import torch
-import torch.distributed as dist
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyTensorStorage, ReplayBuffer
 from torchrl.data.replay_buffers import RandomSampler
-from torchrl.objectives import HardUpdate, LossModule, SoftUpdate
+from torchrl.objectives import HardUpdate, LossModule, SoftUpdate, ValueEstimators
 
 from lightmarl import keys
-from lightmarl.algorithms.base import GradientStepper, UnitTrainer, loss_row_mask
+from lightmarl.algorithms.base import Algorithm, GradientStepper, MetricMeans, UnitTrainer, loss_row_mask, optimize
 from lightmarl.policies.base import Policy
 from lightmarl.population import BindingTable
 
@@ -57,14 +57,7 @@ def row_transitions(experience: TensorDictBase, group_name: str, mask: torch.Ten
     Each keeps ``(group, observation/action/action_mask + annotations)`` and
     ``("next", group, observation/reward/done/terminated/action_mask)``.
     """
-    now = experience.get(group_name).select(*_NOW_KEYS, strict=False)[mask]
-    nxt = experience.get((keys.NEXT, group_name)).select(*_NEXT_KEYS, strict=False)[mask]
-    n = int(mask.sum())
-    return TensorDict(
-        {group_name: now, keys.NEXT: TensorDict({group_name: nxt}, batch_size=[n])},
-        batch_size=[n],
-        device=experience.device,
-    )
+    return _select_transitions(experience, group_name, mask)
 
 
 def joint_transitions(experience: TensorDictBase, group_name: str, mask: torch.Tensor) -> TensorDict:
@@ -74,10 +67,15 @@ def joint_transitions(experience: TensorDictBase, group_name: str, mask: torch.T
     "loss_mask")`` is ``mask`` for the kept entries, so the losses learn from those rows only.
     """
     steps = mask.any(-1)  # [envs, time]
-    now = experience.get(group_name).select(*_NOW_KEYS, strict=False)[steps]
-    now.set(keys.LOSS_MASK, mask[steps])
-    nxt = experience.get((keys.NEXT, group_name)).select(*_NEXT_KEYS, strict=False)[steps]
-    n = int(steps.sum())
+    transitions = _select_transitions(experience, group_name, steps)
+    transitions.set((group_name, keys.LOSS_MASK), mask[steps])
+    return transitions
+
+
+def _select_transitions(experience: TensorDictBase, group_name: str, index: torch.Tensor) -> TensorDict:
+    now = experience.get(group_name).select(*_NOW_KEYS, strict=False)[index]
+    nxt = experience.get((keys.NEXT, group_name)).select(*_NEXT_KEYS, strict=False)[index]
+    n = int(index.sum())
     return TensorDict(
         {group_name: now, keys.NEXT: TensorDict({group_name: nxt}, batch_size=[n])},
         batch_size=[n],
@@ -92,89 +90,156 @@ def linear_schedule(start: float, end: float, frames: int, decay_frames: int) ->
     return start + min(1.0, frames / decay_frames) * (end - start)
 
 
-def replay_checks(
-    batch_size: int, buffer_size: int, learning_starts: int, updates_per_iteration: int, update_every: int
-) -> tuple[tuple[str, object, bool], ...]:
-    """The replay hyper-parameter checks every off-policy algorithm runs (for ``check_hyperparameters``)."""
-    return (
-        ("batch_size", batch_size, batch_size >= 1),
-        ("buffer_size", buffer_size, buffer_size >= batch_size),
-        ("learning_starts", learning_starts, learning_starts >= 0),
-        ("updates_per_iteration", updates_per_iteration, updates_per_iteration >= 1),
-        ("update_every", update_every, update_every >= 1),
-    )
-
-
-def require_whole_group(binding_id: str, algorithm: str, table: BindingTable, group_name: str) -> None:
+def require_whole_group(
+    binding_id: str, algorithm: str, table: BindingTable, group_name: str, why: str, hint: str = ""
+) -> None:
     """Fail unless ``binding_id`` controls every agent of ``group_name`` in every env copy.
 
-    A centralized critic's losses re-compute every agent's action with this binding's actor,
-    which is only right when no other binding acts in the group.
+    A centralized critic's losses re-compute every agent's action with this binding's actor, and
+    a mixer mixes every agent's utility: both are only right when no other binding acts in the group.
     """
-    possible = table.env_spec.possible_agents
-    for where, agent_map in [("agent_binding_map", table.agent_binding_map)] + [
-        (f"agent_binding_map.per_env[{e}]", m) for e, m in table.per_env_maps.items()
-    ]:
-        for agent in table.env_spec.groups[group_name].agents:
-            owner = agent_map[possible.index(agent)]
-            if owner != binding_id:
-                raise ValueError(
-                    f"binding {binding_id!r}: algorithm {algorithm} with a centralized critic needs the binding to "
-                    f"control every agent of group {group_name!r}, but {where} gives {agent!r} to {owner!r}; "
-                    "use policy_kwargs.critic: local for a binding that shares its group"
-                )
+    possible = list(table.env_spec.possible_agents)
+    agents = list(table.env_spec.groups[group_name].agents)
+    maps = [("agent_binding_map", table.agent_binding_map)]
+    maps += [(f"agent_binding_map.per_env[{e}]", m) for e, m in sorted(table.per_env_maps.items())]
+    for where, agent_map in maps:
+        others = {agent: agent_map[possible.index(agent)] for agent in agents}
+        given = ", ".join(f"{agent!r} to {owner!r}" for agent, owner in others.items() if owner != binding_id)
+        if given:
+            raise ValueError(
+                f"binding {binding_id!r}: algorithm {algorithm} {why} needs the binding to control every agent of "
+                f"group {group_name!r}, but {where} gives {given}; map all of {agents} to {binding_id!r}{hint}"
+            )
 
 
-class OffPolicyConfig(Protocol):
-    """The replay settings an off-policy algorithm config carries."""
+@dataclass(kw_only=True)
+class OffPolicyAlgorithm(Algorithm):
+    """The hyper-parameters every off-policy algorithm shares: replay, target networks, clipping."""
 
-    batch_size: int
-    buffer_size: int
-    learning_starts: int
-    updates_per_iteration: int
-    max_grad_norm: float | None
-    update_every: int
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak weight of the online networks in each soft target update."""
+    batch_size: int = 256
+    """Transitions per sampled batch (rows; env steps for a centralized critic or a mixer)."""
+    buffer_size: int = 100_000
+    """Capacity of the binding's replay buffer (transitions; oldest overwritten)."""
+    learning_starts: int = 1_000
+    """No gradient step until the buffer holds this many transitions (on every process)."""
+    updates_per_iteration: int = 8
+    """Sampled batches (= optimizer steps) per training iteration."""
+    loss_function: Literal["l2", "l1", "smooth_l1"] = "l2"
+    """TD-error loss: ``l2``, ``l1`` or ``smooth_l1`` (Huber)."""
+    max_grad_norm: float | None = None
+    """Clip the gradient norm to this (``null``: no clipping)."""
+    update_every: int = 1
+    """Learn (store rows and train) on every k-th training iteration only."""
+
+    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
+        return (
+            *super().hyperparameter_checks(),
+            ("gamma", self.gamma, 0 <= self.gamma <= 1, "0 <= gamma <= 1"),
+            ("tau", self.tau, 0 < self.tau <= 1, "0 < tau <= 1"),
+            ("batch_size", self.batch_size, self.batch_size >= 1, "batch_size >= 1"),
+            ("buffer_size", self.buffer_size, self.buffer_size >= self.batch_size, "buffer_size >= batch_size"),
+            ("learning_starts", self.learning_starts, self.learning_starts >= 0, "learning_starts >= 0"),
+            (
+                "updates_per_iteration",
+                self.updates_per_iteration,
+                self.updates_per_iteration >= 1,
+                "updates_per_iteration >= 1",
+            ),
+            (
+                "loss_function",
+                self.loss_function,
+                self.loss_function in ("l2", "l1", "smooth_l1"),
+                'loss_function in ("l2", "l1", "smooth_l1")',
+            ),
+            (
+                "max_grad_norm",
+                self.max_grad_norm,
+                self.max_grad_norm is None or self.max_grad_norm > 0,
+                "max_grad_norm is None or max_grad_norm > 0",
+            ),
+            ("update_every", self.update_every, self.update_every >= 1, "update_every >= 1"),
+        )
+
+    def check_binding(self, binding_id: str, policy: Policy, table: BindingTable) -> None:
+        trainer = cast(type[OffPolicyUnitTrainer], self.trainer_class)
+        if trainer.reads_whole_group(policy):
+            why, hint = trainer.whole_group_reason
+            require_whole_group(binding_id, self.name, table, policy.group.name, why, hint)
 
 
 class OffPolicyUnitTrainer(UnitTrainer):
     """The off-policy learner of one binding: replay buffer, sampled updates, target networks, counters.
 
-    Subclasses build ``self.loss`` (a TorchRL loss with target parameters) in their
-    ``__init__``, then call :meth:`_init_targets`; they may override :meth:`_after_update`
-    (exploration schedules), :meth:`_batch_metrics` and :meth:`_make_target_updater`.
-
-    Args:
-        binding_id: the binding it trains.
-        policy: that binding's policy.
-        table: the population.
-        config: the algorithm's settings.
-        loss_name: the loss name that selects rows (``loss_profiles`` refer to it).
-        joint: store joint transitions ``[N, agents]`` (centralized critic) instead of rows ``[N]``.
+    Subclasses set :attr:`loss_name` and implement :meth:`_make_loss` (a TorchRL loss with target
+    parameters, finished with :meth:`_td0`); they may override :meth:`exploration` (a schedule the
+    policy explores with), :meth:`_batch_metrics` and :meth:`_make_target_updater`.
     """
 
+    config: OffPolicyAlgorithm
     loss: LossModule
     target_updater: SoftUpdate | HardUpdate
+    #: the loss name that selects rows (``loss_profiles`` refer to it).
+    loss_name: str
+    #: why a learner that reads the whole group (:meth:`reads_whole_group`) must control it, and a hint.
+    whole_group_reason: ClassVar[tuple[str, str]] = ("reads every agent of its group and", "")
 
-    def __init__(
-        self,
-        binding_id: str,
-        policy: Policy,
-        table: BindingTable,
-        config: OffPolicyConfig,
-        loss_name: str,
-        joint: bool = False,
-    ) -> None:
-        super().__init__(binding_id, policy, table)
-        self.config = config
-        self.loss_name = loss_name
-        self.loss_names = (loss_name,)
-        self.joint = joint
-        self.update_every = config.update_every
+    def _build(self) -> None:
+        self.loss_names = (self.loss_name,)
+        #: store joint transitions ``[N, agents]`` (centralized critic) instead of rows ``[N]``.
+        self.joint = self.reads_whole_group(self.policy)
+        self.update_every = self.config.update_every
         self.device = torch.device("cpu")
         self.replay = self._make_replay()
         self.frames = 0
         self.grad_steps = 0
         self.updates = 0
+        self.loss = self._make_loss()
+        # The target networks start as copies of the online ones.
+        self.target_updater = self._make_target_updater()
+        self._set_exploration()
+
+    @classmethod
+    def reads_whole_group(cls, policy: Policy) -> bool:
+        """Whether the learner reads every agent of the group at once (then it must control the whole group)."""
+        del policy
+        return False
+
+    @abstractmethod
+    def _make_loss(self) -> LossModule: ...
+
+    def _td0(self, loss: LossModule, masked: bool = False, **tensor_keys: object) -> LossModule:
+        """Finish ``loss``: the group's reward/done/terminated/TD-error keys (unless given), a TD(0) target.
+
+        ``masked``: the loss learns only from ``(group, "loss_mask")`` rows (joint transitions).
+        """
+        g = self.group.name
+        defaults = {
+            "reward": (g, keys.REWARD),
+            "done": (g, keys.DONE),
+            "terminated": (g, keys.TERMINATED),
+            "priority": (g, keys.TD_ERROR),
+        }
+        loss.set_keys(**{**defaults, **tensor_keys})
+        if masked:
+            loss.loss_mask_key = (g, keys.LOSS_MASK)
+        loss.make_value_estimator(ValueEstimators.TD0, gamma=self.config.gamma)
+        return loss
+
+    def _make_target_updater(self) -> SoftUpdate | HardUpdate:
+        return SoftUpdate(self.loss, tau=self.config.tau)
+
+    def exploration(self) -> tuple[str, torch.Tensor, float] | None:
+        """``(metric name, the policy's exploration buffer, its scheduled value now)``, or ``None`` (no schedule)."""
+        return None
+
+    def _set_exploration(self) -> None:
+        schedule = self.exploration()
+        if schedule is not None:
+            schedule[1].fill_(schedule[2])
 
     # -- plumbing ---------------------------------------------------------------------------
     def _make_replay(self) -> ReplayBuffer:
@@ -183,13 +248,6 @@ class OffPolicyUnitTrainer(UnitTrainer):
             sampler=RandomSampler(),
             batch_size=self.config.batch_size,
         )
-
-    def _init_targets(self) -> None:
-        """Start the target networks as copies of the online ones (call once ``self.loss`` exists)."""
-        self.target_updater = self._make_target_updater()
-
-    @abstractmethod
-    def _make_target_updater(self) -> SoftUpdate | HardUpdate: ...
 
     def target_parameters(self) -> list[torch.Tensor]:
         """The target networks' tensors (detached copies of the online networks' parameters)."""
@@ -227,25 +285,20 @@ class OffPolicyUnitTrainer(UnitTrainer):
         (:func:`joint_transitions`) when the trainer's critic is centralized.
         """
         g = self.group.name
-        rows = experience.get(g)
-        mask = loss_row_mask(rows, self.table, self.loss_name, binding_id=self.binding_id)
+        mask = loss_row_mask(experience.get(g), self.table, self.loss_name, binding_id=self.binding_id)
         if not self.joint:
             return row_transitions(experience, g, mask)
-        steps = mask.any(-1)
-        others = (rows.get(keys.BINDING_ID)[steps] != self.table.index[self.binding_id]).any()
-        if bool(others):
-            raise ValueError(
-                f"binding {self.binding_id!r}: its centralized critic needs every agent of group {g!r}, but the "
-                "rollout has rows of other bindings in its env steps (did the agent_binding_map change?)"
-            )
+        self._check_whole_group_rows(experience, mask.any(-1))
         return joint_transitions(experience, g, mask)
 
-    def _ready(self) -> bool:
-        """Whether the buffer holds ``learning_starts`` transitions (on every rank, so all step together)."""
-        size = torch.tensor(len(self.replay), device=self.device)
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(size, op=dist.ReduceOp.MIN)
-        return int(size) >= max(1, self.config.learning_starts)
+    def _check_whole_group_rows(self, experience: TensorDictBase, steps: torch.Tensor) -> None:
+        """Fail when another binding acted in one of the env ``steps`` this learner reads whole."""
+        g = self.group.name
+        if bool((experience.get((g, keys.BINDING_ID))[steps] != self.table.index[self.binding_id]).any()):
+            raise ValueError(
+                f"binding {self.binding_id!r}: {self.flavour} needs every agent of group {g!r}, but the rollout has "
+                "rows of other bindings in its env steps (did the agent_binding_map change?)"
+            )
 
     def update(
         self, experience: TensorDictBase, optimizer: torch.optim.Optimizer, stepper: GradientStepper
@@ -256,36 +309,28 @@ class OffPolicyUnitTrainer(UnitTrainer):
             self.replay.extend(transitions.to(self.device))
         self.frames += int(experience.batch_size.numel())
         metrics: dict[str, float] = {"rows": float(num_rows), "buffer_size": float(len(self.replay))}
-        if self._ready():
+        # Every process decides together, so that all take the same optimizer steps.
+        if stepper.agree_min(len(self.replay)) >= max(1, self.config.learning_starts):
             metrics.update(self._train(optimizer, stepper))
         self.updates += 1
-        self._after_update(metrics)
+        schedule = self.exploration()
+        if schedule is not None:
+            metrics[schedule[0]] = float(schedule[1])  # what the consumed rollout was collected with
+            self._set_exploration()  # the next rollout explores with the value for the frames seen so far
         metrics["grad_steps"] = float(self.grad_steps)
         return metrics
 
-    def _after_update(self, metrics: dict[str, float]) -> None:
-        """Called after each update (e.g. to move an exploration schedule on); may add metrics."""
-
     def _train(self, optimizer: torch.optim.Optimizer, stepper: GradientStepper) -> dict[str, float]:
         params = self.parameters()
-        sums: dict[str, float] = {}
+        means = MetricMeans()
         for _ in range(self.config.updates_per_iteration):
             batch = self.replay.sample().to(self.device)
-            out = self.loss(batch)
-            # DQNLoss names its only term "loss"; SAC / DDPG return "loss_<part>" terms.
-            loss = cast(torch.Tensor, sum(v for k, v in out.items() if k.startswith("loss")))
-            stepper.backward(loss)
-            stepper.step(optimizer, params, self.config.max_grad_norm)
+            terms = dict(self.loss(batch).items())
+            optimize(terms, optimizer, stepper, params, self.config.max_grad_norm)
             self.target_updater.step()
             self.grad_steps += 1
-            step_metrics = {
-                k: float(v.detach().float().mean()) for k, v in out.items() if v.numel() and v.dtype.is_floating_point
-            }
-            step_metrics.update(self._batch_metrics(batch))
-            for k, v in step_metrics.items():
-                sums[k] = sums.get(k, 0.0) + v
-        n = self.config.updates_per_iteration
-        return {k: v / n for k, v in sums.items() if math.isfinite(v)}
+            means.add({**terms, **self._batch_metrics(batch)})
+        return means.means()
 
     def _batch_metrics(self, batch: TensorDictBase) -> dict[str, float]:
         """Extra per-batch metrics read after the loss ran on ``batch`` (default: its mean TD error)."""
@@ -322,3 +367,4 @@ class OffPolicyUnitTrainer(UnitTrainer):
             self.loss.load_state_dict(state["networks"], strict=False)
         if "target_updater" in state:
             self.target_updater.load_state_dict(state["target_updater"])
+        self._set_exploration()

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -40,137 +40,14 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch import nn
 from torchrl.modules.models.multiagent import Mixer, QMixer, VDNMixer
-from torchrl.objectives import ValueEstimators
+from torchrl.objectives import LossModule
 from torchrl.objectives.multiagent import QMixerLoss
 
 from lightmarl import keys
-from lightmarl.algorithms.base import check_hyperparameters, loss_row_mask
+from lightmarl.algorithms.base import loss_row_mask
 from lightmarl.algorithms.dqn import DQN, DQNUnitTrainer
-from lightmarl.algorithms.off_policy import TRANSITION_ANNOTATIONS, OffPolicyUnitTrainer
-from lightmarl.envs.spec import GroupSpec
+from lightmarl.algorithms.off_policy import TRANSITION_ANNOTATIONS
 from lightmarl.policies.base import Policy
-from lightmarl.population import BindingTable
-
-
-class ValueDecomposition(DQN):
-    """Value decomposition over the agents of a group: the shared part of :class:`QMIX` and :class:`VDN`.
-
-    Hyper-parameters are :class:`~lightmarl.algorithms.dqn.DQN`'s (replay, target network, double
-    Q, epsilon schedule), applied to joint transitions (one per env step of the team) instead of
-    agent rows; ``updates_per_iteration`` batches of ``batch_size`` joint transitions each.
-
-    Args:
-        team_reward: the team's reward at a step: ``mean`` (the agents' rewards averaged over
-            those that acted, on the scale of a per-agent return) or ``sum``.
-        **kwargs: :class:`~lightmarl.algorithms.dqn.DQN`'s arguments (``lr``, ``gamma``,
-            ``batch_size``, ``buffer_size``, ``learning_starts``, ``updates_per_iteration``,
-            ``double_dqn``, ``loss_function``, ``target_update``, ``tau``,
-            ``target_update_interval``, ``eps_start``, ``eps_end``, ``eps_decay_frames``,
-            ``max_grad_norm``, ``update_every``).
-    """
-
-    #: the loss name (for ``loss_profiles``) and the algorithm's name in messages.
-    name: ClassVar[str]
-    #: whether the mixer reads the global state (the transitions then carry it).
-    needs_state: ClassVar[bool]
-
-    def __init__(self, team_reward: Literal["mean", "sum"] = "mean", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        check_hyperparameters(("team_reward", team_reward, team_reward in ("mean", "sum")))
-        self.team_reward = team_reward
-
-    @abstractmethod
-    def make_mixer(self, num_agents: int, state_shape: tuple[int, ...]) -> Mixer:
-        """The mixing network: ``[*B, num_agents, 1]`` utilities (and ``[*B, *state_shape]`` state) -> ``[*B, 1]``."""
-
-    def check_policy(self, binding_id: str, policy: Policy) -> None:
-        g = policy.group.name
-        qvalue = getattr(policy, "qvalue", None)
-        needed = {(g, keys.ACTION_VALUE), (g, keys.CHOSEN_ACTION_VALUE)}
-        has_values = isinstance(qvalue, TensorDictModuleBase) and needed <= set(qvalue.out_keys)
-        if not has_values or not isinstance(getattr(policy, "epsilon", None), torch.Tensor):
-            raise ValueError(
-                f"binding {binding_id!r}: algorithm {self.name} needs a policy with per-agent utilities (a `qvalue` "
-                f"TensorDictModule writing {sorted(needed)}) and an `epsilon` buffer; {type(policy).__name__} has "
-                f"qvalue={has_values} (use lightmarl.policies.qnet.QNetworkPolicy)"
-            )
-        if policy.group.action_kind != "discrete":
-            raise ValueError(
-                f"binding {binding_id!r}: algorithm {self.name} needs discrete actions; group {g!r} has "
-                f"{policy.group.action_kind} actions"
-            )
-
-    def check_controls_group(self, binding_id: str, table: BindingTable, group: GroupSpec) -> None:
-        """Fail unless ``binding_id`` controls every agent of ``group`` in every env copy."""
-        possible = list(table.env_spec.possible_agents)
-        maps = [("agent_binding_map", table.agent_binding_map)]
-        maps += [(f"agent_binding_map.per_env[{e}]", m) for e, m in sorted(table.per_env_maps.items())]
-        for where, agent_map in maps:
-            owners = {agent: agent_map[possible.index(agent)] for agent in group.agents}
-            others = {agent: owner for agent, owner in owners.items() if owner != binding_id}
-            if others:
-                given = ", ".join(f"{agent!r} to {owner!r}" for agent, owner in others.items())
-                raise ValueError(
-                    f"binding {binding_id!r}: algorithm {self.name} mixes the utilities of every agent of group "
-                    f"{group.name!r} (value decomposition learns from the team's joint transitions), but {where} "
-                    f"gives {given}; map all of {list(group.agents)} to {binding_id!r}"
-                )
-
-    def make_unit_trainer(
-        self,
-        binding_id: str,
-        policy: Policy,
-        table: BindingTable,
-        population: Mapping[str, Policy] | None = None,
-    ) -> ValueDecompositionUnitTrainer:
-        self.check_policy(binding_id, policy)
-        self.check_controls_group(binding_id, table, policy.group)
-        return ValueDecompositionUnitTrainer(binding_id, policy, table, self)
-
-
-class QMIX(ValueDecomposition):
-    """QMIX (Rashid et al. 2018): a monotonic mixing network conditioned on the global state.
-
-    The mixer is TorchRL's :class:`~torchrl.modules.models.multiagent.QMixer`: hyper-networks
-    map the state to non-negative weights of a two-layer mix of the agents' utilities, so each
-    agent's greedy action is the team's greedy action. The state is the env's global state where
-    the env records it (``env.state: true``), else the group's observations side by side. Loss
-    name for ``loss_profiles``: ``qmix``.
-
-    Args:
-        mixing_embed_dim: width of the mixing network's hidden layer.
-        **kwargs: :class:`ValueDecomposition`'s arguments (``team_reward`` and DQN's).
-    """
-
-    name = "qmix"
-    needs_state = True
-
-    def __init__(self, mixing_embed_dim: int = 32, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        check_hyperparameters(("mixing_embed_dim", mixing_embed_dim, mixing_embed_dim >= 1))
-        self.mixing_embed_dim = mixing_embed_dim
-
-    def make_mixer(self, num_agents: int, state_shape: tuple[int, ...]) -> Mixer:
-        return QMixer(
-            state_shape=state_shape, mixing_embed_dim=self.mixing_embed_dim, n_agents=num_agents, device="cpu"
-        )
-
-
-class VDN(ValueDecomposition):
-    """VDN (Sunehag et al. 2018): the team's action value is the sum of the agents' utilities.
-
-    The mixer is TorchRL's :class:`~torchrl.modules.models.multiagent.VDNMixer` (no parameters,
-    no state). Loss name for ``loss_profiles``: ``vdn``.
-
-    Args:
-        **kwargs: :class:`ValueDecomposition`'s arguments (``team_reward`` and DQN's).
-    """
-
-    name = "vdn"
-    needs_state = False
-
-    def make_mixer(self, num_agents: int, state_shape: tuple[int, ...]) -> Mixer:
-        return VDNMixer(n_agents=num_agents, device="cpu")
 
 
 class PresentAgentsMixer(nn.Module):
@@ -244,14 +121,21 @@ class ValueDecompositionUnitTrainer(DQNUnitTrainer):
     """
 
     config: ValueDecomposition
+    whole_group_reason = ("(value decomposition mixes the utilities of every agent of the group)", "")
 
-    def __init__(self, binding_id: str, policy: Policy, table: BindingTable, config: ValueDecomposition) -> None:
-        # DQNUnitTrainer.__init__ would build a DQNLoss: start from the off-policy base instead and
-        # build a QMixerLoss over the same utility network.
-        OffPolicyUnitTrainer.__init__(self, binding_id, policy, table, config, loss_name=config.name)
+    def _build(self) -> None:
+        self.loss_name = self.config.loss_name
+        super()._build()
+
+    @classmethod
+    def reads_whole_group(cls, policy: Policy) -> bool:
+        return True  # the mixer reads the team's joint transitions
+
+    def _make_loss(self) -> LossModule:
+        # DQN's epsilon schedule, target updates and optimizer; a QMixerLoss over the same utility network.
         g = self.group.name
-        self.flavour = config.name.upper() + (" (double Q)" if config.double_dqn else "")
-        self.qvalue: TensorDictModuleBase = policy.qvalue  # type: ignore[assignment]
+        config = self.config
+        self.flavour = config.name + (" (double Q)" if config.double_dqn else "")
         self.state_shape = self._mixer_state_shape()
         self.mixer = config.make_mixer(self.group.num_agents, self.state_shape)
         state_in = [keys.STATE] if config.needs_state else []
@@ -266,14 +150,16 @@ class ValueDecompositionUnitTrainer(DQNUnitTrainer):
         if config.double_dqn:
             utilities = TensorDictSequential(self.qvalue, BootstrapActionValue(g))
             loss_class = DoubleQMixerLoss
-        self.loss = loss_class(
+        loss = loss_class(
             utilities,
             self.mixer_module,
             loss_function=config.loss_function,
             delay_value=True,
             action_space="categorical",
         )
-        self.loss.set_keys(
+        # The team's signals sit at the root of the joint transitions.
+        return self._td0(
+            loss,
             local_value=(g, keys.CHOSEN_ACTION_VALUE),
             global_value=keys.TEAM_ACTION_VALUE,
             action_value=(g, keys.ACTION_VALUE),
@@ -283,9 +169,6 @@ class ValueDecompositionUnitTrainer(DQNUnitTrainer):
             terminated=keys.TERMINATED,
             priority=keys.TD_ERROR,
         )
-        self.loss.make_value_estimator(ValueEstimators.TD0, gamma=config.gamma)
-        self._init_targets()
-        self._set_epsilon()
 
     def _mixer_state_shape(self) -> tuple[int, ...]:
         """The env's global state shape where the env records it, else the group's observations side by side."""
@@ -293,9 +176,9 @@ class ValueDecompositionUnitTrainer(DQNUnitTrainer):
             return tuple(self.table.env_spec.state_shape)
         return (self.group.num_agents * math.prod(self.group.observation_shape),)
 
-    def parameters(self) -> list[nn.Parameter]:
+    def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
         # The shared utility network and the mixer (VDN's has none); epsilon is a buffer.
-        return self.own_parameters([self.qvalue, self.mixer])
+        return [(self.own_parameters([self.qvalue, self.mixer]), self.config.lr)]
 
     # -- data path --------------------------------------------------------------------------
     def transitions(self, experience: TensorDictBase) -> TensorDict:
@@ -308,11 +191,7 @@ class ValueDecompositionUnitTrainer(DQNUnitTrainer):
         rows = experience.get(g)
         per_agent = loss_row_mask(rows, self.table, self.loss_name, binding_id=self.binding_id)
         steps = per_agent.any(-1)  # [envs, time]
-        if bool((rows.get(keys.BINDING_ID)[steps] != self.table.index[self.binding_id]).any()):
-            raise ValueError(
-                f"binding {self.binding_id!r}: {self.config.name} needs every agent of group {g!r}, but the rollout "
-                "has rows of other bindings in its env steps (did the agent_binding_map change?)"
-            )
+        self._check_whole_group_rows(experience, steps)
         now = rows.select(keys.OBSERVATION, keys.ACTION, keys.ACTION_MASK, *TRANSITION_ANNOTATIONS, strict=False)
         now = now[steps]
         present = now.get(keys.VALID)
@@ -376,3 +255,77 @@ class ValueDecompositionUnitTrainer(DQNUnitTrainer):
     # -- state ------------------------------------------------------------------------------
     # The mixer lives in the loss, not in the policy: its weights are checkpointed with the targets.
     saved_networks = ("mixer_network_params.", "target_")
+
+
+@dataclass(kw_only=True)
+class ValueDecomposition(DQN):
+    """Value decomposition over the agents of a group: the shared part of :class:`QMIX` and :class:`VDN`.
+
+    Hyper-parameters are :class:`~lightmarl.algorithms.dqn.DQN`'s (replay, target network, double
+    Q, epsilon schedule), applied to joint transitions (one per env step of the team) instead of
+    agent rows; ``updates_per_iteration`` batches of ``batch_size`` joint transitions each. The
+    binding must control every agent of its group.
+    """
+
+    trainer_class = ValueDecompositionUnitTrainer
+    #: the loss name (for ``loss_profiles``).
+    loss_name: ClassVar[str]
+    #: whether the mixer reads the global state (the transitions then carry it).
+    needs_state: ClassVar[bool]
+
+    team_reward: Literal["mean", "sum"] = "mean"
+    """The team's reward at a step: ``mean`` (the agents' rewards averaged over those that acted, on the scale of a per-agent return) or ``sum``."""
+
+    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
+        return (
+            *super().hyperparameter_checks(),
+            ("team_reward", self.team_reward, self.team_reward in ("mean", "sum"), 'team_reward in ("mean", "sum")'),
+        )
+
+    @abstractmethod
+    def make_mixer(self, num_agents: int, state_shape: tuple[int, ...]) -> Mixer:
+        """The mixing network: ``[*B, num_agents, 1]`` utilities (and ``[*B, *state_shape]`` state) -> ``[*B, 1]``."""
+
+
+@dataclass(kw_only=True)
+class QMIX(ValueDecomposition):
+    """QMIX (Rashid et al. 2018): a monotonic mixing network conditioned on the global state.
+
+    The mixer is TorchRL's :class:`~torchrl.modules.models.multiagent.QMixer`: hyper-networks
+    map the state to non-negative weights of a two-layer mix of the agents' utilities, so each
+    agent's greedy action is the team's greedy action. The state is the env's global state where
+    the env records it (``env.state: true``), else the group's observations side by side. Loss
+    name for ``loss_profiles``: ``qmix``.
+    """
+
+    loss_name = "qmix"
+    needs_state = True
+
+    mixing_embed_dim: int = 32
+    """Width of the mixing network's hidden layer."""
+
+    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
+        return (
+            *super().hyperparameter_checks(),
+            ("mixing_embed_dim", self.mixing_embed_dim, self.mixing_embed_dim >= 1, "mixing_embed_dim >= 1"),
+        )
+
+    def make_mixer(self, num_agents: int, state_shape: tuple[int, ...]) -> Mixer:
+        return QMixer(
+            state_shape=state_shape, mixing_embed_dim=self.mixing_embed_dim, n_agents=num_agents, device="cpu"
+        )
+
+
+@dataclass(kw_only=True)
+class VDN(ValueDecomposition):
+    """VDN (Sunehag et al. 2018): the team's action value is the sum of the agents' utilities.
+
+    The mixer is TorchRL's :class:`~torchrl.modules.models.multiagent.VDNMixer` (no parameters,
+    no state). Loss name for ``loss_profiles``: ``vdn``.
+    """
+
+    loss_name = "vdn"
+    needs_state = False
+
+    def make_mixer(self, num_agents: int, state_shape: tuple[int, ...]) -> Mixer:
+        return VDNMixer(n_agents=num_agents, device="cpu")

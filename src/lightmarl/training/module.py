@@ -13,7 +13,8 @@ from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
-from lightmarl.algorithms import PPO, Algorithm, IndependentMARLTrainer
+from lightmarl.algorithms import PPO, Algorithm, IndependentMARLTrainer, MARLTrainer
+from lightmarl.algorithms.marl_trainer import MARLTrainerFactory
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs.config import EnvConfig
 from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
@@ -64,7 +65,8 @@ class MARLModule(LightningModule):
         eval_deterministic: evaluate the policies' mode actions instead of sampling.
         eval_winner: adds ``win_rate`` / ``draw_rate`` per binding: ``highest_return`` for
             head-to-head play (the binding with the strictly highest mean return wins),
-            ``positive_return`` for games that pay a positive return for a win, or ``none``.
+            ``positive_return`` for games that pay a positive return for a win, zero for a draw and a
+            negative one for a loss, or ``none``.
         eval_video_episodes: after each evaluation, rank 0 also plays this many episodes in one
             env copy built with ``render_mode="rgb_array"`` and writes them to
             ``<log_dir>/videos/<eval|test>_iter<iterations>.gif`` (0: no video); see
@@ -76,6 +78,10 @@ class MARLModule(LightningModule):
             network object handed to several bindings' policies (e.g. a shared encoder or
             centralized value function), stepped once per iteration on the gradient all its
             users' losses summed; see :mod:`lightmarl.population.shared`.
+        marl_trainer: the MARLTrainer that coordinates the UnitTrainers:
+            ``{class_path: lightmarl.algorithms.IndependentMARLTrainer}`` (the default) or a
+            subclass of :class:`~lightmarl.algorithms.MARLTrainer`, with its own knobs in
+            ``init_args``; built in ``setup`` with ``(table, policies, algorithms, shared)``.
     """
 
     def __init__(
@@ -99,6 +105,7 @@ class MARLModule(LightningModule):
         stats_window: int = 100,
         cpu_threads: int | None = 1,
         shared_modules: dict[str, SharedModuleConfig] | None = None,
+        marl_trainer: MARLTrainerFactory = IndependentMARLTrainer,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -160,7 +167,9 @@ class MARLModule(LightningModule):
                 policies[binding.id].requires_grad_(False)
         self.shared.restore_trainability()  # a module a trainable binding uses keeps learning
         self.population = MultiAgentPolicy(policies, self.table)
-        self.marl_trainer: IndependentMARLTrainer | None = None
+        self.marl_trainer_factory = marl_trainer
+        self.marl_trainer: MARLTrainer | None = None
+        self._optimizer_index: dict[str, int] = {}  # optimizer name (binding id) -> position in configure_optimizers
         self._collector: RolloutCollector | None = None
         self.frames = 0
         self.iterations = 0
@@ -208,29 +217,38 @@ class MARLModule(LightningModule):
             torch.set_num_threads(self.cpu_threads)
         if stage != "fit":
             return
+        if self.marl_trainer is not None:
+            return
+        # Every binding is checked against its algorithm's policy contract and the loss profiles
+        # against the trainers' loss names here, before any env exists.
         try:
             self.table.require_trainable()
-            for binding_id in self.table.trainable_ids:
-                if binding_id in self.policies:
-                    self.algorithm_of(binding_id).check_policy(binding_id, cast(Policy, self.policies[binding_id]))
-        except ValueError as err:
-            raise ConfigError(str(err)) from err
-        if self.marl_trainer is None:
             algorithms = {b: self.algorithm_of(b) for b in self.table.trainable_ids}
             policies = {b: cast(Policy, p) for b, p in self.policies.items()}
-            self.marl_trainer = IndependentMARLTrainer(self.table, policies, algorithms, shared=self.shared)
-            rank_zero_info(
-                "lightmarl: "
-                + ", ".join(
-                    f"binding {b!r} learns with {getattr(u, 'flavour', type(u).__name__)}"
-                    for b, u in self.marl_trainer.unit_trainers.items()
-                )
-                + f"; {self.total_iterations} iterations of {self.frames_per_iteration} frames"
-            )
+            for binding_id, algorithm in algorithms.items():
+                algorithm.check_rollout(binding_id, self.env_config.num_envs, self.rollout_steps)
+            marl_trainer = self.marl_trainer_factory(self.table, policies, algorithms, self.shared)
+            marl_trainer.check_loss_profiles()
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+        self.marl_trainer = marl_trainer
+        rank_zero_info(
+            "lightmarl: "
+            + ", ".join(f"binding {b!r} learns with {u.flavour}" for b, u in marl_trainer.unit_trainers.items())
+            + f"; {self.total_iterations} iterations of {self.frames_per_iteration} frames"
+        )
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         assert self.marl_trainer is not None, "configure_optimizers runs after setup('fit')"
-        return self.marl_trainer.make_optimizers()
+        optimizers = self.marl_trainer.make_optimizers()
+        self._optimizer_index = {name: i for i, name in enumerate(optimizers)}
+        return list(optimizers.values())
+
+    def named_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The MARLTrainer's optimizers by name, as Lightning wraps them (``LightningOptimizer`` steps like a torch one)."""
+        optimizers = self.optimizers()
+        listed = optimizers if isinstance(optimizers, list) else [optimizers]
+        return {name: cast(torch.optim.Optimizer, listed[i]) for name, i in self._optimizer_index.items()}
 
     def _place_bindings(self) -> None:
         # Trainable policies live with their optimizer on the module's device; frozen and
@@ -289,15 +307,8 @@ class MARLModule(LightningModule):
         experience = self._collector.collect()
         collected = time.perf_counter()
         self.population.train()
-        lightning_optimizers = self.optimizers()
-        # LightningOptimizer wraps (and steps like) a torch optimizer.
-        optimizers = cast(
-            list[torch.optim.Optimizer],
-            lightning_optimizers if isinstance(lightning_optimizers, list) else [lightning_optimizers],
-        )
-        for unit, optimizer in zip(self.marl_trainer.unit_trainers.values(), optimizers):
-            if hasattr(unit, "set_progress"):
-                unit.set_progress(optimizer, self.iterations / self.total_iterations)
+        optimizers = self.named_optimizers()
+        self.marl_trainer.set_progress(optimizers, self.iterations / self.total_iterations)
         metrics = self.marl_trainer.update(experience, optimizers, LightningStepper(self), iteration=self.iterations)
         self.iterations += 1
         self.frames += self.frames_per_iteration
@@ -385,10 +396,8 @@ class MARLModule(LightningModule):
         state = checkpoint.get(CHECKPOINT_KEY, {})
         self.frames = int(state.get("frames", 0))
         self.iterations = int(state.get("iterations", 0))
-        self._pending_trainer_state = state.get("trainers", {})
         load_transforms_state_dict(self.env_config.transforms, state.get("env_transforms", []))
-
-    def on_train_start(self) -> None:
-        pending = getattr(self, "_pending_trainer_state", None)
-        if pending and self.marl_trainer is not None:
-            self.marl_trainer.load_state_dict(pending)
+        # `fit --ckpt_path` restores after setup("fit") built the trainers (and their target networks
+        # from the still random policy): their saved state replaces that now. `validate` has no trainers.
+        if self.marl_trainer is not None:
+            self.marl_trainer.load_state_dict(state.get("trainers", {}))

@@ -55,6 +55,14 @@ class LightningStepper:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    def agree_min(self, value: int) -> int:
+        """The smallest ``value`` over every rank (``value`` itself in a single process)."""
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return value
+        reduced = torch.tensor(value, device=self.module.device)
+        dist.all_reduce(reduced, op=dist.ReduceOp.MIN)
+        return int(reduced)
+
 
 def assert_ranks_in_sync(module: LightningModule, atol: float = 1e-6) -> float:
     """Check that every rank holds rank 0's parameters and iteration count; raise on every rank if not.

@@ -1,0 +1,245 @@
+"""The on-policy learner: a binding's rows of each rollout -> advantages -> epochs x minibatches.
+
+Every update, an on-policy UnitTrainer selects its binding's rows with the shared loss filter
+(:func:`~lightmarl.algorithms.base.loss_row_mask`), values them and their next observations
+with the policy's critic, runs GAE over each (env, agent)'s valid rows
+(:func:`~lightmarl.algorithms.gae.valid_row_gae`), standardises the advantages over the
+binding's rows, then takes ``epochs`` passes of minibatches, one gradient step each. A recurrent
+policy (:class:`~lightmarl.policies.contracts.Recurrent`) is replayed on whole env sequences.
+
+A subclass builds its TorchRL loss (:attr:`OnPolicyUnitTrainer.loss`, with ``advantage`` and
+``value_target`` keys) and may add losses that learn in the same steps (:meth:`extra_rows`,
+:meth:`minibatch_losses`), as PPO's distillation does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import abstractmethod
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+from torchrl.objectives import LossModule, ValueEstimators
+
+from lightmarl import keys
+from lightmarl.algorithms.base import (
+    Algorithm,
+    GradientStepper,
+    MetricMeans,
+    UnitTrainer,
+    loss_row_mask,
+    optimize,
+)
+from lightmarl.algorithms.gae import valid_row_gae
+from lightmarl.policies.contracts import Recurrent
+
+
+@dataclass(kw_only=True)
+class OnPolicyAlgorithm(Algorithm):
+    """The hyper-parameters every on-policy algorithm shares: the advantage estimate and the update loop."""
+
+    lr: float = 3e-3
+    """Adam learning rate."""
+    epochs: int = 4
+    """Passes over each rollout."""
+    minibatch_size: int = 400
+    """Env steps (all agents of the group at one step of one env) per minibatch."""
+    gamma: float = 0.99
+    """Discount factor."""
+    lmbda: float = 0.95
+    """GAE lambda."""
+    max_grad_norm: float | None = 1.0
+    """Clip the gradient norm to this (``null``: no clipping)."""
+    normalize_advantage: bool = True
+    """Standardise advantages over the binding's valid rows of a rollout."""
+    anneal_lr: bool = False
+    """Decay the learning rate linearly to 0 over the frame budget."""
+    update_every: int = 1
+    """Learn on every k-th training iteration only (1: every iteration)."""
+
+    def check_rollout(self, binding_id: str, num_envs: int, rollout_steps: int) -> None:
+        env_steps = num_envs * rollout_steps
+        if self.minibatch_size > env_steps:
+            # The loop would silently take the whole rollout as one minibatch.
+            raise ValueError(
+                f"binding {binding_id!r}: algorithm.minibatch_size {self.minibatch_size} is larger than a rollout, "
+                f"{env_steps} env steps (env.num_envs {num_envs} x rollout_steps {rollout_steps}); "
+                f"use a minibatch_size of at most {env_steps}"
+            )
+
+    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
+        return (
+            *super().hyperparameter_checks(),
+            ("lr", self.lr, self.lr > 0, "lr > 0"),
+            ("epochs", self.epochs, self.epochs >= 1, "epochs >= 1"),
+            ("minibatch_size", self.minibatch_size, self.minibatch_size >= 1, "minibatch_size >= 1"),
+            ("gamma", self.gamma, 0 <= self.gamma <= 1, "0 <= gamma <= 1"),
+            ("lmbda", self.lmbda, 0 <= self.lmbda <= 1, "0 <= lmbda <= 1"),
+            ("update_every", self.update_every, self.update_every >= 1, "update_every >= 1"),
+        )
+
+
+class OnPolicyUnitTrainer(UnitTrainer):
+    """The on-policy learner of one binding: row filter, GAE, epochs x minibatches, one optimizer.
+
+    Subclasses set :attr:`loss_name` and build :attr:`loss` in :meth:`_make_loss`.
+    """
+
+    config: OnPolicyAlgorithm
+    #: the main loss's name (``loss_profiles`` refer to it).
+    loss_name: ClassVar[str]
+    #: a TorchRL loss whose ``tensor_keys`` have ``advantage`` and ``value_target``, with a GAE value estimator.
+    loss: LossModule
+
+    def _build(self) -> None:
+        policy = self.policy
+        self.loss_names = (self.loss_name,)
+        self.update_every = self.config.update_every
+        self.recurrent = isinstance(policy, Recurrent) and policy.is_recurrent
+        # Where the losses run: inside sequence mode for a recurrent policy.
+        self._replay: Callable[[], AbstractContextManager[None]] = (
+            policy.sequence_mode if isinstance(policy, Recurrent) and self.recurrent else contextlib.nullcontext
+        )
+        self.updates = 0
+        self.loss = self._make_loss()
+        # The row mask and TorchRL's GAE (for its value calls; the recursion is valid_row_gae's).
+        self.loss.loss_mask_key = (self.group.name, keys.LOSS_MASK)
+        self.loss.make_value_estimator(
+            ValueEstimators.GAE,
+            gamma=self.config.gamma,
+            lmbda=self.config.lmbda,
+            # torch.vmap has no batching rule for recurrent layers: call a recurrent critic twice.
+            deactivate_vmap=self.recurrent,
+        )
+
+    @abstractmethod
+    def _make_loss(self) -> LossModule:
+        """The main TorchRL loss (with ``advantage`` and ``value_target`` tensor keys)."""
+
+    def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
+        return [(self.own_parameters([self.policy]), self.config.lr)]
+
+    def to(self, device: torch.device) -> OnPolicyUnitTrainer:
+        self.loss.to(device)
+        return self
+
+    def set_progress(self, optimizer: torch.optim.Optimizer, fraction_done: float) -> None:
+        """Linear learning-rate annealing, when enabled; the budget fraction also drives loss schedules."""
+        super().set_progress(optimizer, fraction_done)
+        if self.config.anneal_lr:
+            for group in optimizer.param_groups:
+                group["lr"] = self.config.lr * max(0.0, 1.0 - fraction_done)
+
+    # -- hooks --------------------------------------------------------------------------------
+    def extra_rows(self, data: TensorDictBase) -> dict[str, int]:
+        """Prepare the losses that learn next to the main one (masks written into ``data``).
+
+        Returns each one's row count as ``{metric name: rows}``; the update runs when the main
+        loss or one of these has rows.
+        """
+        del data
+        return {}
+
+    def minibatch_losses(self, batch: TensorDictBase, main: bool) -> dict[str, torch.Tensor]:
+        """The loss terms of one minibatch: the main loss's (unless ``main`` is false: it has no rows) and extras."""
+        return dict(self.loss(batch).items()) if main else {}
+
+    # -- update -------------------------------------------------------------------------------
+    def update(
+        self, experience: TensorDictBase, optimizer: torch.optim.Optimizer, stepper: GradientStepper
+    ) -> dict[str, float]:
+        g = self.group.name
+        # A structural copy: advantage/mask entries written below stay private to this binding.
+        data = experience.copy()
+        rows = data.get(g)
+        mask = loss_row_mask(rows, self.table, self.loss_name, binding_id=self.binding_id)
+        num_rows = int(mask.sum())
+        extra = self.extra_rows(data)
+        if num_rows == 0 and not any(extra.values()):
+            return {}
+        if num_rows:
+            self._set_advantages(data, mask, num_rows)
+        means = MetricMeans()
+        params = self.parameters()
+        for batch, replay in self._minibatches(data):
+            with replay:
+                terms = self.minibatch_losses(batch, main=num_rows > 0)
+            optimize(terms, optimizer, stepper, params, self.config.max_grad_norm)
+            means.add(terms)
+        self.updates += 1
+        metrics = {**means.means(), "rows": float(num_rows)}
+        if num_rows:
+            metrics["value_target_mean"] = float(rows.get(keys.VALUE_TARGET)[mask].mean())
+        metrics.update({name: float(count) for name, count in extra.items()})
+        return metrics
+
+    def _set_advantages(self, data: TensorDictBase, mask: torch.Tensor, num_rows: int) -> None:
+        rows = data.get(self.group.name)
+        with torch.no_grad():
+            self.estimate_advantages(data)
+        if self.config.normalize_advantage:
+            advantage = rows.get(keys.ADVANTAGE)
+            valid_adv = advantage[mask]
+            std = valid_adv.std() if num_rows > 1 else torch.ones((), device=advantage.device)
+            rows.set(keys.ADVANTAGE, (advantage - valid_adv.mean()) / (std + 1e-8))
+        rows.set(keys.LOSS_MASK, mask)
+
+    def _minibatches(self, data: TensorDictBase) -> Iterator[tuple[TensorDictBase, AbstractContextManager[None]]]:
+        """``epochs`` shuffled passes of minibatches, each with the context its losses run in."""
+        if self.recurrent:
+            # Whole env sequences [envs, time]: the actor replays each one from its stored state.
+            samples = data
+            size = max(1, min(self.config.minibatch_size // data.shape[1], data.shape[0]))
+        else:
+            samples = data.reshape(-1)
+            size = min(self.config.minibatch_size, samples.shape[0])
+        count = samples.shape[0]
+        for _ in range(self.config.epochs):
+            order = torch.randperm(count, device=samples.device)
+            for i in range(max(1, count // size)):
+                yield samples[order[i * size : (i + 1) * size]], self._replay()
+
+    def estimate_advantages(self, data: TensorDictBase) -> None:
+        """Write ``(group, "advantage")`` and ``(group, "value_target")`` into ``data`` (``[envs, time]``).
+
+        The critic values every row and every next observation as TorchRL's GAE does (same
+        call, so recurrent and centralized critics behave as there); the recursion then runs
+        over each (env, agent)'s valid rows only (:func:`valid_row_gae`). With every row valid
+        this is exactly TorchRL's GAE.
+        """
+        g = self.group.name
+        estimator = self.loss.value_estimator
+        # TorchRL's own value call (vmap or not, recurrent "is_init" handling); no public API exposes it.
+        value, next_value, _ = estimator._call_value_nets(
+            data=data,
+            params=None,
+            next_params=None,
+            single_call=False,
+            value_key=estimator.tensor_keys.value,
+            detach_next=True,
+            vmap_randomness=estimator.vmap_randomness,
+        )
+        advantage, value_target = valid_row_gae(
+            self.config.gamma,
+            self.config.lmbda,
+            value,
+            next_value,
+            reward=data.get((keys.NEXT, g, keys.REWARD)),
+            done=data.get((keys.NEXT, g, keys.DONE)),
+            terminated=data.get((keys.NEXT, g, keys.TERMINATED)),
+            valid=data.get((g, keys.VALID)),
+            time_dim=data.ndim - 1,
+        )
+        data.set(self.loss.tensor_keys.advantage, advantage)
+        data.set(self.loss.tensor_keys.value_target, value_target)
+
+    def state_dict(self) -> dict:
+        return {"updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.updates = int(state.get("updates", 0))

@@ -1,0 +1,46 @@
+"""The pieces every algorithm shares: hyper-parameter dataclasses, metric means, the stepper's collectives."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from jsonargparse import ArgumentParser, set_parsing_settings
+
+from lightmarl.algorithms import DDPG, DQN, PPO, QMIX, SAC, VDN, MetricMeans, PlainStepper, optimize
+
+ALGORITHMS = [PPO, DQN, DDPG, SAC, QMIX, VDN]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS, ids=lambda a: a.__name__)
+def test_every_hyperparameter_is_declared_once_with_a_help_line(algorithm):
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    parser = ArgumentParser()
+    parser.add_class_arguments(algorithm, "algorithm")
+    fields = {f.name for f in dataclasses.fields(algorithm)}
+    helps = {a.dest.removeprefix("algorithm."): a.help for a in parser._actions if a.dest.startswith("algorithm.")}
+    for name in fields:
+        assert helps.get(name) and not helps[name].startswith("(type:"), (name, helps.get(name))
+    # The fields are the constructor: a value given is the value kept, and checks run on construction.
+    assert algorithm(gamma=0.5).gamma == 0.5
+    with pytest.raises(ValueError, match=r"algorithm\.gamma: invalid value 2"):
+        algorithm(gamma=2)
+
+
+def test_metric_means_average_over_steps_and_drop_non_finite_means():
+    means = MetricMeans()
+    means.add({"loss": torch.tensor([1.0, 3.0]), "count": torch.tensor(3), "empty": torch.zeros(0), "q": 1.0})
+    means.add({"loss": torch.tensor(4.0), "nan": torch.tensor(float("nan"))})
+    assert means.means() == {"loss": 3.0, "q": 0.5}
+    assert all(math.isfinite(v) for v in means.means().values()) and means.steps == 2
+
+
+def test_optimize_steps_on_the_sum_of_the_loss_terms_only():
+    weight = torch.nn.Parameter(torch.tensor(1.0))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    terms = {"loss_a": 2 * weight, "loss_b": weight, "diagnostic": 100 * weight}
+    optimize(terms, optimizer, PlainStepper(), [weight], max_grad_norm=None)
+    assert float(weight.detach()) == pytest.approx(1.0 - 0.1 * 3)
+    assert PlainStepper().agree_min(7) == 7  # one process: nothing to agree with
