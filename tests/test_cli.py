@@ -242,7 +242,18 @@ def test_a_resumed_run_keeps_the_target_networks_it_saved(tmp_path, monkeypatch)
     same_run = "--run_name=ppo_vs_dqn"  # two recipe files, one run directory
     main(["fit", "--config", "first.yaml", same_run, *tiny("ppo_vs_dqn")])
     first = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
-    main(["fit", "--config", "resumed.yaml", same_run, *tiny("ppo_vs_dqn"), "--model.max_frames=240", "--ckpt_path", "last"])
+    main(
+        [
+            "fit",
+            "--config",
+            "resumed.yaml",
+            same_run,
+            *tiny("ppo_vs_dqn"),
+            "--model.max_frames=240",
+            "--ckpt_path",
+            "last",
+        ]
+    )
     resumed = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
     saved, kept = (c["lightmarl"]["trainers"]["dqn_policy"] for c in (first, resumed))
     assert resumed["lightmarl"]["iterations"] == 6 and kept["grad_steps"] > saved["grad_steps"] > 0

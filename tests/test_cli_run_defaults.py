@@ -17,6 +17,7 @@ RECIPES = sorted((ROOT / "recipes").rglob("*.yaml"))
 TINY = [
     "--model.env.num_envs=2",
     "--model.rollout_steps=5",
+    "--model.algorithm.init_args.minibatch_size=10",  # a minibatch fits in one rollout of 2 x 5 env steps
     "--model.max_frames=20",
     "--model.iterations_per_epoch=1",
     "--model.eval_episodes=1",

@@ -25,6 +25,8 @@ PAGE = ROOT / "docs/environments.md"
 TINY = [
     "--model.rollout_steps=2",
     "--model.iterations_per_epoch=1",
+    # PPO's minibatch fits in the smallest tiny rollout (4 copies x 2 steps).
+    '--model.algorithm={"class_path": "lightmarl.algorithms.PPO", "init_args": {"minibatch_size": 8}}',
     "--model.eval_episodes=1",
     "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
