@@ -14,10 +14,11 @@ import itertools
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from jsonargparse import set_parsing_settings
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -46,6 +47,11 @@ class LightmarlCLI(LightningCLI):
     an untrained model) and a logged fresh start for ``fit``; a missing, truncated or crafted
     file is a one-line error. Lightning then loads the checkpoint weights-only too.
     """
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        # Algorithms declare their hyper-parameters as dataclass fields with docstrings: show those in --help.
+        set_parsing_settings(docstring_parse_attribute_docstrings=True)
+        return super().init_parser(**kwargs)
 
     def instantiate_classes(self) -> None:
         try:
@@ -126,8 +132,6 @@ def _check_config_files(args: list[str]) -> None:
 
 
 def main(args: list[str] | None = None) -> None:
-    # Algorithms declare their hyper-parameters as dataclass fields with docstrings: show those in --help.
-    set_parsing_settings(docstring_parse_attribute_docstrings=True)
     preemption = Preemption()
     try:
         _check_config_files(sys.argv[1:] if args is None else args)
