@@ -1,4 +1,4 @@
-"""Checks shared by tests that read a learner's metrics.
+"""What tests share: checks of a learner's metrics, and the smallest real CLI run.
 
 ``all(isfinite(v) for v in metrics.values())`` passes on an empty dict, so a learner that
 silently learnt nothing would pass it: these checks name the metrics that must be there.
@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import yaml
 
 #: what every PPO update reports (TorchRL's PPO loss terms and diagnostics, plus lightmarl's row count).
 PPO_METRICS = ("loss_objective", "loss_critic", "loss_entropy", "entropy", "kl_approx", "clip_fraction", "rows")
@@ -19,3 +22,33 @@ def assert_finite_metrics(metrics: Mapping[str, float], required: Iterable[str] 
     assert not missing, f"metrics {missing} missing from {sorted(metrics)}"
     bad = {k: v for k, v in metrics.items() if not math.isfinite(float(v))}
     assert not bad, f"non-finite metrics {bad}"
+
+
+#: command-line overrides that make any recipe a seconds-long real run (2 copies, 2 iterations of 5 steps, no logger).
+TINY_CLI_RUN = [
+    "--model.env.num_envs=2",
+    "--model.rollout_steps=5",
+    "--model.max_frames=10",
+    "--model.eval_episodes=1",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+    "--trainer.logger=false",
+]
+
+
+def minibatches_within(recipe: Path, env_steps: int) -> list[str]:
+    """Overrides that shrink a recipe's on-policy minibatches to ``env_steps`` (one tiny rollout):
+    a minibatch larger than a rollout is a config error."""
+    model = yaml.safe_load(Path(recipe).read_text()).get("model") or {}
+    specs = [("model.algorithm", model.get("algorithm"))]
+    specs += [(f"model.algorithms.{binding}", spec) for binding, spec in (model.get("algorithms") or {}).items()]
+    return [
+        f"--{field}.init_args.minibatch_size={min(int(spec['init_args']['minibatch_size']), env_steps)}"
+        for field, spec in specs
+        if spec and "minibatch_size" in (spec.get("init_args") or {})
+    ]
+
+
+def tiny_cli_run(recipe: Path) -> list[str]:
+    """:data:`TINY_CLI_RUN` for ``recipe``, its on-policy minibatches shrunk to the tiny rollout (2 x 5 env steps)."""
+    return [*TINY_CLI_RUN, *minibatches_within(recipe, 2 * 5)]

@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 
+from expectations import minibatches_within
 from lightmarl.algorithms import IndependentMARLTrainer
 from lightmarl.cli import main
 from lightmarl.policies import PolicyDict
@@ -30,6 +31,14 @@ TINY = [
     "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
 ]
+TINY_ENV_STEPS = 4 * 10  # one tiny rollout: the most a minibatch may hold
+
+
+def tiny(recipe_name: str) -> list[str]:
+    """TINY for one recipe of recipes/, its on-policy minibatches shrunk to fit the tiny rollout."""
+    return [*TINY, *minibatches_within(ROOT / "recipes" / f"{recipe_name}.yaml", TINY_ENV_STEPS)]
+
+
 # Recipes whose episodes outlast the tiny run's 30 env steps would finish none: shorten them there.
 TINY_EPISODES = {
     "knights_archers_zombies.yaml": ["--model.env.env_kwargs.max_cycles=20"],
@@ -72,7 +81,7 @@ def test_recipe_fits_and_validates_through_the_cli(recipe, tmp_path, monkeypatch
         pytest.importorskip(NEEDS[recipe.name])
     monkeypatch.chdir(tmp_path)  # recipes write under ./runs and read ./assets, like a checkout
     (tmp_path / "assets").symlink_to(ROOT / "assets")
-    tiny = [*TINY, *TINY_EPISODES.get(recipe.name, [])]
+    tiny = [*TINY, *TINY_EPISODES.get(recipe.name, []), *minibatches_within(recipe, TINY_ENV_STEPS)]
     main(["fit", "--config", str(recipe), *tiny])
     checkpoints = list(tmp_path.rglob("last.ckpt"))
     assert len(checkpoints) == 1, "the recipe must keep a last checkpoint"
@@ -146,10 +155,16 @@ def test_bad_recipes_fail_before_training_with_the_field_named(override, expecte
 
 
 def test_console_script_trains_and_validates(tmp_path):
-    fit = run_cli("fit", "--config", str(ROOT / "recipes/quickstart.yaml"), *TINY, cwd=tmp_path)
+    fit = run_cli("fit", "--config", str(ROOT / "recipes/quickstart.yaml"), *tiny("quickstart"), cwd=tmp_path)
     assert fit.returncode == 0, fit.stderr[-3000:]
     validate = run_cli(
-        "validate", "--config", str(ROOT / "recipes/quickstart.yaml"), "--ckpt_path", "last", *TINY, cwd=tmp_path
+        "validate",
+        "--config",
+        str(ROOT / "recipes/quickstart.yaml"),
+        "--ckpt_path",
+        "last",
+        *tiny("quickstart"),
+        cwd=tmp_path,
     )
     assert validate.returncode == 0, validate.stderr[-3000:]
     assert "eval/main/episode_return" in validate.stdout
@@ -188,7 +203,7 @@ def test_fit_without_a_trainable_binding_is_refused(tmp_path):
 def test_frozen_npc_from_a_checkpoint_plays_and_never_changes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "assets").symlink_to(ROOT / "assets")
-    main(["fit", "--config", str(ROOT / "recipes/npc_frozen.yaml"), *TINY])
+    main(["fit", "--config", str(ROOT / "recipes/npc_frozen.yaml"), *tiny("npc_frozen")])
     after = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
     source = torch.load(
         ROOT / "assets/checkpoints/simple_spread_mappo_150k.ckpt", map_location="cpu", weights_only=False
@@ -204,9 +219,9 @@ def test_frozen_npc_from_a_checkpoint_plays_and_never_changes(tmp_path, monkeypa
 def test_fit_resumes_from_the_last_checkpoint(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     recipe = str(ROOT / "recipes/quickstart.yaml")
-    main(["fit", "--config", recipe, *TINY])
+    main(["fit", "--config", recipe, *tiny("quickstart")])
     first = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
-    main(["fit", "--config", recipe, *TINY, "--model.max_frames=240", "--ckpt_path", "last"])
+    main(["fit", "--config", recipe, *tiny("quickstart"), "--model.max_frames=240", "--ckpt_path", "last"])
     resumed = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
     # The frame budget is global: the resumed run only plays the 3 iterations still owed.
     assert (first["lightmarl"]["iterations"], resumed["lightmarl"]["iterations"]) == (3, 6)
@@ -224,9 +239,9 @@ def test_a_resumed_run_keeps_the_target_networks_it_saved(tmp_path, monkeypatch)
     (tmp_path / "first.yaml").write_text(yaml.safe_dump(recipe))
     dqn["target_update_interval"] = 10_000  # the resumed run never copies: its targets stay as loaded
     (tmp_path / "resumed.yaml").write_text(yaml.safe_dump(recipe))
-    main(["fit", "--config", "first.yaml", *TINY])
+    main(["fit", "--config", "first.yaml", *tiny("ppo_vs_dqn")])
     first = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
-    main(["fit", "--config", "resumed.yaml", *TINY, "--model.max_frames=240", "--ckpt_path", "last"])
+    main(["fit", "--config", "resumed.yaml", *tiny("ppo_vs_dqn"), "--model.max_frames=240", "--ckpt_path", "last"])
     resumed = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
     saved, kept = (c["lightmarl"]["trainers"]["dqn_policy"] for c in (first, resumed))
     assert resumed["lightmarl"]["iterations"] == 6 and kept["grad_steps"] > saved["grad_steps"] > 0
@@ -264,7 +279,7 @@ def test_the_marl_trainer_is_chosen_by_class_path(tmp_path, monkeypatch, capsys)
         "--model.marl_trainer.class_path=test_cli.CountingMARLTrainer",
         "--model.marl_trainer.init_args.label=mine",
     ]
-    main(["fit", "--config", recipe, *TINY, *choice])
+    main(["fit", "--config", recipe, *tiny("quickstart"), *choice])
     (trainer,) = CountingMARLTrainer.built
     assert (trainer.label, trainer.updates) == ("mine", 3)
     checkpoint = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)

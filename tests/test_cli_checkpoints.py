@@ -8,21 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from expectations import TINY_CLI_RUN, tiny_cli_run
 from lightmarl.cli import main
 from lightmarl.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "recipes/quickstart.yaml")
 ASSET = ROOT / "assets/checkpoints/simple_spread_mappo_150k.ckpt"
-TINY = [
-    "--model.env.num_envs=2",
-    "--model.rollout_steps=5",
-    "--model.max_frames=10",
-    "--model.eval_episodes=1",
-    "--trainer.enable_progress_bar=false",
-    "--trainer.enable_model_summary=false",
-    "--trainer.logger=false",
-]
 
 
 def fails(capsys, *args: str) -> str:
@@ -50,12 +42,12 @@ def in_tmp(tmp_path, monkeypatch) -> Path:
 
 
 def test_validate_last_without_a_checkpoint_is_an_error(in_tmp, capsys):
-    message = fails(capsys, "validate", "--config", QUICKSTART, "--ckpt_path", "last", *TINY)
+    message = fails(capsys, "validate", "--config", QUICKSTART, "--ckpt_path", "last", *TINY_CLI_RUN)
     assert re.search(r"--ckpt_path last: no last checkpoint in \S*runs/quickstart/checkpoints; train first", message)
 
 
 def test_fit_last_without_a_checkpoint_starts_fresh_and_says_so(in_tmp, caplog):
-    main(["fit", "--config", QUICKSTART, "--ckpt_path", "last", *TINY])
+    main(["fit", "--config", QUICKSTART, "--ckpt_path", "last", *tiny_cli_run(Path(QUICKSTART))])
     assert re.search(r"no checkpoint in \S*runs/quickstart/checkpoints; starting a fresh run", caplog.text)
     assert (in_tmp / "runs/quickstart/checkpoints/last.ckpt").is_file()
 
@@ -71,14 +63,16 @@ def test_fit_last_without_a_checkpoint_starts_fresh_and_says_so(in_tmp, caplog):
 )
 def test_unreadable_checkpoints_fail_in_one_line(in_tmp, capsys, make, expected):
     path = make(in_tmp)
-    assert re.search(expected, fails(capsys, "validate", "--config", QUICKSTART, "--ckpt_path", str(path), *TINY))
+    assert re.search(
+        expected, fails(capsys, "validate", "--config", QUICKSTART, "--ckpt_path", str(path), *TINY_CLI_RUN)
+    )
 
 
 def test_a_crafted_checkpoint_runs_no_code(in_tmp, capsys):
     marker = in_tmp / "marker"
     crafted = {**torch.load(ASSET, map_location="cpu", weights_only=True), "payload": WritesMarker(marker)}
     torch.save(crafted, in_tmp / "crafted.ckpt")
-    message = fails(capsys, "validate", "--config", QUICKSTART, "--ckpt_path", "crafted.ckpt", *TINY)
+    message = fails(capsys, "validate", "--config", QUICKSTART, "--ckpt_path", "crafted.ckpt", *TINY_CLI_RUN)
     assert "pickled Python objects" in message and not marker.exists()
 
 
@@ -86,7 +80,7 @@ def test_a_checkpoint_of_another_population_is_named_as_such(in_tmp, capsys):
     saved = torch.load(ASSET, map_location="cpu", weights_only=True)
     saved["state_dict"] = {k.replace(".main.", ".other."): v for k, v in saved["state_dict"].items()}
     torch.save(saved, in_tmp / "other.ckpt")
-    message = fails(capsys, "validate", "--config", QUICKSTART, "--ckpt_path", "other.ckpt", *TINY)
+    message = fails(capsys, "validate", "--config", QUICKSTART, "--ckpt_path", "other.ckpt", *TINY_CLI_RUN)
     assert "the checkpoint does not fit this recipe's population" in message and "Missing key(s)" in message
 
 

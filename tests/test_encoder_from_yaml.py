@@ -19,6 +19,7 @@ TINY = [
     "--model.env.num_envs=2",
     "--model.env.env_kwargs.max_cycles=10",
     "--model.rollout_steps=5",
+    "--model.algorithm.init_args.minibatch_size=10",  # one rollout: 2 copies x 5 steps
     "--model.max_frames=10",
     "--model.eval_video_episodes=0",
     "--trainer.enable_progress_bar=false",

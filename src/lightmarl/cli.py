@@ -2,7 +2,8 @@
 
 ``lightmarl fit --config recipes/quickstart.yaml`` trains, ``lightmarl validate`` /
 ``lightmarl test`` play evaluation episodes; ``--print_config`` shows the resolved recipe
-and any ``--model.x.y=value`` / ``--trainer.x=value`` overrides it.
+and any ``--model.x.y=value`` / ``--trainer.x=value`` overrides it. ``lightmarl export``
+writes a run's policies for inference (:mod:`lightmarl.policies.exported`).
 
 User errors (a bad recipe, a missing or unreadable checkpoint) end in one line naming the
 field and a non-zero exit; ``LIGHTMARL_DEBUG=1`` shows the full traceback instead.
@@ -10,11 +11,12 @@ field and a non-zero exit; ``LIGHTMARL_DEBUG=1`` shows the full traceback instea
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from jsonargparse import set_parsing_settings
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -23,7 +25,9 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightmarl.errors import ConfigError
+from lightmarl.evaluation import plot_cli
 from lightmarl.policies.loading import load_torch_file
+from lightmarl.policies.policy_dict import PolicyDict
 from lightmarl.training.module import MARLModule
 from lightmarl.training.preemption import PREEMPTED_EXIT_CODES, Preemption
 
@@ -37,6 +41,44 @@ TRAINER_DEFAULTS = {
 }
 #: set to 1 for full tracebacks instead of one-line user errors.
 DEBUG_ENV = "LIGHTMARL_DEBUG"
+
+
+def readable(message: str) -> str:
+    """A jsonargparse / instantiation error as one line naming the field.
+
+    A field typed ``X | None`` (e.g. ``model.algorithm``) reports a failed ``X`` as "Does not
+    validate against any of the Union subtypes" followed by each subtype's error; only the
+    non-``None`` one says what is wrong, so that is the one kept. Other messages lose their
+    line breaks.
+    """
+    union = "Does not validate against any of the Union subtypes"
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if any(union in line for line in lines):
+        field = lines[0].split(union)[0].strip()  # e.g. 'Parser key "model.algorithm":'
+        reasons: list[str] = []
+        for line in lines[lines.index("Errors:") + 1 :] if "Errors:" in lines else []:
+            if line.startswith("Given value"):
+                break
+            if line.startswith("- "):
+                reasons.append(line[2:])
+            elif reasons:  # a reason continued on the next line
+                reasons[-1] += " " + line
+        reasons = [reason for reason in reasons if "NoneType" not in reason]
+        if reasons:
+            return " ".join([field, "; ".join(reasons)]).strip()
+    return " ".join(lines)
+
+
+class LightmarlArgumentParser(LightningArgumentParser):
+    """Parse errors as one line (``lightmarl: error: ...``) instead of the whole usage, exit code 2."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error or os.environ.get(DEBUG_ENV):
+            super().error(message, ex)
+        # prog is "<script> [options] fit"; the script is __main__.py when run in-process.
+        command = " ".join(["lightmarl", *self.prog.replace(" [options]", "").split()[1:]])
+        sys.stderr.write(f"lightmarl: error: {readable(message)} (`{command} --help` lists every option)\n")
+        raise SystemExit(2)
 
 
 class LightmarlCLI(LightningCLI):
@@ -57,7 +99,7 @@ class LightmarlCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except (ValueError, TypeError) as err:
-            raise ConfigError(str(err)) from err
+            raise ConfigError(readable(str(err))) from err
 
     def _parse_ckpt_path(self) -> None:
         # LightningCLI reads a --ckpt_path file's hyper-parameters while parsing: check the file first.
@@ -131,16 +173,47 @@ def _check_config_files(args: list[str]) -> None:
             raise ConfigError(f"--config {value}: the file is empty; a recipe needs at least a `model:` section")
 
 
+def export_main(args: list[str]) -> None:
+    """``lightmarl export CHECKPOINT --out DIR``: the trained population, for inference or as NPCs."""
+    parser = argparse.ArgumentParser(
+        prog="lightmarl export",
+        description="Write a run's policies (no optimizer or trainer state) as population.json + "
+        "weights.safetensors; `policy_uri: DIR#binding` and PolicyDict.load(DIR) load them.",
+    )
+    parser.add_argument(
+        "checkpoint", help="a training checkpoint (e.g. runs/x/checkpoints/last.ckpt) or PolicyDict file"
+    )
+    parser.add_argument("--out", required=True, help="the directory to write")
+    parser.add_argument("--bindings", nargs="+", help="export only these bindings (default: all)")
+    options = parser.parse_args(args)
+    policies = PolicyDict.load(options.checkpoint)
+    if options.bindings:
+        policies = policies.select(options.bindings)
+    out = policies.export(options.out)
+    print(f"lightmarl: exported {', '.join(policies.keys())} to {out}")  # noqa: T201
+
+
 def main(args: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if args is None else args
+    if argv[:1] == ["plot"]:
+        # LightningCLI's subcommands are fixed: `lightmarl plot` is dispatched before it.
+        plot_cli.main(argv[1:])
+        return
     preemption = Preemption()
     try:
-        _check_config_files(sys.argv[1:] if args is None else args)
+        if argv[:1] == ["export"]:
+            try:
+                return export_main(argv[1:])
+            except ValueError as err:
+                raise ConfigError(str(err)) from err
+        _check_config_files(argv)
         LightmarlCLI(
             MARLModule,
             trainer_defaults={**TRAINER_DEFAULTS, "callbacks": [preemption]},
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
+            parser_class=LightmarlArgumentParser,
             args=args,
         )
     except SIGTERMException:

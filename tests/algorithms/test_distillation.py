@@ -202,6 +202,7 @@ def test_an_unknown_teacher_stops_the_cli_before_training(tmp_path, monkeypatch,
                 str(ROOT / "recipes/kickstarter.yaml"),
                 "--model.algorithm.init_args.distillation.init_args.teacher=nobody",
                 "--model.env.num_envs=2",
+                "--model.algorithm.init_args.minibatch_size=50",  # one rollout: 2 copies x 25 steps
                 "--trainer.enable_progress_bar=false",
             ]
         )

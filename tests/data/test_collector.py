@@ -12,7 +12,8 @@ from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, UniformRandomPo
 from lightmarl.population import BindingTable, PolicyBinding
 
 
-def make_collector(spread_config, steps=7):
+def make_population(spread_config) -> MultiAgentPolicy:
+    """A trainable MLP ``learner`` on agents 0 and 2, a frozen uniform-random ``npc`` on agent 1."""
     spec = spread_config.spec()
     group = spec.groups["agent"]
     table = BindingTable(
@@ -20,8 +21,11 @@ def make_collector(spread_config, steps=7):
         spec,
         ["learner", "npc", "learner"],
     )
-    population = MultiAgentPolicy({"learner": MLPActorCritic(group), "npc": UniformRandomPolicy(group)}, table)
-    return RolloutCollector(spread_config.make_vector(seed=0), population, steps)
+    return MultiAgentPolicy({"learner": MLPActorCritic(group), "npc": UniformRandomPolicy(group)}, table)
+
+
+def make_collector(spread_config, steps=7):
+    return RolloutCollector(spread_config.make_vector(seed=0), make_population(spread_config), steps)
 
 
 def test_experience_layout_and_annotations(spread_config):

@@ -377,13 +377,85 @@ def test_add_rollout_matches_step_by_step() -> None:
         batch_size=[E, T, A],
     )
     rollout["valid"][:, :, 0] = True
+    rollout["done"][:, 4] = True  # every env ends an episode at step 4; ids change after it
+    rollout["episode_id"] = torch.where(
+        torch.arange(T).view(1, T, 1) > 4, rollout["episode_id"] + E, rollout["episode_id"]
+    )
     a, b = MultiAgentRolloutBuffer(A), MultiAgentRolloutBuffer(A)
-    a.add_rollout(rollout)
+    a.add_rollout(rollout)  # kept by reference
     for t in range(T):
-        b.add_batch(rollout[:, t])
+        b.add_batch(rollout[:, t])  # copied step by step
+    assert a.rollouts[0] is rollout
     assert len(a) == len(b) == int(rollout["valid"].sum())
-    assert (a.rows() == b.rows()).all()
-    assert a.rows()["env_index"].tolist() == b.rows()["env_index"].tolist()
+    # Same rows (in (episode, time, agent) order), same time indices, same episode table.
+    assert (a.as_tensordict() == b.as_tensordict()).all()
+    assert a.rows()["env_index"].sort().values.tolist() == b.rows()["env_index"].sort().values.tolist()
+    assert (a.completed_episodes() == b.completed_episodes()).all()
+    stored = b.rows()
+    pairs = set(zip(stored["episode_id"].tolist(), stored["agent_id"].tolist(), strict=True))
+    assert len(pairs) > E * A  # the second episodes are there too
+    for episode, agent in pairs:
+        assert (a.trajectory(episode, agent) == b.trajectory(episode, agent)).all()
+    # The one entry the buffer adds to the kept rows: each row's step within its episode.
+    assert rollout["time_index"][0, :, 0].tolist() == [0, 1, 2, 3, 4, 0, 1]
+
+
+def test_a_kept_rollout_is_located_row_by_row_and_never_mixed_with_copied_rows() -> None:
+    E, T, A = 2, 4, 3
+    rows = TensorDict(
+        {
+            "observation": torch.randn(E, T, A, OBS_DIM),
+            "episode_id": torch.arange(E).view(E, 1, 1).expand(E, T, A),
+            ("next", "reward"): torch.randn(E, T, A, 1),
+            ("next", "done"): torch.zeros(E, T, A, 1, dtype=torch.bool),
+        },
+        batch_size=[E, T, A],
+    )
+    experience = TensorDict({"team": rows.exclude("next"), "next": TensorDict({"team": rows["next"]}, [E, T])}, [E, T])
+    buffer = MultiAgentRolloutBuffer(A)
+    buffer.add_rollout(experience, group="team")
+    assert buffer.rollouts[0] is experience
+    for e in range(E):
+        for t in range(T):
+            for agent in range(A):
+                r, env, step, column = buffer.locate(e, agent, t)
+                assert (r, env, step, column) == (0, e, t, agent)
+    with pytest.raises(KeyError, match="no kept row"):
+        buffer.locate(0, 0, T)
+    with pytest.raises(ValueError, match="keeps rollouts by reference"):
+        buffer.add_batch(rows[:, 0])
+    copied = MultiAgentRolloutBuffer(A)
+    copied.add_batch(rows[:, 0])
+    with pytest.raises(ValueError, match="holds copied rows"):
+        copied.add_rollout(experience, group="team")
+
+
+def test_kept_rollouts_are_bounded_by_max_rows() -> None:
+    E, T, A = 2, 5, 1
+    buffer = MultiAgentRolloutBuffer(A, capacity=8, max_rows=20, overwrite=True)
+    strict = MultiAgentRolloutBuffer(A, capacity=8, max_rows=20)
+
+    def rollout(first_episode: int) -> TensorDict:
+        done = torch.zeros(E, T, A, 1, dtype=torch.bool)
+        done[:, -1] = True
+        return TensorDict(
+            {
+                "episode_id": (first_episode + torch.arange(E)).view(E, 1, 1).expand(E, T, A),
+                "reward": torch.ones(E, T, A, 1),
+                "done": done,
+            },
+            [E, T, A],
+        )
+
+    for i in range(3):
+        buffer.add_rollout(rollout(2 * i))
+    assert len(buffer.rollouts) == 2 and len(buffer) == 20  # the first one was dropped
+    assert sorted(buffer.completed_episodes()["episode_id"].tolist()) == [2, 3, 4, 5]
+    strict.add_rollout(rollout(0))
+    strict.add_rollout(rollout(2))
+    with pytest.raises(RolloutBufferFullError, match="max_rows=20"):
+        strict.add_rollout(rollout(4))
+    assert len(strict.rollouts) == 2
 
 
 # ----------------------------------------------------------------- memory bound

@@ -152,6 +152,7 @@ def test_checkpoint_rebuild_keeps_the_option(tmp_path):
             {"id": "student", "class_path": MLP_PATH, "policy_kwargs": {"hidden_sizes": [16], "agent_id_input": True}}
         ],
         agent_binding_map=["student", "student", "student"],
+        algorithm=PPO(minibatch_size=10),
         rollout_steps=5,
         max_frames=10,
     )

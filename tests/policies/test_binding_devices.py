@@ -6,6 +6,7 @@ import pytest
 import torch
 from lightning.pytorch import Trainer
 
+from lightmarl.algorithms import PPO
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.errors import ConfigError
 from lightmarl.policies import MultiAgentPolicy, SpreadToLandmarkPolicy
@@ -46,6 +47,7 @@ def test_trainable_binding_on_another_device_is_refused_before_training(tmp_path
     module = MARLModule(
         env=SPREAD,
         policy_bindings=[{"id": "main", "class_path": "lightmarl.policies.MLPActorCritic", "device": "meta"}],
+        algorithm=PPO(minibatch_size=10),
         max_frames=10,
         rollout_steps=5,
     )

@@ -6,6 +6,7 @@ import pytest
 import torch
 from lightning.pytorch import Trainer
 
+from lightmarl.algorithms import PPO
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies import MLPActorCritic
 from lightmarl.policies.registry import PolicyRegistry
@@ -31,6 +32,7 @@ def checkpoint(tmp_path_factory):
             },
         ],
         agent_binding_map=["coach", "npc", "coach"],
+        algorithm=PPO(minibatch_size=10),
         rollout_steps=5,
         max_frames=10,
     )

@@ -19,13 +19,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from expectations import minibatches_within
+
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "quickstart.yaml"
 
 NUM_ENVS, ROLLOUT_STEPS, WORLD = 4, 25, 2
 ITERATIONS, ITERATIONS_PER_EPOCH = 6, 3
 FRAMES = NUM_ENVS * ROLLOUT_STEPS * WORLD * ITERATIONS  # the budget counts every rank's frames
-PPO_EPOCHS = 4  # quickstart's algorithm.init_args.epochs; one minibatch (400 > 100 rows per rank)
+PPO_EPOCHS = 4  # quickstart's algorithm.init_args.epochs; one minibatch (100 rows per rank)
 
 
 def _lightmarl() -> str:
@@ -76,6 +78,7 @@ def run_ddp(recipe: Path, tmp_path: Path) -> str:
         "--model.max_frames", str(FRAMES),
         "--model.iterations_per_epoch", str(ITERATIONS_PER_EPOCH),
         "--model.eval_episodes", "2",
+        *minibatches_within(recipe, NUM_ENVS * ROLLOUT_STEPS),
     ]  # fmt: skip
     proc = subprocess.run(
         cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=280

@@ -16,7 +16,7 @@ SPREAD = PettingZooEnvConfig(
 )
 
 
-def fit_quietly(module: MARLModule, root) -> None:
+def fit_quietly(module: MARLModule, root, callbacks=()) -> None:
     """Train ``module`` to its frame budget with no logger, checkpoints or validation."""
     Trainer(
         max_epochs=-1,
@@ -26,6 +26,7 @@ def fit_quietly(module: MARLModule, root) -> None:
         enable_model_summary=False,
         limit_val_batches=0,
         default_root_dir=root,
+        callbacks=list(callbacks),
     ).fit(module)
 
 

@@ -13,9 +13,10 @@ from lightmarl.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
-    "--model.env.num_envs=4",
+    # 40 copies x 10 steps: one rollout holds the PPO run's 400-step minibatch (a larger one is an error).
+    "--model.env.num_envs=40",
     "--model.rollout_steps=10",
-    "--model.max_frames=120",
+    "--model.max_frames=1200",
     "--model.iterations_per_epoch=3",
     "--model.eval_episodes=2",
     "--trainer.enable_progress_bar=false",

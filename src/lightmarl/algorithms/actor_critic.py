@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar, cast
+from typing import cast
 
 from torch import nn
 
@@ -29,11 +29,11 @@ class OffPolicyActorCriticAlgorithm(OffPolicyAlgorithm):
     critic_lr: float = 1e-3
     """Adam learning rate of the critic(s)."""
 
-    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool], ...]:
+    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
         return (
             *super().hyperparameter_checks(),
-            ("actor_lr", self.actor_lr, self.actor_lr > 0),
-            ("critic_lr", self.critic_lr, self.critic_lr > 0),
+            ("actor_lr", self.actor_lr, self.actor_lr > 0, "actor_lr > 0"),
+            ("critic_lr", self.critic_lr, self.critic_lr > 0, "critic_lr > 0"),
         )
 
 
@@ -45,8 +45,6 @@ class OffPolicyActorCriticUnitTrainer(OffPolicyUnitTrainer):
         "with a centralized critic",
         " or set policy_kwargs.critic: local for a binding that shares its group",
     )
-    #: the flavour with a local critic and with a centralized one (e.g. ``("IDDPG", "MADDPG")``).
-    flavours: ClassVar[tuple[str, str]]
     config: OffPolicyActorCriticAlgorithm
 
     @classmethod
@@ -55,7 +53,8 @@ class OffPolicyActorCriticUnitTrainer(OffPolicyUnitTrainer):
 
     def _build(self) -> None:
         super()._build()
-        self.flavour = self.flavours[self.joint]
+        # The field's names: independent learners (IDDPG, ISAC) or a centralized critic (MADDPG, MASAC).
+        self.flavour = ("MA" if self.joint else "I") + self.loss_name.upper()
 
     @abstractmethod
     def networks(self) -> tuple[nn.Module, nn.Module]:

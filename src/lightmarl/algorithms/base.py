@@ -247,8 +247,8 @@ class Algorithm(ABC):
     def __post_init__(self) -> None:
         check_hyperparameters(*self.hyperparameter_checks())
 
-    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool], ...]:
-        """``(field, value, ok)`` for every hyper-parameter with a constraint (extend with ``super()``'s)."""
+    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
+        """``(field, value, ok, rule)`` for every hyper-parameter with a constraint (extend with ``super()``'s)."""
         return ()
 
     @property
@@ -280,6 +280,10 @@ class Algorithm(ABC):
         """Checks that need the population (e.g. who controls the group's other agents); default: none."""
         del binding_id, policy, table
 
+    def check_rollout(self, binding_id: str, num_envs: int, rollout_steps: int) -> None:
+        """Checks against the size of one rollout (``num_envs x rollout_steps`` env steps); default: none."""
+        del binding_id, num_envs, rollout_steps
+
     def make_unit_trainer(
         self,
         binding_id: str,
@@ -297,11 +301,11 @@ class Algorithm(ABC):
         return self.trainer_class(binding_id, policy, table, self, population)
 
 
-def check_hyperparameters(*checks: tuple[str, object, bool]) -> None:
-    """Raise a ``ValueError`` naming the first ``(name, value, ok)`` whose ``ok`` is false."""
-    for name, value, ok in checks:
+def check_hyperparameters(*checks: tuple[str, object, bool, str]) -> None:
+    """Raise a ``ValueError`` naming the first ``(name, value, ok, rule)`` whose ``ok`` is false, and its rule."""
+    for name, value, ok, rule in checks:
         if not ok:
-            raise ValueError(f"algorithm.{name}: invalid value {value!r}")
+            raise ValueError(f"algorithm.{name}: invalid value {value!r}; valid values satisfy {rule}")
 
 
 def unique_parameters(modules: Iterable[nn.Module]) -> list[nn.Parameter]:

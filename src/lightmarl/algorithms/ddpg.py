@@ -28,7 +28,6 @@ class DDPGUnitTrainer(OffPolicyActorCriticUnitTrainer):
     requires = (DeterministicActor, QCritic)
     suggested_policy = "lightmarl.policies.DeterministicActorCritic"
     loss_name = "ddpg"
-    flavours = ("IDDPG", "MADDPG")
     config: DDPG
 
     def _make_loss(self) -> LossModule:
@@ -69,12 +68,12 @@ class DDPG(OffPolicyActorCriticAlgorithm):
     noise_decay_frames: int = 50_000
     """Env frames (env steps of every env copy on this process, counted in the iterations this binding updates) over which the noise decays linearly."""
 
-    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool], ...]:
+    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
         return (
             *super().hyperparameter_checks(),
-            ("noise_start", self.noise_start, self.noise_start >= 0),
-            ("noise_end", self.noise_end, self.noise_end >= 0),
-            ("noise_decay_frames", self.noise_decay_frames, self.noise_decay_frames >= 0),
+            ("noise_start", self.noise_start, self.noise_start >= 0, "noise_start >= 0"),
+            ("noise_end", self.noise_end, self.noise_end >= 0, "noise_end >= 0"),
+            ("noise_decay_frames", self.noise_decay_frames, self.noise_decay_frames >= 0, "noise_decay_frames >= 0"),
         )
 
     def noise_at(self, frames: int) -> float:

@@ -112,16 +112,26 @@ class DQN(OffPolicyAlgorithm):
     """Env frames (env steps of every env copy on this process, counted in the iterations this binding updates) over which epsilon decays linearly."""
     max_grad_norm: float | None = 10.0
 
-    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool], ...]:
+    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
         return (
             *super().hyperparameter_checks(),
-            ("lr", self.lr, self.lr > 0),
-            ("target_update", self.target_update, self.target_update in ("soft", "hard")),
-            ("tau", self.tau, 0 < self.tau <= 0.5),
-            ("target_update_interval", self.target_update_interval, self.target_update_interval >= 1),
-            ("eps_start", self.eps_start, 0 <= self.eps_start <= 1),
-            ("eps_end", self.eps_end, 0 <= self.eps_end <= 1),
-            ("eps_decay_frames", self.eps_decay_frames, self.eps_decay_frames >= 0),
+            ("lr", self.lr, self.lr > 0, "lr > 0"),
+            (
+                "target_update",
+                self.target_update,
+                self.target_update in ("soft", "hard"),
+                'target_update in ("soft", "hard")',
+            ),
+            ("tau", self.tau, 0 < self.tau <= 0.5, "0 < tau <= 0.5"),
+            (
+                "target_update_interval",
+                self.target_update_interval,
+                self.target_update_interval >= 1,
+                "target_update_interval >= 1",
+            ),
+            ("eps_start", self.eps_start, 0 <= self.eps_start <= 1, "0 <= eps_start <= 1"),
+            ("eps_end", self.eps_end, 0 <= self.eps_end <= 1, "0 <= eps_end <= 1"),
+            ("eps_decay_frames", self.eps_decay_frames, self.eps_decay_frames >= 0, "eps_decay_frames >= 0"),
         )
 
     def epsilon_at(self, frames: int) -> float:

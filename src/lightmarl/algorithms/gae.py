@@ -89,18 +89,21 @@ def valid_row_gae(
     next_value_c = torch.where(used, nv.reshape(-1)[end_flat], 0)
     done_c = torch.where(used, d.reshape(-1)[end_flat], True)
     terminated_c = torch.where(used, term.reshape(-1)[end_flat], True)
-    advantage_c, _ = vec_generalized_advantage_estimate(
-        gamma,
-        lmbda,
-        value_c.view(n, width, 1),
-        next_value_c.view(n, width, 1),
-        reward_c.view(n, width, 1),
-        done=done_c.view(n, width, 1),
-        terminated=terminated_c.view(n, width, 1),
-        time_dim=-2,
-    )
+    # Under mixed precision (bf16-mixed) the estimator's matrix products would run in bf16: discounted
+    # sums over a rollout need float32, and the result must match the values' dtype.
+    with torch.autocast(device_type=v.device.type, enabled=False):
+        advantage_c, _ = vec_generalized_advantage_estimate(
+            gamma,
+            lmbda,
+            value_c.view(n, width, 1).float(),
+            next_value_c.view(n, width, 1).float(),
+            reward_c.view(n, width, 1).float(),
+            done=done_c.view(n, width, 1),
+            terminated=terminated_c.view(n, width, 1),
+            time_dim=-2,
+        )
     advantage = torch.zeros_like(v)
-    advantage[ok] = advantage_c.reshape(-1)[index[ok]]
+    advantage[ok] = advantage_c.reshape(-1)[index[ok]].to(v.dtype)
     value_target = advantage + v
 
     def rows(x: torch.Tensor) -> torch.Tensor:

@@ -135,18 +135,33 @@ class OffPolicyAlgorithm(Algorithm):
     update_every: int = 1
     """Learn (store rows and train) on every k-th training iteration only."""
 
-    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool], ...]:
+    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
         return (
             *super().hyperparameter_checks(),
-            ("gamma", self.gamma, 0 <= self.gamma <= 1),
-            ("tau", self.tau, 0 < self.tau <= 1),
-            ("batch_size", self.batch_size, self.batch_size >= 1),
-            ("buffer_size", self.buffer_size, self.buffer_size >= self.batch_size),
-            ("learning_starts", self.learning_starts, self.learning_starts >= 0),
-            ("updates_per_iteration", self.updates_per_iteration, self.updates_per_iteration >= 1),
-            ("loss_function", self.loss_function, self.loss_function in ("l2", "l1", "smooth_l1")),
-            ("max_grad_norm", self.max_grad_norm, self.max_grad_norm is None or self.max_grad_norm > 0),
-            ("update_every", self.update_every, self.update_every >= 1),
+            ("gamma", self.gamma, 0 <= self.gamma <= 1, "0 <= gamma <= 1"),
+            ("tau", self.tau, 0 < self.tau <= 1, "0 < tau <= 1"),
+            ("batch_size", self.batch_size, self.batch_size >= 1, "batch_size >= 1"),
+            ("buffer_size", self.buffer_size, self.buffer_size >= self.batch_size, "buffer_size >= batch_size"),
+            ("learning_starts", self.learning_starts, self.learning_starts >= 0, "learning_starts >= 0"),
+            (
+                "updates_per_iteration",
+                self.updates_per_iteration,
+                self.updates_per_iteration >= 1,
+                "updates_per_iteration >= 1",
+            ),
+            (
+                "loss_function",
+                self.loss_function,
+                self.loss_function in ("l2", "l1", "smooth_l1"),
+                'loss_function in ("l2", "l1", "smooth_l1")',
+            ),
+            (
+                "max_grad_norm",
+                self.max_grad_norm,
+                self.max_grad_norm is None or self.max_grad_norm > 0,
+                "max_grad_norm is None or max_grad_norm > 0",
+            ),
+            ("update_every", self.update_every, self.update_every >= 1, "update_every >= 1"),
         )
 
     def check_binding(self, binding_id: str, policy: Policy, table: BindingTable) -> None:

@@ -62,15 +62,25 @@ class OnPolicyAlgorithm(Algorithm):
     update_every: int = 1
     """Learn on every k-th training iteration only (1: every iteration)."""
 
-    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool], ...]:
+    def check_rollout(self, binding_id: str, num_envs: int, rollout_steps: int) -> None:
+        env_steps = num_envs * rollout_steps
+        if self.minibatch_size > env_steps:
+            # The loop would silently take the whole rollout as one minibatch.
+            raise ValueError(
+                f"binding {binding_id!r}: algorithm.minibatch_size {self.minibatch_size} is larger than a rollout, "
+                f"{env_steps} env steps (env.num_envs {num_envs} x rollout_steps {rollout_steps}); "
+                f"use a minibatch_size of at most {env_steps}"
+            )
+
+    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
         return (
             *super().hyperparameter_checks(),
-            ("lr", self.lr, self.lr > 0),
-            ("epochs", self.epochs, self.epochs >= 1),
-            ("minibatch_size", self.minibatch_size, self.minibatch_size >= 1),
-            ("gamma", self.gamma, 0 <= self.gamma <= 1),
-            ("lmbda", self.lmbda, 0 <= self.lmbda <= 1),
-            ("update_every", self.update_every, self.update_every >= 1),
+            ("lr", self.lr, self.lr > 0, "lr > 0"),
+            ("epochs", self.epochs, self.epochs >= 1, "epochs >= 1"),
+            ("minibatch_size", self.minibatch_size, self.minibatch_size >= 1, "minibatch_size >= 1"),
+            ("gamma", self.gamma, 0 <= self.gamma <= 1, "0 <= gamma <= 1"),
+            ("lmbda", self.lmbda, 0 <= self.lmbda <= 1, "0 <= lmbda <= 1"),
+            ("update_every", self.update_every, self.update_every >= 1, "update_every >= 1"),
         )
 
 

@@ -131,5 +131,8 @@ class PPO(OnPolicyAlgorithm):
     distillation: Distillation | None = None
     """Learn from a teacher binding as well (``null``: plain PPO)."""
 
-    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool], ...]:
-        return (*super().hyperparameter_checks(), ("clip_epsilon", self.clip_epsilon, self.clip_epsilon > 0))
+    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
+        return (
+            *super().hyperparameter_checks(),
+            ("clip_epsilon", self.clip_epsilon, self.clip_epsilon > 0, "clip_epsilon > 0"),
+        )

@@ -29,7 +29,6 @@ class SACUnitTrainer(OffPolicyActorCriticUnitTrainer):
     requires = (StochasticActor, TwinQCritics)
     suggested_policy = "lightmarl.policies.SACActorCritic"
     loss_name = "sac"
-    flavours = ("ISAC", "MASAC")
     config: SAC
     loss: SACLoss
 
@@ -118,11 +117,16 @@ class SAC(OffPolicyActorCriticAlgorithm):
     target_entropy: float | Literal["auto"] = "auto"
     """The entropy the temperature is tuned towards, per agent; ``auto`` is ``-action_dim``."""
 
-    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool], ...]:
+    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
         target_entropy = self.target_entropy
         return (
             *super().hyperparameter_checks(),
-            ("alpha_lr", self.alpha_lr, self.alpha_lr > 0),
-            ("alpha_init", self.alpha_init, self.alpha_init > 0),
-            ("target_entropy", target_entropy, target_entropy == "auto" or isinstance(target_entropy, (int, float))),
+            ("alpha_lr", self.alpha_lr, self.alpha_lr > 0, "alpha_lr > 0"),
+            ("alpha_init", self.alpha_init, self.alpha_init > 0, "alpha_init > 0"),
+            (
+                "target_entropy",
+                target_entropy,
+                target_entropy == "auto" or isinstance(target_entropy, (int, float)),
+                "'auto' or a number",
+            ),
         )

@@ -276,10 +276,10 @@ class ValueDecomposition(DQN):
     team_reward: Literal["mean", "sum"] = "mean"
     """The team's reward at a step: ``mean`` (the agents' rewards averaged over those that acted, on the scale of a per-agent return) or ``sum``."""
 
-    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool], ...]:
+    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
         return (
             *super().hyperparameter_checks(),
-            ("team_reward", self.team_reward, self.team_reward in ("mean", "sum")),
+            ("team_reward", self.team_reward, self.team_reward in ("mean", "sum"), 'team_reward in ("mean", "sum")'),
         )
 
     @abstractmethod
@@ -304,10 +304,10 @@ class QMIX(ValueDecomposition):
     mixing_embed_dim: int = 32
     """Width of the mixing network's hidden layer."""
 
-    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool], ...]:
+    def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
         return (
             *super().hyperparameter_checks(),
-            ("mixing_embed_dim", self.mixing_embed_dim, self.mixing_embed_dim >= 1),
+            ("mixing_embed_dim", self.mixing_embed_dim, self.mixing_embed_dim >= 1, "mixing_embed_dim >= 1"),
         )
 
     def make_mixer(self, num_agents: int, state_shape: tuple[int, ...]) -> Mixer:

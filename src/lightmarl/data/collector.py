@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.envs.utils import ExplorationType
 
 from lightmarl import keys
+from lightmarl.data.rollout import RolloutLoop, RolloutStep
 from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
 from lightmarl.envs.base import VecEnv
 from lightmarl.envs.layout import ROOT
@@ -37,7 +37,7 @@ class EpisodeStats:
 
 
 class _Step(NamedTuple):
-    """One env step of a lane: the policy's input and output, the env's results."""
+    """One env step of a lane as the collector keeps it."""
 
     td: TensorDict  # observation, action, log-prob, ... of the lane's copies
     next: dict  # group -> key -> [lane copies, agents, ...] (and ROOT -> "state")
@@ -45,38 +45,22 @@ class _Step(NamedTuple):
     next_state: dict[str, torch.Tensor]  # recurrent groups: the state after the step
 
 
-class _Lane:
-    """Consecutive env copies stepped as one vector: the whole vector, or one of its phases.
+class _ExperienceRecorder:
+    """Keeps each lane's steps of one rollout, for :meth:`RolloutCollector._assemble`."""
 
-    ``asynchronous`` lanes send their actions (``step_async``) and read the results later
-    (``step_wait``); the others step when the results are asked for.
-    """
+    done = False  # the collector's rollouts end after a fixed number of steps
 
-    def __init__(self, env: VecEnv, envs: slice, asynchronous: bool) -> None:
-        self.env = env
-        self.envs = envs  # the lane's copies in the whole vector
-        self.asynchronous = asynchronous
-        self._sent: tuple[TensorDict, dict[str, torch.Tensor]] | None = None
+    def __init__(self, lanes: int, recurrent_groups: list[str]) -> None:
+        self.steps: list[list[_Step]] = [[] for _ in range(lanes)]
+        self._recurrent = recurrent_groups
 
-    def send(self, td: TensorDict, actions: dict[str, torch.Tensor]) -> None:
-        if self.asynchronous:
-            cast(Any, self.env).step_async(actions)
-        self._sent = (td, actions)
-
-    def abandon(self) -> None:
-        """Forget a step that was sent and will not be received (its results, or error, are dropped)."""
-        if self._sent is not None and self.asynchronous:
-            with contextlib.suppress(Exception):
-                cast(Any, self.env).step_wait()
-        self._sent = None
-
-    def receive(self) -> tuple[TensorDict, tuple[dict, torch.Tensor]]:
-        """The td that was sent and the env's ``(next, ended)`` for it."""
-        assert self._sent is not None, "receive() before send()"
-        td, actions = self._sent
-        self._sent = None
-        result = cast(Any, self.env).step_wait() if self.asynchronous else self.env.step(actions)
-        return td, result
+    def record(self, step: RolloutStep) -> None:
+        td, next_state = step.td, {}
+        if self._recurrent:
+            # The state after the step goes with the next observation (a recurrent critic's input).
+            next_state = {g: td.get((g, keys.NEXT_RECURRENT_STATE)) for g in self._recurrent}
+            td = td.exclude(*[(g, keys.NEXT_RECURRENT_STATE) for g in self._recurrent])
+        self.steps[step.lane].append(_Step(td, step.next, step.ended, next_state))
 
 
 class RolloutCollector:
@@ -85,17 +69,16 @@ class RolloutCollector:
     Each call to :meth:`collect` returns experience with root batch ``[num_envs, rollout_steps]``
     and, per group, rows ``[num_envs, rollout_steps, agents_in_group]`` carrying the
     observation, action, log-prob, validity and the annotations of
-    :mod:`lightmarl.data.schema`; ``("next", group, ...)`` holds reward, done, terminated,
+    :mod:`lightmarl.keys`; ``("next", group, ...)`` holds reward, done, terminated,
     truncated and the next observation, as TorchRL's value estimators expect. Where the env
     records its global state (``PettingZooEnvConfig.state``) it is at the root, ``"state"``
     ``[num_envs, rollout_steps, *state_shape]`` and ``("next", "state")``. Episodes
     continue across calls (envs are never reset between rollouts).
 
-    A vector that comes in phases (``env.phases()``, e.g. worker processes with
-    ``PettingZooEnvConfig.overlap``) is stepped phase by phase: while the workers step one
-    phase's copies, the policy computes the other phase's actions. The experience is laid out
-    as for a vector stepped whole; actions are sampled per phase, so the random stream (not
-    the distribution) differs from a whole-vector collection with the same seed.
+    The env is stepped by a :class:`~lightmarl.data.rollout.RolloutLoop` (the loop evaluation
+    and videos use too): a vector that comes in phases (worker processes with
+    ``PettingZooEnvConfig.overlap``) is stepped phase by phase, and the experience is laid
+    out as for a vector stepped whole.
 
     Args:
         env: the vectorized env.
@@ -104,8 +87,9 @@ class RolloutCollector:
         exploration: ``RANDOM`` samples actions (training); ``DETERMINISTIC`` takes the mode.
         stats_window: episodes per binding kept for the running means.
         device: where the policy runs; experience is returned there.
-        buffers: group name -> a :class:`MultiAgentRolloutBuffer` that every rollout of that
-            group is also written into (each row traceable to its env, agent, episode and binding).
+        buffers: group name -> a :class:`MultiAgentRolloutBuffer` that keeps every rollout
+            of that group (by reference) until the caller clears it, e.g. to trace many
+            rollouts. Default: one buffer per group that holds the latest rollout only.
     """
 
     def __init__(
@@ -139,87 +123,47 @@ class RolloutCollector:
         self._episode_steps = {
             g.name: torch.zeros(self.num_envs, g.num_agents, dtype=torch.int64) for g in self._groups
         }
-        self._started = False
         self.frames = 0  # env steps of every copy, summed
-        # Recurrent bindings' state per (env, agent), stored with each row for sequence training.
-        self.buffers = dict(buffers or {})
+        # The rollouts live in the buffers: collect() hands out the buffers' storage, not a copy.
+        self._own_buffers = buffers is None
+        self.buffers = (
+            {g.name: MultiAgentRolloutBuffer(g.num_agents) for g in self._groups} if buffers is None else dict(buffers)
+        )
         unknown = set(self.buffers) - {g.name for g in self._groups}
         if unknown:
             raise ValueError(
                 f"buffers: no agent group named {sorted(unknown)}; groups are {[g.name for g in self._groups]}"
             )
         self._table_version = self.table.version
-        split = getattr(env, "phases", None)
-        phases: list[VecEnv] = split() if callable(split) else [env]
-        self._lanes = []
-        start = 0
-        for phase in phases:
-            self._lanes.append(_Lane(phase, slice(start, start + phase.num_envs), asynchronous=len(phases) > 1))
-            start += phase.num_envs
-        self.recurrent = RecurrentStates(
-            dict(policy.policies.items()),
-            self.table.group_of_binding,
-            self.num_envs,
-            {g.name: g.num_agents for g in self._groups},
-        )
+        self.loop = RolloutLoop(env, policy, exploration, self.device)
+
+    @property
+    def recurrent(self) -> RecurrentStates:
+        """The recurrent bindings' state per (env, agent), stored with each row for sequence training."""
+        return self.loop.recurrent
 
     @torch.no_grad()
     def collect(self) -> TensorDict:
-        if not self._started:
-            for lane in self._lanes:
-                lane.env.reset()
-            self._started = True
+        """One rollout of ``rollout_steps`` steps per env copy, kept (not copied) in :attr:`buffers`.
+
+        Returns:
+            The experience (see the class docstring): the very TensorDict the buffers keep, so
+            every row a trainer reads is the buffer's row, traceable with
+            ``(episode_id, agent_id, time_index)`` (:meth:`MultiAgentRolloutBuffer.locate`).
+        """
         if self.table.version != self._table_version:
             # Another binding controls some agents now: its memory starts from scratch.
             self.recurrent.restart_all()
             self._table_version = self.table.version
-        steps: list[list[_Step]] = [[] for _ in self._lanes]
-        try:
-            with set_exploration_type(self.exploration):
-                for lane in self._lanes:
-                    self._act(lane)
-                for t in range(self.rollout_steps):
-                    # Phase by phase: the next phase's workers step while this one's actions are computed.
-                    for lane, lane_steps in zip(self._lanes, steps):
-                        td, nxt, ended = self._receive(lane)
-                        if t + 1 < self.rollout_steps:
-                            self._act(lane)
-                        lane_steps.append(self._record(td, nxt, ended))
-        except BaseException:
-            for lane in self._lanes:  # e.g. an env error in one phase: the other phase's step is still out
-                lane.abandon()
-            raise
+        recorder = _ExperienceRecorder(len(self.loop.lanes), list(self.recurrent.states))
+        self.loop.run(recorder, steps=self.rollout_steps)
         self.frames += self.num_envs * self.rollout_steps
-        experience = self._assemble(steps)
+        experience = self._assemble(recorder.steps)
         for group, buffer in self.buffers.items():
-            rows = experience.get(group).clone(recurse=False)
-            rows.set(keys.NEXT, experience.get((keys.NEXT, group)))
-            buffer.add_rollout(rows)
+            if self._own_buffers:
+                buffer.clear()  # on-policy: the buffer holds the rollout being learned from
+            buffer.add_rollout(experience, group=group)
         return experience
-
-    def _act(self, lane: _Lane) -> None:
-        """The policy's actions for the lane's copies, sent to its env (stepped by :meth:`_receive`)."""
-        td = lane.env.observation_td()
-        self.recurrent.prepare(td, lane.envs)
-        if self.device.type != "cpu":  # envs hand out CPU tensors; moving a TensorDict costs even when a no-op
-            td = td.to(self.device)
-        self.policy(td, env_start=lane.envs.start)
-        lane.send(td, {g.name: td.get((g.name, keys.ACTION)).cpu() for g in self._groups})
-
-    def _receive(self, lane: _Lane) -> tuple[TensorDict, dict, torch.Tensor]:
-        """The lane's step results, its recurrent states advanced (the next actions need them)."""
-        td, (nxt, ended) = lane.receive()
-        if self.recurrent:
-            self.recurrent.advance(td, ended, lane.envs)
-        return td, nxt, ended
-
-    def _record(self, td: TensorDict, nxt: dict, ended: torch.Tensor) -> _Step:
-        next_state = {}
-        if self.recurrent:
-            # The state after the step goes with the next observation (a recurrent critic's input).
-            next_state = {g: td.get((g, keys.NEXT_RECURRENT_STATE)) for g in self.recurrent.states}
-            td = td.exclude(*[(g, keys.NEXT_RECURRENT_STATE) for g in self.recurrent.states])
-        return _Step(td, nxt, ended, next_state)
 
     def _episode_ids(self, ended: torch.Tensor) -> torch.Tensor:
         """``[E, T]`` id of the episode each step belongs to (the step that ends one, included).

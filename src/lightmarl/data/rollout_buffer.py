@@ -1,23 +1,32 @@
 """Multi-agent rollout storage: one row per agent step, traceable to its env, episode and agent.
 
-The buffer keeps a flat, preallocated row store (a :class:`~tensordict.TensorDict` with batch
-``[capacity]``). Every stored row is one *valid* agent step and carries the annotations of
-:mod:`lightmarl.data.schema` plus :data:`TIME_INDEX`, the env step within its episode, so any
+The buffer holds rows in one of two ways: **kept rollouts** (:meth:`MultiAgentRolloutBuffer.add_rollout`,
+the training path: the collector's ``[envs, time]`` rollout TensorDicts themselves, by
+reference, which the trainers then read) or **copied rows** (the seed's single-env API and
+:meth:`~MultiAgentRolloutBuffer.add_batch`: a flat, preallocated store with batch
+``[capacity]``). Every row carries the annotations of :mod:`lightmarl.keys` plus
+:data:`~lightmarl.keys.TIME_INDEX`, the env step within its episode, so any
 ``(episode_id, agent_id)`` trajectory can be rebuilt in time order and the rows can be
 re-batched as padded episodes or fixed-length sequences for learning.
+
+This file runs past 500 lines on purpose: it is one class whose ways in (seed API, copied
+steps, kept rollouts) and learning views share one episode table and one set of invariants
+(fixed agent columns, unique episode ids, the time index); the per-env episode bookkeeping
+lives in :mod:`lightmarl.data.episode_tracking`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
 from lightmarl import keys
+from lightmarl.data.episode_tracking import EpisodeTracker, episode_record
 
 # The seed's ``current_episode`` field names -> the TensorDict keys the rows are stored under.
 SEED_FIELDS: dict[str, NestedKey] = {
@@ -50,6 +59,10 @@ class MultiAgentRolloutBuffer:
     * the vectorized API: :meth:`add_batch` takes one step of ``num_envs`` envs as a
       TensorDict with batch ``[num_envs, n_agents]``; episodes end per env when every agent
       that took part has signalled ``done`` (or when the env starts a new ``episode_id``).
+    * kept rollouts: :meth:`add_rollout` keeps a ``[num_envs, time]`` rollout by reference (no
+      copy) and follows its episodes as :meth:`add_batch` does; :attr:`rollouts` hands the
+      rollouts back as they were added and :meth:`locate` finds one row in them (the
+      collector's training path).
 
     and several ways out: :meth:`trajectory` (one agent of one episode, in time order),
     :meth:`rows` (flat ``[N]``), :meth:`as_tensordict` (padded ``[episodes, time, agents]``
@@ -126,7 +139,8 @@ class MultiAgentRolloutBuffer:
         self._leaves: dict[NestedKey, torch.Tensor] = {}
         self._column_agent_ids: torch.Tensor | None = None
         self._records: list[TensorDict] = []
-        self._envs: _EnvTrackers | None = None
+        self._envs: EpisodeTracker | None = None
+        self._rollouts: list[tuple[TensorDictBase, str | None, int]] = []  # kept by reference, with their rows
         # The seed API's episode in progress: preallocated [steps, n_agents], grown by doubling.
         self._cur: TensorDict | None = None
         self._cur_leaves: dict[NestedKey, torch.Tensor] = {}
@@ -140,10 +154,11 @@ class MultiAgentRolloutBuffer:
         """
         self._size = 0
         self._records = []
+        self._rollouts = []
 
     def __len__(self) -> int:
-        """Number of stored rows (agent steps)."""
-        return self._size
+        """Number of stored rows (agent steps), copied or in kept rollouts."""
+        return self._size + sum(n for _, _, n in self._rollouts)
 
     @property
     def capacity(self) -> int:
@@ -314,7 +329,7 @@ class MultiAgentRolloutBuffer:
         lengths = valid.sum(0)
         returns = torch.where(valid, staged.get(keys.REWARD).reshape(T, n).double(), 0.0).sum(0)
         self._records.append(
-            _record(
+            episode_record(
                 episode_id=torch.tensor([episode_id]),
                 env_index=torch.zeros(1, dtype=torch.long),
                 returns=returns.cpu().unsqueeze(0),
@@ -394,16 +409,9 @@ class MultiAgentRolloutBuffer:
         rows: dict[NestedKey, torch.Tensor] = dict(step.items(include_nested=True, leaves_only=True))
         valid = rows.pop(keys.VALID, None)
         valid = torch.ones(E, A, dtype=torch.bool, device=dev) if valid is None else valid.reshape(E, A).bool()
-        defaults = {
-            keys.ENV_INDEX: lambda: torch.arange(E, device=dev).unsqueeze(1).expand(E, A),
-            keys.AGENT_ID: lambda: torch.arange(A, device=dev).expand(E, A),
-            keys.BINDING_ID: lambda: torch.zeros(E, A, dtype=torch.long, device=dev),
-            keys.LOSS_PROFILE_ID: lambda: torch.zeros(E, A, dtype=torch.long, device=dev),
-            keys.IS_TRAINABLE_AGENT: lambda: torch.ones(E, A, dtype=torch.bool, device=dev),
-        }
-        for key, make in defaults.items():
+        for key, make in _ANNOTATION_DEFAULTS.items():
             if key not in rows:
-                rows[key] = make()
+                rows[key] = make(E, A, dev)
         episode_id = rows[keys.EPISODE_ID].reshape(E, A)
         env_episode = episode_id[:, 0]
         agent_id = rows[keys.AGENT_ID].reshape(E, A)
@@ -419,45 +427,148 @@ class MultiAgentRolloutBuffer:
                 "add_batch: agent_id per column must be the same in every env and step, "
                 f"expected {self._column_agent_ids.tolist()}"
             )
+        if self._rollouts:
+            raise ValueError("add_batch: this buffer keeps rollouts by reference (add_rollout); use another buffer")
         env_index = rows[keys.ENV_INDEX].reshape(E, A)[:, 0]
-
-        envs = self._env_trackers(E, dev)
-        active = valid.any(1)
-        starts = active & (~envs.open | (env_episode != envs.episode))
-        if bool(starts.any()):
-            reused = starts & envs.closed_any & (env_episode == envs.last_closed)
-            if bool(reused.any()):
-                env = int(reused.nonzero()[0, 0])
-                raise ValueError(
-                    f"add_batch: env {env} sent episode_id {int(env_episode[env])} again after that episode "
-                    "completed; every episode needs a new id"
-                )
-            interrupted = starts & envs.open
-            if bool(interrupted.any()):
-                self._close(interrupted.nonzero().squeeze(1), env_index)
-            envs.start(starts, env_episode)
-
-        rows[keys.TIME_INDEX] = envs.step.unsqueeze(1).expand(E, A)
+        time_index, completed = self._tracker(E, dev).step(
+            env_episode,
+            valid,
+            reward.reshape(E, A),
+            done.reshape(E, A).bool(),
+            rows[keys.BINDING_ID].reshape(E, A),
+            env_index,
+        )
+        self._records.extend(completed)
+        rows[keys.TIME_INDEX] = time_index.unsqueeze(1).expand(E, A)
         self._append_rows(rows, 2, valid)
 
-        envs.seen |= valid
-        envs.done |= valid & done.reshape(E, A).bool()
-        envs.ret += torch.where(valid, reward.reshape(E, A).double(), 0.0)
-        envs.length += valid.long()
-        first = valid & (envs.binding < 0)
-        envs.binding = torch.where(first, rows[keys.BINDING_ID].reshape(E, A).long(), envs.binding)
-        # Env steps in which every agent waits still advance the episode's clock.
-        envs.step += envs.open.long()
-        finished = active & ~(envs.seen & ~envs.done).any(1)
-        if bool(finished.any()):
-            self._close(finished.nonzero().squeeze(1), env_index)
+    def add_rollout(self, rollout: TensorDictBase, group: str | None = None) -> None:
+        """Keep a rollout **by reference**: its rows become the buffer's rows without a copy.
 
-    def add_rollout(self, rollout: TensorDict) -> None:
-        """Store a rollout with batch ``[num_envs, time, n_agents]`` step by step (see :meth:`add_batch`)."""
-        if rollout.batch_dims != 3:
-            raise ValueError(f"add_rollout: expected batch [num_envs, time, n_agents], got {list(rollout.batch_size)}")
-        for t in range(rollout.batch_size[1]):
-            self.add_batch(rollout[:, t])
+        The rollout stays where it is and is what :attr:`rollouts` hands out: a trainer that
+        reads it reads the buffer's storage. The buffer only adds :data:`~lightmarl.keys.TIME_INDEX`
+        (``[num_envs, time, n_agents]``, each row's env step within its episode) to the
+        rollout's rows, and follows the episodes as :meth:`add_batch` does (completed episodes,
+        statistics). Queries (:meth:`trajectory`, :meth:`rows`, :meth:`as_tensordict`,
+        :meth:`sequences`, :meth:`locate`) read the kept rollouts; only their answers are copies.
+
+        A buffer holds either copied rows (:meth:`add_transition`, :meth:`add_batch`) or kept
+        rollouts. Kept rollouts count against ``max_rows`` with their valid rows; past it the
+        oldest rollouts are dropped with ``overwrite=True`` (never the one just added),
+        otherwise :class:`RolloutBufferFullError` is raised. ``device`` does not apply: a
+        rollout is never moved.
+
+        Args:
+            rollout: with ``group=None``, one group's rows ``[num_envs, time, n_agents]`` with
+                the step's results under ``"next"``; with ``group``, an experience in TorchRL's
+                multi-agent layout (root ``[num_envs, time]``, the group's rows under ``group``
+                and its results under ``("next", group)``), as the collector returns it. The
+                rows need ``episode_id``, ``("next", "reward")`` and ``("next", "done")``;
+                other annotations default as in :meth:`add_batch`.
+            group: the group whose rows this buffer follows, or ``None``.
+
+        Raises:
+            ValueError: on a wrong batch shape, a missing required entry, agents of one env
+                with different episode ids in a step, or a buffer that holds copied rows.
+            RolloutBufferFullError: when the rollout alone exceeds ``max_rows``, or the held
+                ones do and ``overwrite`` is off (the rollout is then not kept).
+        """
+        rows = _group_rows(rollout, group)
+        if rows.batch_dims != 3 or rows.batch_size[2] != self.n_agents:
+            raise ValueError(
+                f"add_rollout: expected rows with batch [num_envs, time, n_agents={self.n_agents}], "
+                f"got {list(rows.batch_size)}"
+            )
+        if self._size or self._cur_len:
+            raise ValueError("add_rollout: this buffer holds copied rows (add_batch / add_transition); use another one")
+        E, T, A = rows.batch_size
+        if keys.EPISODE_ID not in rows.keys():
+            raise ValueError("add_rollout: the rows have no 'episode_id' entry; it is required to trace trajectories")
+        cpu = torch.device("cpu")
+        # The bookkeeping reads small per-step tensors on the CPU, whatever device the rows are on.
+        episode_id = rows.get(keys.EPISODE_ID).cpu()
+        valid = rows.get(keys.VALID, None)
+        valid = torch.ones(E, T, A, dtype=torch.bool) if valid is None else valid.cpu().bool()
+        agent_id, env_index, binding = (
+            _rollout_annotation(rows, key).cpu() for key in (keys.AGENT_ID, keys.ENV_INDEX, keys.BINDING_ID)
+        )
+        reward = _find(rows, keys.REWARD, keys.REWARD).cpu().reshape(E, T, A)
+        done = _find(rows, keys.DONE, keys.DONE).cpu().reshape(E, T, A).bool()
+        env_episode = episode_id[:, :, 0]
+        self._learn_columns(agent_id[0, 0])
+        assert self._column_agent_ids is not None
+        if not bool(((episode_id == env_episode.unsqueeze(-1)) | ~valid).all()):
+            raise ValueError("add_rollout: agents of one env carry different episode_id values in the same step")
+        if not bool((agent_id == self._column_agent_ids).all()):
+            raise ValueError(
+                "add_rollout: agent_id per column must be the same in every env and step, "
+                f"expected {self._column_agent_ids.tolist()}"
+            )
+        count = int(valid.sum())
+        self._make_room_for_rollout(count)
+        tracker = self._tracker(E, cpu)
+        time_index = torch.empty(E, T, dtype=torch.long)
+        for t in range(T):
+            time_index[:, t], completed = tracker.step(
+                env_episode[:, t], valid[:, t], reward[:, t], done[:, t], binding[:, t], env_index[:, t, 0]
+            )
+            self._records.extend(completed)
+        # The one entry the buffer adds, in the caller's rows (a trainer reading them sees it too).
+        target = rollout if group is None else rollout.get(group)
+        target.set(keys.TIME_INDEX, time_index.to(target.device or cpu).unsqueeze(-1).expand(E, T, A))
+        self._rollouts.append((rollout, group, count))
+
+    @property
+    def rollouts(self) -> list[TensorDictBase]:
+        """The kept rollouts, oldest first, as they were added (by reference: no copy)."""
+        return [rollout for rollout, _, _ in self._rollouts]
+
+    def locate(self, episode_id: int, agent_id: int, time_index: int) -> tuple[int, int, int, int]:
+        """Where one kept row is: ``(rollout, env, step, agent)``, indices into :attr:`rollouts`.
+
+        ``rollouts[r][group][env, step, agent]`` (or ``rollouts[r][env, step, agent]`` for
+        rollouts added without a group) is the row of agent ``agent_id`` at time
+        ``time_index`` of episode ``episode_id``.
+
+        Raises:
+            KeyError: when no kept row matches.
+        """
+        for r, (rollout, group, _) in enumerate(self._rollouts):
+            rows = _group_rows(rollout, group)
+            hit = (
+                (rows.get(keys.EPISODE_ID) == episode_id)
+                & (_rollout_annotation(rows, keys.AGENT_ID) == agent_id)
+                & (rows.get(keys.TIME_INDEX) == time_index)
+            )
+            if keys.VALID in rows.keys():
+                hit &= rows.get(keys.VALID)
+            found = hit.nonzero()
+            if len(found):
+                env, step, agent = found[0].tolist()
+                return r, env, step, agent
+        raise KeyError(f"locate: no kept row of episode_id={episode_id}, agent_id={agent_id}, time={time_index}")
+
+    def _make_room_for_rollout(self, count: int) -> None:
+        if count > self.max_rows:
+            raise RolloutBufferFullError(f"add_rollout: the rollout's {count} rows exceed max_rows={self.max_rows}")
+        held = sum(n for _, _, n in self._rollouts)
+        if held + count <= self.max_rows:
+            return
+        if not self.overwrite:
+            raise RolloutBufferFullError(
+                f"add_rollout: keeping {count} more rows would hold {held + count} rows, above max_rows="
+                f"{self.max_rows}. Raise max_rows, clear() the buffer more often, or set overwrite=True to drop "
+                "the oldest rollouts."
+            )
+        while held + count > self.max_rows:
+            held -= self._rollouts.pop(0)[2]
+        # Completed episodes none of whose rows is kept any more are forgotten with them.
+        kept = [_group_rows(r, g).get(keys.EPISODE_ID).reshape(-1) for r, g, _ in self._rollouts]
+        table = self.completed_episodes()
+        if kept and table.batch_size[0]:
+            self._records = [table[torch.isin(table[keys.EPISODE_ID], torch.cat(kept).cpu())]]
+        else:
+            self._records = []
 
     def trajectory(self, episode_id: int, agent_id: int) -> TensorDict:
         """All stored rows of one agent in one episode, in time order.
@@ -488,12 +599,15 @@ class MultiAgentRolloutBuffer:
             complete_only: keep only rows of completed episodes.
 
         Returns:
-            Without filters a view of the store (clone it to keep it past the next add),
-            otherwise a copy.
+            Without filters a view of the store of copied rows (clone it to keep it past the
+            next add), otherwise, and for kept rollouts (their valid rows), a copy.
         """
-        if self._storage is None:
+        if self._rollouts:
+            rows = self._kept_rows()
+        elif self._storage is None:
             return TensorDict({}, batch_size=[0])
-        rows = self._storage[: self._size]
+        else:
+            rows = self._storage[: self._size]
         index = self._select(rows, binding_id, complete_only)
         return rows if index is None else rows[index]
 
@@ -607,7 +721,7 @@ class MultiAgentRolloutBuffer:
         ``binding_id`` (at the agent's first step) and ``present`` (the agent acted).
         """
         if not self._records:
-            return _record(
+            return episode_record(
                 episode_id=torch.zeros(0, dtype=torch.long),
                 env_index=torch.zeros(0, dtype=torch.long),
                 returns=torch.zeros(0, self.n_agents, dtype=torch.float64),
@@ -656,6 +770,8 @@ class MultiAgentRolloutBuffer:
     def _append_rows(self, leaves: dict[NestedKey, torch.Tensor], batch_dims: int, keep: torch.Tensor) -> None:
         # Per-leaf writes into the preallocated tensors: TensorDict reshape/setitem costs
         # several times more than the copies themselves at a few hundred rows per step.
+        if self._rollouts:
+            raise ValueError("rollout buffer: it keeps rollouts by reference (add_rollout); copy rows into another one")
         keep = keep.reshape(-1)
         index = None if bool(keep.all()) else keep.nonzero().squeeze(1)
         flat = {}
@@ -682,6 +798,20 @@ class MultiAgentRolloutBuffer:
         for key, value in flat.items():
             self._leaves[key][lo:hi] = value
         self._size = hi
+
+    def _kept_rows(self) -> TensorDict:
+        parts = []
+        for rollout, group, _ in self._rollouts:
+            rows = _group_rows(rollout, group)
+            if any(key not in rows.keys() for key in _ANNOTATION_DEFAULTS):
+                rows = rows.clone(recurse=False)
+                for key in _ANNOTATION_DEFAULTS:
+                    rows.set(key, _rollout_annotation(rows, key))
+            flat = rows.reshape(-1)
+            valid = flat.get(keys.VALID, None)
+            flat = flat.exclude(keys.VALID)
+            parts.append(flat if valid is None else flat[valid.bool()])
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def _set_storage(self, storage: TensorDict) -> None:
         self._storage = storage
@@ -760,33 +890,15 @@ class MultiAgentRolloutBuffer:
         start = start.scatter_reduce(0, e_idx, time_index, reduce="amin")
         return time_index - start[e_idx]
 
-    def _env_trackers(self, num_envs: int, device: torch.device) -> _EnvTrackers:
+    def _tracker(self, num_envs: int, device: torch.device) -> EpisodeTracker:
         if self._envs is None or self._envs.num_envs != num_envs:
             if self._envs is not None and bool(self._envs.open.any()):
                 raise ValueError(
                     f"add_batch: num_envs changed from {self._envs.num_envs} to {num_envs} while episodes are in "
                     "progress; use one buffer per collector or reset() first"
                 )
-            self._envs = _EnvTrackers(num_envs, self.n_agents, device)
+            self._envs = EpisodeTracker(num_envs, self.n_agents, device)
         return self._envs
-
-    def _close(self, envs_to_close: torch.Tensor, env_index: torch.Tensor) -> None:
-        envs = self._envs
-        assert envs is not None
-        i = envs_to_close
-        self._records.append(
-            _record(
-                episode_id=envs.episode[i].cpu(),
-                env_index=env_index[i].long().cpu(),
-                returns=envs.ret[i].cpu(),
-                lengths=envs.length[i].cpu(),
-                bindings=envs.binding[i].cpu(),
-                present=envs.seen[i].cpu(),
-            )
-        )
-        envs.last_closed[i] = envs.episode[i]
-        envs.closed_any[i] = True
-        envs.open[i] = False
 
     def _free_episode_id(self) -> int:
         candidates = [-1]
@@ -823,34 +935,6 @@ class MultiAgentRolloutBuffer:
         return view
 
 
-class _EnvTrackers:
-    """Per-env state of the episodes in progress (vectorized path)."""
-
-    def __init__(self, num_envs: int, n_agents: int, device: torch.device) -> None:
-        shape = (num_envs, n_agents)
-        self.num_envs = num_envs
-        self.open = torch.zeros(num_envs, dtype=torch.bool, device=device)
-        self.episode = torch.full((num_envs,), -1, dtype=torch.long, device=device)
-        self.last_closed = torch.full((num_envs,), -1, dtype=torch.long, device=device)
-        self.closed_any = torch.zeros(num_envs, dtype=torch.bool, device=device)
-        self.step = torch.zeros(num_envs, dtype=torch.long, device=device)
-        self.seen = torch.zeros(shape, dtype=torch.bool, device=device)
-        self.done = torch.zeros(shape, dtype=torch.bool, device=device)
-        self.ret = torch.zeros(shape, dtype=torch.float64, device=device)
-        self.length = torch.zeros(shape, dtype=torch.long, device=device)
-        self.binding = torch.full(shape, -1, dtype=torch.long, device=device)
-
-    def start(self, starts: torch.Tensor, episode: torch.Tensor) -> None:
-        self.episode = torch.where(starts, episode, self.episode)
-        self.open |= starts
-        self.step[starts] = 0
-        self.seen[starts] = False
-        self.done[starts] = False
-        self.ret[starts] = 0.0
-        self.length[starts] = 0
-        self.binding[starts] = -1
-
-
 def _per_agent(value: Any, n: int, dtype: torch.dtype, name: str) -> torch.Tensor:
     if isinstance(value, Mapping):
         value = [value[k] for k in sorted(value)] if len(value) == n else None
@@ -862,7 +946,35 @@ def _per_agent(value: Any, n: int, dtype: torch.dtype, name: str) -> torch.Tenso
     return tensor.reshape(n)
 
 
-def _find(step: TensorDict, key: str, name: str) -> torch.Tensor:
+#: Row annotations a step may leave out: key -> ``(num_envs, n_agents, device) -> [num_envs, n_agents]``.
+_ANNOTATION_DEFAULTS: dict[str, Callable[[int, int, Any], torch.Tensor]] = {
+    keys.ENV_INDEX: lambda E, A, dev: torch.arange(E, device=dev).unsqueeze(1).expand(E, A),
+    keys.AGENT_ID: lambda E, A, dev: torch.arange(A, device=dev).expand(E, A),
+    keys.BINDING_ID: lambda E, A, dev: torch.zeros(E, A, dtype=torch.long, device=dev),
+    keys.LOSS_PROFILE_ID: lambda E, A, dev: torch.zeros(E, A, dtype=torch.long, device=dev),
+    keys.IS_TRAINABLE_AGENT: lambda E, A, dev: torch.ones(E, A, dtype=torch.bool, device=dev),
+}
+
+
+def _group_rows(rollout: TensorDictBase, group: str | None) -> TensorDictBase:
+    """One group's rows with its step results under ``"next"`` (a structural view, no data copied)."""
+    if group is None:
+        return rollout
+    rows = rollout.get(group).clone(recurse=False)
+    rows.set(keys.NEXT, rollout.get((keys.NEXT, group)))
+    return rows
+
+
+def _rollout_annotation(rows: TensorDictBase, key: str) -> torch.Tensor:
+    """An annotation of rows ``[num_envs, time, n_agents]``, or its default where the rows have none."""
+    value = rows.get(key, None)
+    if value is None:
+        E, T, A = rows.batch_size
+        value = _ANNOTATION_DEFAULTS[key](E, A, rows.device).unsqueeze(1).expand(E, T, A)
+    return value
+
+
+def _find(step: TensorDictBase, key: str, name: str) -> torch.Tensor:
     value = step.get(key, None)
     if value is None:
         value = step.get((keys.NEXT, key), None)
@@ -894,28 +1006,6 @@ def _grow(storage: TensorDict, used: int, rows: int) -> TensorDict:
 
 def _zeros_like_rows(rows: TensorDict, batch: tuple[int, ...]) -> TensorDict:
     return rows.apply(lambda x: x.new_zeros((*batch, *x.shape[1:])), batch_size=list(batch))
-
-
-def _record(
-    *,
-    episode_id: torch.Tensor,
-    env_index: torch.Tensor,
-    returns: torch.Tensor,
-    lengths: torch.Tensor,
-    bindings: torch.Tensor,
-    present: torch.Tensor,
-) -> TensorDict:
-    return TensorDict(
-        {
-            keys.EPISODE_ID: episode_id,
-            keys.ENV_INDEX: env_index,
-            "episode_return": returns.double(),
-            "episode_length": lengths.long(),
-            keys.BINDING_ID: bindings.long(),
-            "present": present.bool(),
-        },
-        batch_size=[episode_id.numel()],
-    )
 
 
 def _seed_summary(lengths: torch.Tensor, returns: torch.Tensor, present: torch.Tensor) -> dict[str, Any]:

@@ -6,12 +6,14 @@ import logging
 from typing import Literal
 
 import torch
-from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.envs.utils import ExplorationType
 
 from lightmarl import keys
+from lightmarl.data.rollout import RolloutLoop, RolloutStep
 from lightmarl.envs.config import EnvConfig
+from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.multi_agent import MultiAgentPolicy
-from lightmarl.policies.recurrent import RecurrentStates
+from lightmarl.population import BindingTable
 
 WinRule = Literal["none", "highest_return", "positive_return"]
 
@@ -59,12 +61,6 @@ def evaluate_episodes(
         raise ValueError(f"winner: {winner!r} is not one of ['none', 'highest_return', 'positive_return']")
     count = num_envs or min(num_episodes, env_config.num_envs)
     env = env_config.make_vector(seed=seed, num_envs=count, evaluation=True)
-    recurrent = RecurrentStates(
-        dict(policy.policies.items()),
-        policy.table.group_of_binding,
-        count,
-        {g.name: g.num_agents for g in env.spec.groups.values()},
-    )
     table = policy.table
     unplayed = [i for i in table.per_env_maps if i >= count]
     if unplayed:
@@ -73,49 +69,14 @@ def evaluate_episodes(
             count,
             unplayed,
         )
-    groups = list(env.spec.groups.values())
-    returns = {g.name: torch.zeros(count, g.num_agents) for g in groups}
-    lengths = {g.name: torch.zeros(count, g.num_agents, dtype=torch.int64) for g in groups}
-    results: dict[str, list[tuple[float, int]]] = {b: [] for b in table.active_ids}
-    outcomes: dict[str, list[str]] = {b: [] for b in table.active_ids}
-    finished = 0
+    mode = ExplorationType.DETERMINISTIC if deterministic else ExplorationType.RANDOM
+    scorer = EpisodeScorer(table, list(env.spec.groups.values()), count, num_episodes, winner)
+    loop = RolloutLoop(env, policy, mode, device)
     try:
-        env.reset()
-        mode = ExplorationType.DETERMINISTIC if deterministic else ExplorationType.RANDOM
-        with set_exploration_type(mode):
-            while finished < num_episodes:
-                td = env.observation_td()
-                recurrent.prepare(td)
-                td = td.to(device)
-                policy(td)
-                nxt, ended = env.step({g.name: td.get((g.name, keys.ACTION)).cpu() for g in groups})
-                if recurrent:
-                    recurrent.advance(td, ended)
-                for g in groups:
-                    valid = td.get((g.name, keys.VALID)).cpu()
-                    # Every reward counts, also one arriving on an agent's invalid row (a turn-based
-                    # game's loss lands on the winner's turn); absent agents of parallel envs get 0.
-                    returns[g.name] += nxt[g.name][keys.REWARD]
-                    lengths[g.name] += valid.long()
-                for e in torch.nonzero(ended).flatten().tolist():
-                    if finished >= num_episodes:
-                        break
-                    finished += 1
-                    episode: dict[str, float] = {}
-                    for g in groups:
-                        binding_of = table.bindings_of_envs(g.name, count)[e]
-                        for index in binding_of.unique().tolist():
-                            agents = binding_of == index
-                            episode[table.ids[index]] = float(returns[g.name][e, agents].mean())
-                            results[table.ids[index]].append(
-                                (episode[table.ids[index]], int(lengths[g.name][e, agents].max()))
-                            )
-                        returns[g.name][e] = 0
-                        lengths[g.name][e] = 0
-                    for binding_id, outcome in _outcomes(episode, winner).items():
-                        outcomes[binding_id].append(outcome)
+        loop.run(scorer)
     finally:
-        env.close()
+        loop.close()
+    results, outcomes = scorer.results, scorer.outcomes
     summary = {}
     for binding, episodes in results.items():
         if not episodes:  # plays only in env copies that finished no counted episode
@@ -132,6 +93,66 @@ def evaluate_episodes(
             summary[binding]["win_rate"] = played.count("win") / len(played)
             summary[binding]["draw_rate"] = played.count("draw") / len(played)
     return summary
+
+
+class EpisodeScorer:
+    """The :class:`~lightmarl.data.rollout.StepRecorder` of evaluation: per-binding returns, lengths and outcomes.
+
+    Counts the first ``num_episodes`` episodes to finish (in env copy order within a step).
+
+    Args:
+        table: the population's binding table.
+        groups: the env's agent groups.
+        num_envs: env copies stepped.
+        num_episodes: episodes to count.
+        winner: the win rule of :func:`evaluate_episodes`.
+    """
+
+    def __init__(
+        self, table: BindingTable, groups: list[GroupSpec], num_envs: int, num_episodes: int, winner: WinRule
+    ) -> None:
+        self.table = table
+        self.groups = groups
+        self.num_envs = num_envs
+        self.num_episodes = num_episodes
+        self.winner = winner
+        self.returns = {g.name: torch.zeros(num_envs, g.num_agents) for g in groups}
+        self.lengths = {g.name: torch.zeros(num_envs, g.num_agents, dtype=torch.int64) for g in groups}
+        #: binding id -> ``(return, length)`` per counted episode it played.
+        self.results: dict[str, list[tuple[float, int]]] = {b: [] for b in table.active_ids}
+        #: binding id -> ``win`` / ``draw`` / ``loss`` per counted episode (with a ``winner`` rule).
+        self.outcomes: dict[str, list[str]] = {b: [] for b in table.active_ids}
+        self.finished = 0
+
+    @property
+    def done(self) -> bool:
+        return self.finished >= self.num_episodes
+
+    def record(self, step: RolloutStep) -> None:
+        envs = step.envs
+        for g in self.groups:
+            valid = step.td.get((g.name, keys.VALID)).cpu()
+            # Every reward counts, also one arriving on an agent's invalid row (a turn-based
+            # game's loss lands on the winner's turn); absent agents of parallel envs get 0.
+            self.returns[g.name][envs] += step.next[g.name][keys.REWARD]
+            self.lengths[g.name][envs] += valid.long()
+        for e in (torch.nonzero(step.ended).flatten() + envs.start).tolist():
+            if self.done:
+                break
+            self.finished += 1
+            episode: dict[str, float] = {}
+            for g in self.groups:
+                returns, lengths = self.returns[g.name], self.lengths[g.name]
+                binding_of = self.table.bindings_of_envs(g.name, self.num_envs)[e]
+                for index in binding_of.unique().tolist():
+                    agents = binding_of == index
+                    binding_id = self.table.ids[index]
+                    episode[binding_id] = float(returns[e, agents].mean())
+                    self.results[binding_id].append((episode[binding_id], int(lengths[e, agents].max())))
+                returns[e] = 0
+                lengths[e] = 0
+            for binding_id, outcome in _outcomes(episode, self.winner).items():
+                self.outcomes[binding_id].append(outcome)
 
 
 def _outcomes(episode_returns: dict[str, float], winner: WinRule) -> dict[str, str]:

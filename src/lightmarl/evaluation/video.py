@@ -25,15 +25,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.envs.utils import ExplorationType
 
-from lightmarl import keys
+from lightmarl.data.rollout import RolloutLoop, RolloutStep
 from lightmarl.envs.base import VecEnv
 from lightmarl.envs.config import EnvConfig
 from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.rendering import FrameRecorder, frame_stride
 from lightmarl.policies.multi_agent import MultiAgentPolicy
-from lightmarl.policies.recurrent import RecurrentStates
 
 __all__ = [
     "DEFAULT_FPS",
@@ -125,35 +124,36 @@ def record_episodes(
     if num_episodes < 1:
         raise ValueError(f"num_episodes: expected a positive integer, got {num_episodes!r}")
     env, recorder = make_recording_vector(env_config, seed, max_side=max_side, max_frames=max_frames)
-    groups = list(env.spec.groups.values())
-    recurrent = RecurrentStates(
-        dict(policy.policies.items()),
-        policy.table.group_of_binding,
-        1,
-        {g.name: g.num_agents for g in groups},
-    )
     metadata = getattr(recorder, "metadata", None)
     fps = float((metadata.get("render_fps") if isinstance(metadata, dict) else None) or DEFAULT_FPS)
-    finished = 0
+    mode = ExplorationType.DETERMINISTIC if deterministic else ExplorationType.RANDOM
+    loop = RolloutLoop(env, policy, mode, device)
     try:
-        env.reset()
-        mode = ExplorationType.DETERMINISTIC if deterministic else ExplorationType.RANDOM
-        with set_exploration_type(mode):
-            while finished < num_episodes:
-                td = env.observation_td()
-                recurrent.prepare(td)
-                td = td.to(device)
-                policy(td)
-                _, ended = env.step({g.name: td.get((g.name, keys.ACTION)).cpu() for g in groups})
-                if recurrent:
-                    recurrent.advance(td, ended)
-                finished += int(ended.sum())
+        loop.run(EpisodeCounter(num_episodes))
     finally:
-        env.close()
+        loop.close()
     if recorder.dropped:
         log.warning("evaluation video: kept the first %d frames, dropped %d", recorder.kept, recorder.dropped)
     # The vector resets the copy after the last episode: that reset's frame starts an unplayed one.
     return recorder.episodes[:num_episodes], fps
+
+
+class EpisodeCounter:
+    """The :class:`~lightmarl.data.rollout.StepRecorder` of a recording: done after ``num_episodes`` episodes.
+
+    The frames themselves are taken by the env's :class:`FrameRecorder` as it steps.
+    """
+
+    def __init__(self, num_episodes: int) -> None:
+        self.num_episodes = num_episodes
+        self.finished = 0
+
+    @property
+    def done(self) -> bool:
+        return self.finished >= self.num_episodes
+
+    def record(self, step: RolloutStep) -> None:
+        self.finished += int(step.ended.sum())
 
 
 def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float = DEFAULT_FPS) -> Path:

@@ -2,7 +2,7 @@
 
 >>> policies = PolicyDict.from_module(marl_module)      # doctest: +SKIP
 >>> policies.save("population.pt")                      # doctest: +SKIP
->>> policies = PolicyDict.load("population.pt")         # or a training checkpoint: "runs/x/last.ckpt"
+>>> policies = PolicyDict.load("population.pt")         # or a checkpoint "runs/x/last.ckpt", or an export dir
 >>> policies["A"].encoder is policies["B"].encoder      # shared modules are still shared
 True
 
@@ -23,10 +23,8 @@ from torch import nn
 
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
-from lightmarl.policies.loading import load_torch_file
-from lightmarl.policies.registry import CHECKPOINT_KEY, build_policy, rebuild_shared_modules
-
-FORMAT = "lightmarl.policy_dict/1"
+from lightmarl.policies.exported import write_export
+from lightmarl.policies.registry import POLICY_DICT_FORMAT, build_policy, read_population, rebuild_shared_modules
 
 
 class PolicyDict(nn.ModuleDict):
@@ -54,63 +52,77 @@ class PolicyDict(nn.ModuleDict):
         policies = {b: p for b, p in module.policies.items()}
         return cls(policies, {b: p.group for b, p in policies.items()}, module.shared.describe())
 
-    def save(self, path: str | Path) -> None:
+    def describe(self) -> dict[str, Any]:
+        """Every binding's class, keyword arguments, group and shared modules, as plain data."""
         missing = [b for b, p in self.items() if not getattr(p, "origin", None)]
         if missing:
-            raise ValueError(f"PolicyDict.save: bindings {missing} were not built from a class path (no `origin`)")
-        torch.save(
-            {
-                "format": FORMAT,
-                "bindings": {b: {**cast(Policy, p).origin, "group": self.groups[b].name} for b, p in self.items()},
-                "groups": {g.name: dataclasses.asdict(g) for g in self.groups.values()},
-                "shared_modules": self.shared_specs,
-                "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()},
-            },
-            Path(path),
+            raise ValueError(f"PolicyDict: bindings {missing} were not built from a class path (no `origin`)")
+        return {
+            "bindings": {b: {**cast(Policy, p).origin, "group": self.groups[b].name} for b, p in self.items()},
+            "groups": {g.name: dataclasses.asdict(g) for g in self.groups.values()},
+            "shared_modules": self.shared_specs,
+        }
+
+    def save(self, path: str | Path) -> None:
+        """One torch file (weights-only loadable) holding the description and every weight."""
+        state = {k: v.detach().cpu() for k, v in self.state_dict().items()}
+        torch.save({"format": POLICY_DICT_FORMAT, **self.describe(), "state_dict": state}, Path(path))
+
+    def export(self, directory: str | Path) -> Path:
+        """The export format (:mod:`lightmarl.policies.exported`): ``population.json`` + safetensors weights."""
+        return write_export(directory, self.describe(), self.state_dict())
+
+    def select(self, binding_ids: list[str]) -> PolicyDict:
+        """The policies of ``binding_ids`` only (same objects), e.g. to export part of a population."""
+        unknown = sorted(set(binding_ids) - set(self.keys()))
+        if unknown:
+            raise ValueError(f"PolicyDict: no bindings {unknown}; it has {sorted(self.keys())}")
+        used = {name for b in binding_ids for name in cast(Policy, self[b]).origin.get("shared_modules", {}).values()}
+        shared = {name: spec for name, spec in self.shared_specs.items() if name in used}
+        return PolicyDict(
+            {b: cast(Policy, self[b]) for b in binding_ids}, {b: self.groups[b] for b in binding_ids}, shared
         )
 
     @classmethod
     def load(cls, path: str | Path, map_location: str | torch.device = "cpu", trust_pickle: bool = False) -> PolicyDict:
-        """Rebuild a saved policy dict, or every policy of a lightmarl training checkpoint.
+        """Rebuild a saved policy dict, an exported population, or every policy of a training checkpoint.
 
-        The file is read weights-only (tensors and plain data: no code runs); ``trust_pickle``
+        Files are read weights-only (tensors and plain data: no code runs); ``trust_pickle``
         allows pickled Python objects, for files from an author you trust.
 
         Raises:
-            ValueError: when the file is neither, holds pickled objects without ``trust_pickle``,
-                or describes a policy it cannot rebuild.
+            ValueError: when the file is none of those, holds pickled objects without
+                ``trust_pickle``, or describes a policy it cannot rebuild.
         """
         path = Path(path)
-        saved = load_torch_file(path, field="PolicyDict.load", trust_pickle=trust_pickle, map_location=map_location)
-        if isinstance(saved, dict) and saved.get("format") == FORMAT:
-            description, state, prefix = saved, saved["state_dict"], ""
-        elif isinstance(saved, dict) and CHECKPOINT_KEY in saved:
-            description, state, prefix = saved[CHECKPOINT_KEY], saved["state_dict"], "population.policies."
-            if "groups" not in description:
-                raise ValueError(
-                    f"{str(path)!r}: this checkpoint predates saved group specs; re-save it with this lightmarl"
-                )
-        else:
-            raise ValueError(f"{str(path)!r} is neither a saved PolicyDict nor a lightmarl checkpoint")
+        field = "PolicyDict.load"
+        description, state = read_population(path, field=field, trust_pickle=trust_pickle, map_location=map_location)
+        if "groups" not in description:
+            raise ValueError(
+                f"{str(path)!r}: this checkpoint predates saved group specs; re-save it with this lightmarl"
+            )
         groups = {name: _group_from_dict(d) for name, d in description["groups"].items()}
         built: dict[str, nn.Module] = {}
         policies: dict[str, Policy] = {}
         for binding_id, entry in description["bindings"].items():
             group = groups[entry["group"]]
-            field = f"{str(path)!r} binding {binding_id!r}"
+            binding_field = f"{str(path)!r} binding {binding_id!r}"
             injected = rebuild_shared_modules(
-                entry.get("shared_modules", {}), description.get("shared_modules", {}), group, field=field, built=built
+                entry.get("shared_modules", {}),
+                description.get("shared_modules", {}),
+                group,
+                field=binding_field,
+                built=built,
             )
             policies[binding_id] = build_policy(
-                entry["class_path"], entry["policy_kwargs"], group, field=field, injected=injected
+                entry["class_path"], entry["policy_kwargs"], group, field=binding_field, injected=injected
             )
         out = cls(
             policies,
             {b: groups[e["group"]] for b, e in description["bindings"].items()},
             description.get("shared_modules"),
         )
-        weights = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-        out.load_state_dict(weights)
+        out.load_state_dict({k: v.to(map_location) for k, v in state.items()})
         return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,13 +12,17 @@ import torch
 from torch import nn
 
 from lightmarl._imports import import_object, instantiate
+from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
+from lightmarl.policies.exported import is_export, read_export
 from lightmarl.policies.loading import load_torch_file
 from lightmarl.population import PolicyBinding
 
 #: key under which a lightmarl checkpoint describes its bindings (see ``MARLModule.on_save_checkpoint``).
 CHECKPOINT_KEY = "lightmarl"
+#: the ``format`` entry of a :meth:`PolicyDict.save` file.
+POLICY_DICT_FORMAT = "lightmarl.policy_dict/1"
 
 
 class PolicyRegistry:
@@ -102,9 +107,11 @@ def load_policy_from_uri(
     location, _, fragment = uri.partition("#")
     path_text, _, query = location.partition("?")
     path = Path(path_text)
+    if is_export(path):
+        return _from_population(*read_export(path, field=field), path, fragment or binding_id, group, field)
     saved = load_torch_file(path, field=field, trust_pickle=trust_pickle)
-    if isinstance(saved, dict) and CHECKPOINT_KEY in saved:
-        return _from_checkpoint(saved, path, fragment or binding_id, group, field)
+    if _is_population(saved):
+        return _from_population(*_population_of(saved), path, fragment or binding_id, group, field)
     if isinstance(saved, dict) and saved and all(isinstance(v, torch.Tensor) for v in saved.values()):
         class_path = parse_qs(query).get("class_path", [None])[0]
         if class_path is None:
@@ -115,22 +122,73 @@ def load_policy_from_uri(
         policy = build_policy(class_path, policy_kwargs, group, field=field)
         _load_weights(policy, saved, field, f"{class_path}{policy_kwargs}")
         return policy
-    raise ValueError(f"{field}: {str(path)!r} is neither a lightmarl checkpoint nor a state_dict of tensors")
+    raise ValueError(
+        f"{field}: {str(path)!r} is neither a lightmarl checkpoint, a saved PolicyDict, an exported "
+        "population nor a state_dict of tensors"
+    )
 
 
-def _from_checkpoint(checkpoint: dict, path: Path, source_id: str, group: GroupSpec, field: str) -> Policy:
-    described = checkpoint[CHECKPOINT_KEY].get("bindings", {})
+def read_population(
+    path: str | Path, *, field: str, trust_pickle: bool = False, map_location: str | torch.device = "cpu"
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """A saved population's description and weights, from any file that describes its bindings.
+
+    Reads a lightmarl training checkpoint, a :meth:`PolicyDict.save` file or an exported
+    directory (:mod:`lightmarl.policies.exported`). Returns ``(description, state)``: the
+    description has ``bindings`` (id -> class path, kwargs, group name, shared modules),
+    ``groups`` (name -> :class:`GroupSpec` fields) and ``shared_modules``; the state maps
+    ``<binding>.<parameter>`` to tensors.
+
+    Raises:
+        ValueError: naming ``field`` when the file is none of those or cannot be read.
+    """
+    if is_export(path):
+        return read_export(path, field=field)
+    saved = load_torch_file(path, field=field, trust_pickle=trust_pickle, map_location=map_location)
+    if not _is_population(saved):
+        raise ValueError(f"{field}: {str(path)!r} is neither a saved PolicyDict, a lightmarl checkpoint nor an export")
+    return _population_of(saved)
+
+
+def _is_population(saved: Any) -> bool:
+    return isinstance(saved, dict) and (CHECKPOINT_KEY in saved or saved.get("format") == POLICY_DICT_FORMAT)
+
+
+def _population_of(saved: dict) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    if saved.get("format") == POLICY_DICT_FORMAT:
+        return saved, saved["state_dict"]
+    # A training checkpoint: the policies live under the LightningModule's population.
+    prefix = "population.policies."
+    state = {k[len(prefix) :]: v for k, v in saved["state_dict"].items() if k.startswith(prefix)}
+    description = saved[CHECKPOINT_KEY]
+    env = description.get("env") or {}
+    if "groups" not in description and "env_fn" in env:
+        # Checkpoints written before group specs were saved: rebuild them from the PettingZoo env they name.
+        groups = PettingZooEnvConfig(env_fn=env["env_fn"], env_kwargs=env.get("env_kwargs") or {}).spec().groups
+        description = {**description, "groups": {name: dataclasses.asdict(g) for name, g in groups.items()}}
+    return description, state
+
+
+def _from_population(
+    description: Mapping[str, Any],
+    state: Mapping[str, torch.Tensor],
+    path: Path,
+    source_id: str,
+    group: GroupSpec,
+    field: str,
+) -> Policy:
+    described = description.get("bindings", {})
     if source_id not in described:
-        raise ValueError(f"{field}: checkpoint {str(path)!r} has no binding {source_id!r}; it has {sorted(described)}")
+        raise ValueError(f"{field}: {str(path)!r} has no binding {source_id!r}; it has {sorted(described)}")
     entry = described[source_id]
-    shared_specs = checkpoint[CHECKPOINT_KEY].get("shared_modules", {})
+    shared_specs = description.get("shared_modules", {})
     injected = rebuild_shared_modules(entry.get("shared_modules", {}), shared_specs, group, field=field)
     policy = build_policy(
         entry["class_path"], entry["policy_kwargs"], group, field=f"{field} ({source_id})", injected=injected
     )
-    prefix = f"population.policies.{source_id}."
-    state = {k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
-    _load_weights(policy, state, field, f"binding {source_id!r} of {str(path)!r}")
+    prefix = f"{source_id}."
+    weights = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+    _load_weights(policy, weights, field, f"binding {source_id!r} of {str(path)!r}")
     return policy
 
 

@@ -224,6 +224,8 @@ class MARLModule(LightningModule):
             self.table.require_trainable()
             algorithms = {b: self.algorithm_of(b) for b in self.table.trainable_ids}
             policies = {b: cast(Policy, p) for b, p in self.policies.items()}
+            for binding_id, algorithm in algorithms.items():
+                algorithm.check_rollout(binding_id, self.env_config.num_envs, self.rollout_steps)
             marl_trainer = self.marl_trainer_factory(self.table, policies, algorithms, self.shared)
             marl_trainer.check_loss_profiles()
         except ValueError as err:

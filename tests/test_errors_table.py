@@ -1,0 +1,42 @@
+"""Every row of docs/errors.md, run through the real CLI: exit code 2 and the documented one-line message."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from lightmarl.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+ROW = re.compile(r"^\| (?P<case>[^|]+?) \| `(?P<command>lightmarl [^`]+)` \| `` (?P<message>.+) `` \|$")
+
+
+def documented_errors() -> list[tuple[str, str, str]]:
+    rows = [ROW.match(line) for line in (ROOT / "docs/errors.md").read_text().splitlines()]
+    return [(m["case"], m["command"], m["message"]) for m in rows if m]
+
+
+def test_the_table_lists_every_case_the_issue_names():
+    cases = {case for case, _, _ in documented_errors()}
+    assert len(cases) >= 20
+    for needed in ("unknown key", "wrong type", "minibatch larger than the batch", "loss profile names no loss"):
+        assert needed in cases
+
+
+@pytest.mark.parametrize(("case", "command", "message"), documented_errors(), ids=lambda v: v if " " not in v else None)
+def test_documented_error(case, command, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # as from a checkout: recipes/ and assets/ beside, nothing trained yet
+    (tmp_path / "recipes").symlink_to(ROOT / "recipes")
+    (tmp_path / "assets").symlink_to(ROOT / "assets")
+    (tmp_path / "empty.yaml").write_text("")
+    with pytest.raises(SystemExit) as exit_info:
+        main(shlex.split(command)[1:])
+    assert exit_info.value.code == 2, case
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lightmarl: error: ")]
+    assert len(errors) == 1, errors
+    expected = "^" + ".*".join(re.escape(part) for part in message.split("…")) + "$"
+    assert re.match(expected, errors[0].removeprefix("lightmarl: error: ")), (case, errors[0])
+    assert not list(tmp_path.rglob("*.ckpt")), "nothing may train"
