@@ -102,6 +102,11 @@ class LightmarlCLI(LightningCLI):
     file is a one-line error. Lightning then loads the checkpoint weights-only too.
     """
 
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        # Algorithms declare their hyper-parameters as dataclass fields with docstrings: show those in --help.
+        set_parsing_settings(docstring_parse_attribute_docstrings=True)
+        return super().init_parser(**kwargs)
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
             "--run_name",
@@ -275,8 +280,6 @@ def main(args: list[str] | None = None) -> None:
         # LightningCLI's subcommands are fixed: `lightmarl plot` is dispatched before it.
         plot_cli.main(argv[1:])
         return
-    # Algorithms declare their hyper-parameters as dataclass fields with docstrings: show those in --help.
-    set_parsing_settings(docstring_parse_attribute_docstrings=True)
     preemption = Preemption()
     try:
         if argv[:1] == ["export"]:
