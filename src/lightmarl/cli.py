@@ -25,6 +25,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightmarl.errors import ConfigError
+from lightmarl.evaluation import plot_cli
 from lightmarl.policies.loading import load_torch_file
 from lightmarl.policies.policy_dict import PolicyDict
 from lightmarl.training.module import MARLModule
@@ -188,10 +189,14 @@ def export_main(args: list[str]) -> None:
 
 
 def main(args: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if args is None else args
+    if argv[:1] == ["plot"]:
+        # LightningCLI's subcommands are fixed: `lightmarl plot` is dispatched before it.
+        plot_cli.main(argv[1:])
+        return
     # Algorithms declare their hyper-parameters as dataclass fields with docstrings: show those in --help.
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
     preemption = Preemption()
-    argv = sys.argv[1:] if args is None else args
     try:
         if argv[:1] == ["export"]:
             try:

@@ -56,8 +56,13 @@ def wait_for_iterations(run_dir: Path, count: int, timeout: float = 120) -> None
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc to find leftover processes")
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_stops_fit_with_a_checkpoint_and_the_run_resumes(signum, tmp_path):
+@pytest.mark.parametrize(
+    ("signum", "to_group"),
+    [(signal.SIGTERM, False), (signal.SIGTERM, True), (signal.SIGINT, True)],
+    ids=["SIGTERM-to-the-run", "SIGTERM-to-its-group", "Ctrl-C"],
+)
+def test_a_signal_stops_fit_with_a_checkpoint_and_the_run_resumes(signum, to_group, tmp_path):
+    """A scheduler may signal the run alone or its whole process group (workers included), as Ctrl-C does."""
     marker = f"LIGHTMARL_TEST_RUN={uuid.uuid4().hex}"
     env = {**os.environ, marker.split("=")[0]: marker.split("=")[1]}
     run = subprocess.Popen(
@@ -67,10 +72,14 @@ def test_a_signal_stops_fit_with_a_checkpoint_and_the_run_resumes(signum, tmp_pa
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its own process group, so killpg reaches the run and its workers only
     )
     try:
         wait_for_iterations(tmp_path / "runs", 2)
-        run.send_signal(signum)
+        if to_group:
+            os.killpg(run.pid, signum)
+        else:
+            run.send_signal(signum)
         _, err = run.communicate(timeout=120)
     finally:
         run.kill()

@@ -12,7 +12,7 @@ Protocol: a duplex pipe carries small commands (``("step", phase)``, ``("reset",
 replies (``("ok", payload)`` or ``("error", (message, traceback))``); observations never go
 through the pipe but through :class:`~lightmarl.envs.runners.shared_memory.SharedArrays`.
 Between commands a worker spin-waits briefly before it sleeps (``spin_wait``). Workers ignore
-SIGINT (Ctrl-C reaches the parent, which shuts them down) and exit when their pipe closes or
+SIGINT and SIGTERM (they reach the parent, which shuts them down) and exit when their pipe closes or
 their parent process goes away.
 """
 
@@ -71,7 +71,10 @@ def worker_main(conn: Connection, args: WorkerArgs) -> None:
     The copies are held as one :class:`~lightmarl.envs.layout.EnvSlice` per phase of the
     vector; ``step`` and ``reset`` name a phase (``None``: all of them).
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # Ctrl-C and a scheduler's SIGTERM reach the whole process group: the parent handles them (it
+    # finishes the iteration, checkpoints, then shuts the workers down), so a worker must not die first.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     limit_torch_threads()
     parent = os.getppid()
     shared: SharedArrays | None = None
