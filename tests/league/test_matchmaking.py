@@ -12,7 +12,13 @@ SLOTS = ["slot_0", "slot_1"]
 
 def _league(tmp_path, pfsp_prob: float = 1.0, one_phase_step: int = 10, **kwargs) -> Matchmaker:
     manager = LeagueManager(
-        roles=[{"class_path": "SelfPlayPlayer", "name": "main", "settings": {"one_phase_step": one_phase_step, "pfsp_prob": pfsp_prob}}],
+        roles=[
+            {
+                "class_path": "SelfPlayPlayer",
+                "name": "main",
+                "settings": {"one_phase_step": one_phase_step, "pfsp_prob": pfsp_prob},
+            }
+        ],
         snapshot_dir=str(tmp_path),
         max_active_player_job=8,
         seed=0,
@@ -28,7 +34,11 @@ def _snapshots(matchmaker: Matchmaker, count: int) -> None:
 
 
 def test_outcome_from_returns_compares_the_seats():
-    assert [outcome_from_returns(1, -1), outcome_from_returns(0, 0), outcome_from_returns(-2, 3)] == ["win", "draw", "loss"]
+    assert [outcome_from_returns(1, -1), outcome_from_returns(0, 0), outcome_from_returns(-2, 3)] == [
+        "win",
+        "draw",
+        "loss",
+    ]
 
 
 def test_seats_alternate_and_an_always_winning_seat_is_counted_per_seat(tmp_path):
@@ -110,6 +120,8 @@ def test_state_dict_resumes_the_same_seatings(tmp_path):
 
 
 def test_needs_a_copy_per_player(tmp_path):
-    manager = LeagueManager(roles=[{"class_path": "MainPlayer", "name": "a"}, {"class_path": "MainExploiter", "name": "b"}])
+    manager = LeagueManager(
+        roles=[{"class_path": "MainPlayer", "name": "a"}, {"class_path": "MainExploiter", "name": "b"}]
+    )
     with pytest.raises(ValueError, match="env copies"):
         Matchmaker(manager, {"a_default_0": "a", "b_default_0": "b"}, SLOTS, num_copies=1)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from test_ddp import _lightmarl
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,7 +23,11 @@ COPIES, ROLLOUT_STEPS, ITERATIONS = 4, 6, 8
 
 
 def _fit(tmp_path: Path, world: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "PL_GLOBAL_SEED"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "PL_GLOBAL_SEED"}
+    }
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), env.get("PYTHONPATH", "")])
     ddp = ["--trainer.strategy", "ddp", "--trainer.devices", str(world)] if world > 1 else []
@@ -46,7 +49,9 @@ def _fit(tmp_path: Path, world: int) -> dict:
         "--model.league.max_resident", "2",
         "--model.league.outcome", "league_scripts.always_draw",
     ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=280)
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=280
+    )
     assert proc.returncode == 0, f"lightmarl fit ({world} processes) failed:\n{proc.stdout[-6000:]}"
     if world > 1:
         assert "GLOBAL_RANK: 1" in proc.stdout and "out of sync" not in proc.stdout

@@ -13,7 +13,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightmarl import keys
 from lightmarl.algorithms import PPO
 from lightmarl.envs import PettingZooEnvConfig
-from lightmarl.training.league import SLOT_PREFIX, LeagueConfig, LeagueRole
+from lightmarl.training.league import SLOT_PREFIX, LeagueConfig, LeagueRole, LeagueTraining
 from lightmarl.training.module import MARLModule
 
 ONE_HOT = "lightmarl.envs.pettingzoo.one_hot.one_hot_parallel_env"
@@ -41,7 +41,9 @@ def _module(tmp_path: Path, iterations: int, outcome: str | None = None, max_res
             env_kwargs={"env_fn": "pettingzoo.classic.rps_v2.parallel_env", "max_cycles": CYCLES},
             num_envs=NUM_ENVS,
         ),
-        policy_bindings=[{"id": "main", "class_path": "lightmarl.policies.MLPActorCritic", "policy_kwargs": {"hidden_sizes": [8]}}],
+        policy_bindings=[
+            {"id": "main", "class_path": "lightmarl.policies.MLPActorCritic", "policy_kwargs": {"hidden_sizes": [8]}}
+        ],
         algorithm=PPO(minibatch_size=12, epochs=1, lr=0.05),
         rollout_steps=ROLLOUT,
         max_frames=NUM_ENVS * ROLLOUT * iterations,
@@ -60,7 +62,9 @@ def _trainer(tmp_path: Path, checkpoints: bool = False) -> Trainer:
         num_sanity_val_steps=0,
         default_root_dir=str(tmp_path),
         enable_checkpointing=checkpoints,
-        callbacks=[ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), save_last=True, every_n_epochs=1)] if checkpoints else [],
+        callbacks=[ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), save_last=True, every_n_epochs=1)]
+        if checkpoints
+        else [],
     )
 
 
@@ -85,6 +89,14 @@ def _record(module: MARLModule) -> dict[str, list[Any]]:
 
     league.after_iteration, league._apply, league.store.save = after_iteration, record_apply, record_save  # type: ignore[method-assign]
     return seen
+
+
+def _fit_recorded(tmp_path: Path, iterations: int) -> tuple[MARLModule, LeagueTraining, dict[str, list[Any]]]:
+    module = _module(tmp_path, iterations=iterations, max_resident=2)
+    seen = _record(module)
+    _trainer(tmp_path).fit(module)
+    assert module.league is not None
+    return module, module.league, seen
 
 
 def test_opponents_swap_only_at_episode_ends_and_copies_play_different_opponents(tmp_path):
@@ -115,11 +127,7 @@ def test_opponents_swap_only_at_episode_ends_and_copies_play_different_opponents
 
 
 def test_snapshots_stay_bit_identical_while_the_live_binding_trains(tmp_path):
-    module = _module(tmp_path, iterations=12, max_resident=2)
-    seen = _record(module)
-    _trainer(tmp_path).fit(module)
-    league = module.league
-    assert league is not None
+    module, league, seen = _fit_recorded(tmp_path, iterations=12)
     snapshots = [(p, s) for p, s in seen["snapshots"] if not p.endswith("_init.pt")]
     assert len(snapshots) >= 3
     live = module.get_weights("main")
@@ -129,7 +137,8 @@ def test_snapshots_stay_bit_identical_while_the_live_binding_trains(tmp_path):
     # The live binding moved on after the snapshots it took before its last update.
     assert any(not torch.equal(snapshots[0][1][k], live[k]) for k in live)
     # Slots hold exactly the snapshot file of the player they name.
-    for k, player_id in enumerate(league.matchmaker.slots):  # type: ignore[union-attr]
+    assert league.matchmaker is not None
+    for k, player_id in enumerate(league.matchmaker.slots):
         if player_id is not None:
             path = league.manager.get_player(player_id).checkpoint_path
             weights = module.get_weights(f"{SLOT_PREFIX}{k}")
@@ -137,11 +146,7 @@ def test_snapshots_stay_bit_identical_while_the_live_binding_trains(tmp_path):
 
 
 def test_opponent_weights_in_memory_are_bounded_by_max_resident(tmp_path):
-    module = _module(tmp_path, iterations=16, max_resident=2)
-    seen = _record(module)
-    _trainer(tmp_path).fit(module)
-    league = module.league
-    assert league is not None
+    module, league, seen = _fit_recorded(tmp_path, iterations=16)
     assert len(league.manager.historical_players) > 2
     assert [b for b in module.policies if b.startswith(SLOT_PREFIX)] == [f"{SLOT_PREFIX}0", f"{SLOT_PREFIX}1"]
     assert len(league.store.resident) <= 2

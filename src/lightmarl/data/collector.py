@@ -69,7 +69,9 @@ class _ExperienceRecorder:
         on_step: StepHook | None = None,
     ) -> None:
         self.steps: list[list[_Step]] = [[] for _ in range(lanes)]
-        self.bindings: list[list[dict[str, torch.Tensor]]] | None = None if on_step is None else [[] for _ in range(lanes)]
+        self.bindings: list[list[dict[str, torch.Tensor]]] | None = (
+            None if on_step is None else [[] for _ in range(lanes)]
+        )
         self._recurrent = recurrent_groups
         self._table = table
         self._num_envs = num_envs

@@ -190,7 +190,9 @@ class Matchmaker:
         (opponent_id,) = job.opponent_ids
         binding = self.player_bindings[job.player_id]
         if opponent_id in self.player_bindings:
-            return Seating(copy, job.job_id, job.player_id, opponent_id, seat, binding, self.player_bindings[opponent_id])
+            return Seating(
+                copy, job.job_id, job.player_id, opponent_id, seat, binding, self.player_bindings[opponent_id]
+            )
         opponent = self.manager.get_player(opponent_id)
         assert isinstance(opponent, HistoricalPlayer)
         slot, load = self._slot_for(opponent)

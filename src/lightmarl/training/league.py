@@ -28,13 +28,16 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 
 from lightmarl import keys
 from lightmarl.data.rollout import RolloutStep
 from lightmarl.envs.spec import EnvSpec
+from lightmarl.evaluation.head_to_head import PayoffMatrix
+from lightmarl.evaluation.plots import plot_payoff_heatmap
 from lightmarl.league import LeagueManager, PayoffSettings, PretrainedSpec, RatingSettings, RoleSpec, SnapshotStore
 from lightmarl.league.matchmaking import Matchmaker, Seating, outcome_from_returns
 from lightmarl.league.payoff import BattleSharedPayoff
@@ -94,7 +97,7 @@ class LeagueConfig:
         seed: seed of the league's choices (default: the run's ``seed_everything``).
         max_redraws: new draws for a job whose snapshot finds every opponent slot busy; after
             them the env copy plays one unrecorded episode against the player itself.
-        heatmap: write ``<log_dir>/league/payoff_epoch<n>.png`` at each epoch end (needs matplotlib).
+        heatmap: write ``<log_dir>/league/payoff_epoch<n>.png`` at each epoch end.
     """
 
     roles: list[LeagueRole] = field(default_factory=lambda: [LeagueRole()])
@@ -251,7 +254,9 @@ class LeagueTraining:
         if _rank() == 0:
             for player in self.manager.active_players:
                 if not os.path.exists(player.initial_checkpoint_path):
-                    self.store.save(player.initial_checkpoint_path, self.module.get_weights(self.binding_of(player.player_id)))
+                    self.store.save(
+                        player.initial_checkpoint_path, self.module.get_weights(self.binding_of(player.player_id))
+                    )
         fresh = self.matchmaker.start() if _rank() == 0 else []
         self._apply(_broadcast(fresh))
         self._install_map()
@@ -326,9 +331,9 @@ class LeagueTraining:
         rows = experience.get(self.group)
         valid = rows.get(keys.VALID)
         binding = rows.get(keys.BINDING_ID)
-        steps = torch.stack(
-            [(valid & (binding == table.index[b])).sum() for b in self.player_binding_ids]
-        ).to(torch.float64)
+        steps = torch.stack([(valid & (binding == table.index[b])).sum() for b in self.player_binding_ids]).to(
+            torch.float64
+        )
         steps = _all_reduce(steps, self.module.device)
         events: list[tuple[str, str | None]] = []
         metrics: dict[str, float] = {}
@@ -386,15 +391,14 @@ class LeagueTraining:
 
     # -- epoch ends -----------------------------------------------------------------------
     def on_epoch_end(self, log_dir: str, epoch: int) -> str | None:
-        """Rank 0 writes the payoff heatmap; returns its path (``None`` elsewhere or without matplotlib)."""
+        """Rank 0 writes the payoff heatmap; returns its path (``None`` on other ranks or with ``heatmap: false``)."""
         if _rank() != 0 or not self.config.heatmap or self.matchmaker is None:
             return None
         path = os.path.join(log_dir, "league", f"payoff_epoch{epoch}.png")
         payoff = self.manager.payoff
         assert isinstance(payoff, BattleSharedPayoff)
         written = write_payoff_heatmap(payoff, [p.player_id for p in self.manager.players], path)
-        if written:
-            rank_zero_info(f"lightmarl: league payoff heatmap {path}")
+        rank_zero_info(f"lightmarl: league payoff heatmap {written}")
         return written
 
     # -- checkpoints ----------------------------------------------------------------------
@@ -410,37 +414,34 @@ class LeagueTraining:
             self._returns = returns
 
 
-def write_payoff_heatmap(payoff: BattleSharedPayoff, players: list[str], path: str, max_players: int = 40) -> str | None:
-    """A PNG of ``payoff.win_rate(row, column)`` over ``players`` (the newest ``max_players`` historical ones).
+def write_payoff_heatmap(payoff: BattleSharedPayoff, players: list[str], path: str, max_players: int = 12) -> str:
+    """A PNG of the (decayed) payoff between ``players``: the active ones and the newest snapshots.
 
-    Returns the path, or ``None`` (with a warning) when matplotlib is not installed.
+    Drawn by :func:`~lightmarl.evaluation.plots.plot_payoff_heatmap`; games are the decayed
+    counts, rounded. Returns the path.
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        rank_zero_warn("lightmarl: league heatmap skipped: matplotlib is not installed (pip install matplotlib)")
-        return None
-    shown = players[-max_players:]  # active players come first, so with a long league they are cut: keep them
-    if len(players) > max_players:
-        active = [p for p in players if p not in players[-max_players:]][: max_players // 4]
+    shown = players[-max_players:]
+    if len(players) > max_players:  # active players come first: keep a few of them beside the newest snapshots
+        active = players[: max_players // 3]
         shown = active + players[-(max_players - len(active)) :]
-    matrix = [[payoff.win_rate(a, b) for b in shown] for a in shown]
-    size = max(4.0, 0.35 * len(shown) + 2.0)
-    fig, ax = plt.subplots(figsize=(size, size))
-    image = ax.imshow(matrix, vmin=0.0, vmax=1.0, cmap="RdBu")
-    ax.set_xticks(range(len(shown)), shown, rotation=90, fontsize=7)
-    ax.set_yticks(range(len(shown)), shown, fontsize=7)
-    ax.set_xlabel("opponent")
-    ax.set_ylabel("player (win rate, draws count half)")
-    fig.colorbar(image, ax=ax, fraction=0.046)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    size = len(shown)
+    games = np.zeros((size, size), dtype=np.int64)
+    counts = {name: np.zeros((size, size)) for name in ("wins", "draws", "losses")}
+    for i, home in enumerate(shown):
+        for j, away in enumerate(shown):
+            record = payoff.record(home, away)
+            games[i, j] = round(record["games"])
+            for name, table in counts.items():
+                table[i, j] = record[name]
+    score_sum = np.where(
+        games > 0,
+        (counts["wins"] + 0.5 * counts["draws"])
+        / np.maximum(counts["wins"] + counts["draws"] + counts["losses"], 1e-12)
+        * games,
+        0.0,
+    )
+    matrix = PayoffMatrix(shown, games, counts["wins"], counts["draws"], counts["losses"], score_sum)
+    return str(plot_payoff_heatmap(matrix, path, title="league payoff (decayed)"))
 
 
 # -- collectives (no-ops in one process) ----------------------------------------------------

@@ -147,7 +147,9 @@ class MARLModule(LightningModule):
         self.league = LeagueTraining(league, self.env_spec, policy_bindings) if league is not None else None
         if self.league is not None:
             if agent_binding_map is not None or policy_mapping_fn is not None:
-                raise ValueError("model.agent_binding_map / policy_mapping_fn: a league seats the agents; leave them unset")
+                raise ValueError(
+                    "model.agent_binding_map / policy_mapping_fn: a league seats the agents; leave them unset"
+                )
             policy_bindings, agent_binding_map = self.league.policy_bindings, self.league.eval_map
         self.table = BindingTable(
             policy_bindings,
