@@ -181,3 +181,48 @@ def test_resume_continues_the_league_exactly(tmp_path):
             seating["load"] = seating["load"] and Path(seating["load"]).name
     assert state_split == state_whole
     assert len(state_whole["manager"]["historical"]) >= 2
+
+
+def test_a_main_exploiter_resets_to_its_initial_weights_and_a_fresh_optimizer(tmp_path):
+    league = LeagueConfig(
+        roles=[
+            LeagueRole(class_path="lightmarl.league.MainPlayer", binding="main", settings={"one_phase_step": 24}),
+            LeagueRole(
+                class_path="lightmarl.league.MainExploiter", binding="exploiter", settings={"one_phase_step": 24}
+            ),
+        ],
+        max_resident=2,
+        snapshot_dir=str(tmp_path / "league"),
+        heatmap=False,
+    )
+    spec = {"class_path": "lightmarl.policies.MLPActorCritic", "policy_kwargs": {"hidden_sizes": [8]}}
+    module = MARLModule(
+        env=PettingZooEnvConfig(
+            env_fn=ONE_HOT, env_kwargs={"env_fn": "pettingzoo.classic.rps_v2.parallel_env", "max_cycles": 1}, num_envs=4
+        ),
+        policy_bindings=[{"id": "main", **spec}, {"id": "exploiter", **spec}],
+        algorithm=PPO(minibatch_size=8, epochs=1, lr=0.05),
+        rollout_steps=4,
+        max_frames=16 * 12,
+        iterations_per_epoch=4,
+        league=league,
+    )
+    assert module.league is not None
+    resets: list[str] = []
+    load_live = module.league._load_live
+
+    def checked_load_live(player_id: str, path: str) -> None:
+        load_live(player_id, path)
+        resets.append(player_id)
+        binding = module.league.binding_of(player_id)  # type: ignore[union-attr]
+        initial = torch.load(path, weights_only=True)
+        assert path.endswith("_init.pt")
+        assert all(torch.equal(module.get_weights(binding)[k], v) for k, v in initial.items())
+        optimizer = module.named_optimizers()[binding]
+        assert not getattr(optimizer, "optimizer", optimizer).state  # Adam's moments are gone
+
+    module.league._load_live = checked_load_live  # type: ignore[method-assign]
+    _trainer(tmp_path).fit(module)
+    assert "exploiter_default_0" in resets and "main_default_0" not in resets
+    parents = {p.parent_id for p in module.league.manager.historical_players}
+    assert parents == {"main_default_0", "exploiter_default_0"}

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -47,8 +47,30 @@ from lightmarl.population.bindings import as_binding
 
 if TYPE_CHECKING:
     from lightmarl.data.collector import RolloutCollector
+    from lightmarl.envs.config import EnvConfig
     from lightmarl.population import BindingTable
-    from lightmarl.training.module import MARLModule
+
+
+class LeagueHost(Protocol):
+    """What the league needs of the :class:`~lightmarl.training.module.MARLModule` that runs it."""
+
+    env_config: EnvConfig
+    table: BindingTable
+
+    @property
+    def trainer(self) -> Any: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def _base_seed(self) -> int: ...
+
+    def get_weights(self, binding_id: str) -> dict[str, torch.Tensor]: ...
+
+    def set_weights(self, binding_id: str, weights: dict[str, torch.Tensor]) -> None: ...
+
+    def named_optimizers(self) -> dict[str, torch.optim.Optimizer]: ...
+
 
 #: checkpoint entry of the league's state.
 CHECKPOINT_KEY = "lightmarl_league"
@@ -173,7 +195,7 @@ class LeagueTraining:
         self.eval_map = [self.player_binding_ids[0]] * len(self.agents)
         self.store = SnapshotStore(max_resident=config.max_resident)
         self.matchmaker: Matchmaker | None = None
-        self.module: MARLModule | None = None
+        self.module: LeagueHost | None = None
         self.collector: RolloutCollector | None = None
         self._returns = torch.zeros(0, 2, dtype=torch.float64)
         self._iteration_results: dict[str, list[str]] = {}
@@ -204,7 +226,7 @@ class LeagueTraining:
         table.reserve({b: self.group for b in [*self.player_binding_ids, *self.slot_ids]})
 
     # -- set-up ---------------------------------------------------------------------------
-    def setup(self, module: MARLModule) -> None:
+    def setup(self, module: LeagueHost) -> None:
         """Build the league for this run (``setup('fit')``: before a checkpoint is restored)."""
         if self.matchmaker is not None:
             return
