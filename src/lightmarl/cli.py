@@ -16,7 +16,7 @@ import itertools
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from jsonargparse import set_parsing_settings
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -89,6 +89,11 @@ class LightmarlCLI(LightningCLI):
     an untrained model) and a logged fresh start for ``fit``; a missing, truncated or crafted
     file is a one-line error. Lightning then loads the checkpoint weights-only too.
     """
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        # Algorithms declare their hyper-parameters as dataclass fields with docstrings: show those in --help.
+        set_parsing_settings(docstring_parse_attribute_docstrings=True)
+        return super().init_parser(**kwargs)
 
     def instantiate_classes(self) -> None:
         try:
@@ -194,8 +199,6 @@ def main(args: list[str] | None = None) -> None:
         # LightningCLI's subcommands are fixed: `lightmarl plot` is dispatched before it.
         plot_cli.main(argv[1:])
         return
-    # Algorithms declare their hyper-parameters as dataclass fields with docstrings: show those in --help.
-    set_parsing_settings(docstring_parse_attribute_docstrings=True)
     preemption = Preemption()
     try:
         if argv[:1] == ["export"]:

@@ -13,6 +13,9 @@ def test_outcome_rules():
     assert _outcomes({"a": 1.0, "b": -1.0}, "highest_return") == {"a": "win", "b": "loss"}
     assert _outcomes({"a": 2.0, "b": 2.0, "c": 0.0}, "highest_return") == {"a": "draw", "b": "draw", "c": "loss"}
     assert _outcomes({"a": 1.0, "b": -1.0}, "positive_return") == {"a": "win", "b": "loss"}
+    # A drawn board game (both sides 0) is a draw for each side, not a loss for both.
+    assert _outcomes({"a": 0.0, "b": 0.0}, "positive_return") == {"a": "draw", "b": "draw"}
+    assert _outcomes({"a": -1.0, "b": 1.0}, "positive_return") == {"a": "loss", "b": "win"}
     assert _outcomes({"a": 1.0}, "none") == {}
 
 

@@ -160,7 +160,8 @@ def _outcomes(episode_returns: dict[str, float], winner: WinRule) -> dict[str, s
     if winner == "none":
         return {}
     if winner == "positive_return":
-        return {b: "win" if r > 0 else "loss" for b, r in episode_returns.items()}
+        # Board games pay +1 / 0 / -1: a zero return is a draw, never a loss for both sides.
+        return {b: "win" if r > 0 else "draw" if r == 0 else "loss" for b, r in episode_returns.items()}
     best = max(episode_returns.values())
     leaders = [b for b, r in episode_returns.items() if r == best]
     return {b: ("draw" if len(leaders) > 1 else "win") if b in leaders else "loss" for b in episode_returns}

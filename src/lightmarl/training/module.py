@@ -67,7 +67,8 @@ class MARLModule(LightningModule):
         eval_deterministic: evaluate the policies' mode actions instead of sampling.
         eval_winner: adds ``win_rate`` / ``draw_rate`` per binding: ``highest_return`` for
             head-to-head play (the binding with the strictly highest mean return wins),
-            ``positive_return`` for games that pay a positive return for a win, or ``none``.
+            ``positive_return`` for games that pay a positive return for a win, zero for a draw and a
+            negative one for a loss, or ``none``.
         eval_video_episodes: after each evaluation, rank 0 also plays this many episodes in one
             env copy built with ``render_mode="rgb_array"`` and writes them to
             ``<log_dir>/videos/<eval|test>_iter<iterations>.gif`` (0: no video); see
