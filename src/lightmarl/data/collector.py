@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
@@ -17,6 +18,7 @@ from lightmarl.envs.base import VecEnv
 from lightmarl.envs.layout import ROOT
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.recurrent import RecurrentStates
+from lightmarl.population import BindingTable
 
 
 @dataclass
@@ -45,14 +47,35 @@ class _Step(NamedTuple):
     next_state: dict[str, torch.Tensor]  # recurrent groups: the state after the step
 
 
+#: Called with every step after it is recorded, before the lane's next actions are computed.
+StepHook = Callable[[RolloutStep], None]
+
+
 class _ExperienceRecorder:
-    """Keeps each lane's steps of one rollout, for :meth:`RolloutCollector._assemble`."""
+    """Keeps each lane's steps of one rollout, for :meth:`RolloutCollector._assemble`.
+
+    With a step hook (which may change the binding map where an episode ended), each step
+    also keeps the binding of every agent it was acted with: ``bindings[lane][t][group]``.
+    """
 
     done = False  # the collector's rollouts end after a fixed number of steps
 
-    def __init__(self, lanes: int, recurrent_groups: list[str]) -> None:
+    def __init__(
+        self,
+        lanes: int,
+        recurrent_groups: list[str],
+        table: BindingTable,
+        num_envs: int,
+        on_step: StepHook | None = None,
+    ) -> None:
         self.steps: list[list[_Step]] = [[] for _ in range(lanes)]
+        self.bindings: list[list[dict[str, torch.Tensor]]] | None = (
+            None if on_step is None else [[] for _ in range(lanes)]
+        )
         self._recurrent = recurrent_groups
+        self._table = table
+        self._num_envs = num_envs
+        self._on_step = on_step
 
     def record(self, step: RolloutStep) -> None:
         td, next_state = step.td, {}
@@ -61,6 +84,11 @@ class _ExperienceRecorder:
             next_state = {g: td.get((g, keys.NEXT_RECURRENT_STATE)) for g in self._recurrent}
             td = td.exclude(*[(g, keys.NEXT_RECURRENT_STATE) for g in self._recurrent])
         self.steps[step.lane].append(_Step(td, step.next, step.ended, next_state))
+        if self.bindings is not None and self._on_step is not None:
+            self.bindings[step.lane].append(
+                {g: self._table.bindings_of_envs(g, self._num_envs)[step.envs] for g in self._table.env_spec.groups}
+            )
+            self._on_step(step)
 
 
 class RolloutCollector:
@@ -90,6 +118,11 @@ class RolloutCollector:
         buffers: group name -> a :class:`MultiAgentRolloutBuffer` that keeps every rollout
             of that group (by reference) until the caller clears it, e.g. to trace many
             rollouts. Default: one buffer per group that holds the latest rollout only.
+        on_step: called with every :class:`~lightmarl.data.rollout.RolloutStep` after it is
+            recorded and before that lane's next actions are computed, e.g. to give an env copy
+            whose episode just ended another opponent (a league). It may change the table's
+            map only for copies whose episode ended at that step (their recurrent state
+            restarts anyway); rows are annotated with the binding that acted at each step.
     """
 
     def __init__(
@@ -101,6 +134,7 @@ class RolloutCollector:
         stats_window: int = 100,
         device: torch.device | str = "cpu",
         buffers: dict[str, MultiAgentRolloutBuffer] | None = None,
+        on_step: StepHook | None = None,
     ) -> None:
         if rollout_steps < 1:
             raise ValueError(f"rollout_steps: expected a positive integer, got {rollout_steps!r}")
@@ -135,6 +169,7 @@ class RolloutCollector:
                 f"buffers: no agent group named {sorted(unknown)}; groups are {[g.name for g in self._groups]}"
             )
         self._table_version = self.table.version
+        self.on_step = on_step
         self.loop = RolloutLoop(env, policy, exploration, self.device)
 
     @property
@@ -155,15 +190,26 @@ class RolloutCollector:
             # Another binding controls some agents now: its memory starts from scratch.
             self.recurrent.restart_all()
             self._table_version = self.table.version
-        recorder = _ExperienceRecorder(len(self.loop.lanes), list(self.recurrent.states))
+        recorder = _ExperienceRecorder(
+            len(self.loop.lanes), list(self.recurrent.states), self.table, self.num_envs, self.on_step
+        )
         self.loop.run(recorder, steps=self.rollout_steps)
+        self.keep_recurrent_states()  # the hook changed maps only where episodes ended
         self.frames += self.num_envs * self.rollout_steps
-        experience = self._assemble(recorder.steps)
+        experience = self._assemble(recorder.steps, recorder.bindings)
         for group, buffer in self.buffers.items():
             if self._own_buffers:
                 buffer.clear()  # on-policy: the buffer holds the rollout being learned from
             buffer.add_rollout(experience, group=group)
         return experience
+
+    def keep_recurrent_states(self) -> None:
+        """Accept the table's current map without restarting every recurrent state at the next rollout.
+
+        For map changes that touch only env copies whose episode ended (their states restarted
+        then), or that were undone since (a league's evaluation map, restored afterwards).
+        """
+        self._table_version = self.table.version
 
     def _episode_ids(self, ended: torch.Tensor) -> torch.Tensor:
         """``[E, T]`` id of the episode each step belongs to (the step that ends one, included).
@@ -183,11 +229,15 @@ class RolloutCollector:
         return ids[:, :T]
 
     def _track_episodes(
-        self, rewards: dict[str, torch.Tensor], valid: dict[str, torch.Tensor], ended: torch.Tensor
+        self,
+        rewards: dict[str, torch.Tensor],
+        valid: dict[str, torch.Tensor],
+        ended: torch.Tensor,
+        bindings: dict[str, torch.Tensor],
     ) -> None:
         """Fold one rollout into the running episode statistics.
 
-        ``rewards`` / ``valid``: group -> ``[E, T, agents]``; ``ended``: ``[E, T]``. Every reward
+        ``rewards`` / ``valid`` / ``bindings``: group -> ``[E, T, agents]``; ``ended``: ``[E, T]``. Every reward
         counts, also one on a step the agent did not act (turn-based envs: the loser's -1 arrives
         on the winner's turn); an episode's length per agent is its valid steps.
         """
@@ -212,7 +262,7 @@ class RolloutCollector:
             if not len(env):
                 continue
             returns, lengths = totals
-            binding_of = self.table.bindings_of_envs(g.name, self.num_envs)[env]  # [ends, agents]
+            binding_of = bindings[g.name][env, step]  # [ends, agents]: who played the episode's last step
             for binding in binding_of.unique().tolist():
                 mine = binding_of == binding
                 played = mine.any(-1)
@@ -224,8 +274,14 @@ class RolloutCollector:
                 stats.lengths.extend(length.tolist())
                 stats.finished += int(played.sum())
 
-    def _assemble(self, steps: list[list[_Step]]) -> TensorDict:
-        """One TensorDict ``[E, T]`` from each lane's steps (lanes cover consecutive env copies)."""
+    def _assemble(
+        self, steps: list[list[_Step]], step_bindings: list[list[dict[str, torch.Tensor]]] | None = None
+    ) -> TensorDict:
+        """One TensorDict ``[E, T]`` from each lane's steps (lanes cover consecutive env copies).
+
+        ``step_bindings``: per lane and step, group -> the binding of every agent of the lane's
+        copies at that step; ``None``: the map did not change during the rollout.
+        """
 
         def over_time(parts: list[list[Any]]) -> Any:
             # Per lane, its parts stacked over time; then the lanes joined along the env dim.
@@ -238,7 +294,7 @@ class RolloutCollector:
         first = steps[0][0]
         E, T = self.num_envs, self.rollout_steps
         next_groups = {}
-        rewards, valid = {}, {}
+        rewards, valid, bindings = {}, {}, {}
         for g in self._groups:
             name = g.name
             A = g.num_agents
@@ -261,7 +317,11 @@ class RolloutCollector:
                 # The next observation continues the step's episode: never a reset.
                 next_groups[name].set(keys.IS_INIT, torch.zeros(E, T, A, dtype=torch.bool))
             # Annotations follow the map each env copy plays (per-env overrides included).
-            binding = self.table.bindings_of_envs(name, E).unsqueeze(1).expand(E, T, A)
+            if step_bindings is None:
+                binding = self.table.bindings_of_envs(name, E).unsqueeze(1).expand(E, T, A)
+            else:
+                binding = over_time([[b[name] for b in lane] for lane in step_bindings])
+            bindings[name] = binding
             rows = experience.get(name)
             rows.set(keys.BINDING_ID, binding)
             rows.set(keys.LOSS_PROFILE_ID, self.table.profile_of_binding[binding])
@@ -271,7 +331,7 @@ class RolloutCollector:
             # Episode returns in the env's own rewards, also where a transform rescaled them for learning.
             rewards[name] = stacked.get(keys.ENV_REWARD, stacked[keys.REWARD])
             valid[name] = rows.get(keys.VALID).cpu()
-        self._track_episodes(rewards, valid, ended)
+        self._track_episodes(rewards, valid, ended, bindings)
         if ROOT in first.next:  # the env's global state after each step (the final one where an episode ended)
             next_groups[keys.STATE] = over_time([[s.next[ROOT][keys.STATE] for s in lane] for lane in steps])
         next_td = TensorDict(next_groups, batch_size=[E, T])

@@ -239,6 +239,8 @@ class BindingTable:
         self.num_envs = num_envs
         #: bumped by every map change; holders of derived state compare it to know when to refresh.
         self.version = 0
+        #: bindings that act in a group without controlling an agent now (:meth:`reserve`).
+        self.reserved: dict[str, str] = {}
         self.set_agent_binding_map(agent_binding_map, policy_mapping_fn)
 
     # -- the map --------------------------------------------------------------------------
@@ -428,8 +430,27 @@ class BindingTable:
                 f"{num_envs} env copies (valid indices 0..{num_envs - 1})"
             )
 
+    def reserve(self, groups: dict[str, str]) -> None:
+        """Count bindings as acting in a group before any map uses them (binding id -> group name).
+
+        A league swaps opponents into env copies during training: its bindings need a policy
+        built for their group from the start, although the first map may not use them.
+
+        Raises:
+            ValueError: for an unknown binding or group, or a group other than the one the map gives.
+        """
+        for binding_id, group in groups.items():
+            if binding_id not in self.index:
+                raise ValueError(f"reserve: no binding {binding_id!r}; bindings are {self.ids}")
+            if group not in self.env_spec.groups:
+                raise ValueError(f"reserve: no agent group {group!r}; groups are {list(self.env_spec.groups)}")
+        self.reserved = {**self.reserved, **groups}
+        mapping_fn = self.policy_mapping_fn
+        self.set_agent_binding_map({"default": self.agent_binding_map, "per_env": self.per_env_maps})
+        self.policy_mapping_fn = mapping_fn
+
     def _group_of_bindings(self, maps: list[list[str]], per_env: dict[int, list[str]]) -> dict[str, str]:
-        group_of: dict[str, str] = {}
+        group_of: dict[str, str] = dict(self.reserved)
         for agent_map in maps:
             for agent, binding_id in zip(self.env_spec.possible_agents, agent_map):
                 group = self.env_spec.group_of(agent).name

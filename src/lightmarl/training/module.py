@@ -28,6 +28,8 @@ from lightmarl.policies.registry import CHECKPOINT_KEY, PolicyRegistry
 from lightmarl.policies.shared_modules import SharedModules
 from lightmarl.population import BindingTable, PerEnvAgentBindingMap, PolicyBindingConfig
 from lightmarl.population.shared import SharedModuleConfig
+from lightmarl.training.league import CHECKPOINT_KEY as LEAGUE_CHECKPOINT_KEY
+from lightmarl.training.league import LeagueConfig, LeagueTraining
 from lightmarl.training.rollouts import tick_loader
 from lightmarl.training.stepper import LightningStepper, assert_ranks_in_sync
 
@@ -82,6 +84,9 @@ class MARLModule(LightningModule):
             ``{class_path: lightmarl.algorithms.IndependentMARLTrainer}`` (the default) or a
             subclass of :class:`~lightmarl.algorithms.MARLTrainer`, with its own knobs in
             ``init_args``; built in ``setup`` with ``(table, policies, algorithms, shared)``.
+        league: league training (:mod:`lightmarl.training.league`): roles bound to trainable
+            bindings, seats, opponent slots, snapshot rules; the league then chooses who plays
+            whom per env copy and episode (``agent_binding_map`` is the league's: leave it unset).
     """
 
     def __init__(
@@ -106,6 +111,7 @@ class MARLModule(LightningModule):
         cpu_threads: int | None = 1,
         shared_modules: dict[str, SharedModuleConfig] | None = None,
         marl_trainer: MARLTrainerFactory = IndependentMARLTrainer,
+        league: LeagueConfig | None = None,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -138,6 +144,14 @@ class MARLModule(LightningModule):
         self.env_spec = self.env_config.spec()
         if self.eval_video_episodes:
             check_renders(self.env_config)  # an env that cannot draw RGB frames fails here, not after an epoch
+        # League: its opponent slot bindings join the population; it owns the agent binding map.
+        self.league = LeagueTraining(league, self.env_spec, policy_bindings) if league is not None else None
+        if self.league is not None:
+            if agent_binding_map is not None or policy_mapping_fn is not None:
+                raise ValueError(
+                    "model.agent_binding_map / policy_mapping_fn: a league seats the agents; leave them unset"
+                )
+            policy_bindings, agent_binding_map = self.league.policy_bindings, self.league.eval_map
         self.table = BindingTable(
             policy_bindings,
             self.env_spec,
@@ -146,6 +160,8 @@ class MARLModule(LightningModule):
             policy_mapping_fn=policy_mapping_fn,
             num_envs=self.env_config.num_envs,
         )
+        if self.league is not None:
+            self.league.reserve(self.table)
         for binding_id in self.algorithms:
             if binding_id not in self.table.index or not self.table.binding(binding_id).trainable:
                 raise ValueError(
@@ -232,6 +248,8 @@ class MARLModule(LightningModule):
         except ValueError as err:
             raise ConfigError(str(err)) from err
         self.marl_trainer = marl_trainer
+        if self.league is not None:
+            self.league.setup(self)
         rank_zero_info(
             "lightmarl: "
             + ", ".join(f"binding {b!r} learns with {u.flavour}" for b, u in marl_trainer.unit_trainers.items())
@@ -263,6 +281,12 @@ class MARLModule(LightningModule):
 
     def on_validation_start(self) -> None:
         self._place_bindings()
+        if self.league is not None:
+            self.league.evaluation_map(True)
+
+    def on_validation_end(self) -> None:
+        if self.league is not None:
+            self.league.evaluation_map(False)
 
     def on_test_start(self) -> None:
         self._place_bindings()
@@ -275,8 +299,15 @@ class MARLModule(LightningModule):
         # Per-rank env seeds: seed + num_envs * rank + i.
         env = self.env_config.make_vector(seed=self._base_seed() + num_envs * rank)
         self._collector = RolloutCollector(
-            env, self.population, self.rollout_steps, stats_window=self.stats_window, device=self.device
+            env,
+            self.population,
+            self.rollout_steps,
+            stats_window=self.stats_window,
+            device=self.device,
+            on_step=self.league.on_step if self.league is not None else None,
         )
+        if self.league is not None:
+            self.league.start(self._collector)
 
     def on_fit_end(self) -> None:
         if self._collector is not None:
@@ -288,6 +319,8 @@ class MARLModule(LightningModule):
 
     def on_train_epoch_end(self) -> None:
         assert_ranks_in_sync(self)  # DDP only: raises if ranks' parameters or iterations differ
+        if self.league is not None:
+            self.league.on_epoch_end(self.trainer.log_dir or self.trainer.default_root_dir, self.current_epoch)
 
     # -- data -----------------------------------------------------------------------------
     def train_dataloader(self):
@@ -312,6 +345,7 @@ class MARLModule(LightningModule):
         metrics = self.marl_trainer.update(experience, optimizers, LightningStepper(self), iteration=self.iterations)
         self.iterations += 1
         self.frames += self.frames_per_iteration
+        league_logs = self.league.after_iteration(experience) if self.league is not None else {}
 
         logs: dict[str, float] = {}
         for binding, values in metrics.items():
@@ -326,6 +360,7 @@ class MARLModule(LightningModule):
         logs["time/update_s"] = now - collected
         logs["counters/frames"] = float(self.frames)
         logs["counters/iterations"] = float(self.iterations)
+        logs.update(league_logs)
         self.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
         progress = {"fps": logs["time/fps"]}
         first = self.table.trainable_ids[0]
@@ -391,6 +426,8 @@ class MARLModule(LightningModule):
             },
             "trainers": self.marl_trainer.state_dict() if self.marl_trainer is not None else {},
         }
+        if self.league is not None and self.league.matchmaker is not None:
+            checkpoint[LEAGUE_CHECKPOINT_KEY] = self.league.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get(CHECKPOINT_KEY, {})
@@ -401,3 +438,5 @@ class MARLModule(LightningModule):
         # from the still random policy): their saved state replaces that now. `validate` has no trainers.
         if self.marl_trainer is not None:
             self.marl_trainer.load_state_dict(state.get("trainers", {}))
+        if self.league is not None and self.league.matchmaker is not None and LEAGUE_CHECKPOINT_KEY in checkpoint:
+            self.league.load_state_dict(checkpoint[LEAGUE_CHECKPOINT_KEY])

@@ -1,0 +1,254 @@
+"""Who plays in each env copy: league jobs per copy, seats, and a bounded set of resident opponents.
+
+A training run steps ``num_copies`` env copies (over every process). Each copy plays one
+:class:`~lightmarl.league.Job` per episode: copy ``g`` launches jobs for active player
+``g mod players``, and when its episode ends the result goes to
+:meth:`LeagueManager.finish_job` and the copy gets its next job, in the same call. So a copy
+never mixes two opponents in one episode, and different copies of one vector play different
+opponents at once.
+
+Seats alternate: in copy ``g`` the ``k``-th job puts the player in seat ``(g + k) mod 2``, so
+every player plays both seats equally often and results are counted per seat.
+
+Opponents act through bindings: a live active player through its own (trainable) binding, a
+historical player through one of a fixed pool of frozen *opponent slot* bindings whose weights
+are loaded from its snapshot file. Slots are shared by every process, so at most
+``len(slot_bindings)`` snapshots are resident however large the league grows. A slot holding
+an opponent some copy still plays is never reloaded; a job that needs a snapshot while every
+slot is busy is cancelled and drawn again, up to ``max_redraws`` times, after which the copy
+plays one unrecorded episode against the player itself.
+
+Pure Python: the Lightning side (:mod:`lightmarl.training.league`) turns :class:`Seating` into
+binding maps and weight loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from lightmarl._imports import import_object
+from lightmarl.league.jobs import Job
+from lightmarl.league.manager import LeagueManager
+from lightmarl.league.player import HistoricalPlayer
+
+Result = Literal["win", "draw", "loss"]
+#: ``fn(own_return, opponent_return) -> "win" | "draw" | "loss"``, from the job's player's side.
+OutcomeFn = Callable[[float, float], str]
+
+RESULTS: tuple[Result, ...] = ("win", "draw", "loss")
+
+
+def outcome_from_returns(own_return: float, opponent_return: float) -> Result:
+    """The default outcome: the seat with the higher episode return wins; equal returns draw."""
+    if own_return > opponent_return:
+        return "win"
+    if own_return < opponent_return:
+        return "loss"
+    return "draw"
+
+
+def resolve_outcome(outcome: str | OutcomeFn) -> OutcomeFn:
+    """An outcome function from its import path (or itself)."""
+    fn = import_object(outcome, field="league.outcome") if isinstance(outcome, str) else outcome
+    if not callable(fn):
+        raise ValueError(f"league.outcome: {outcome!r} is not callable; expected fn(own_return, opponent_return)")
+    return fn
+
+
+@dataclass(frozen=True)
+class Seating:
+    """What one env copy plays until its episode ends.
+
+    Attributes:
+        copy: the copy's index over every process (``rank * envs_per_process + local index``).
+        job_id: the league job (``-1``: an unrecorded fallback episode of the player against itself).
+        player_id: the active player whose job it is.
+        opponent_id: its opponent (the player itself in self-play).
+        seat: the player's seat (0 or 1); the opponent sits in the other.
+        player_binding: the binding that acts for the player.
+        opponent_binding: the binding that acts for the opponent: an active player's own binding
+            or an opponent slot.
+        load: a snapshot file to load into ``opponent_binding`` before the episode starts
+            (``None``: the slot already holds it, or the opponent is live).
+    """
+
+    copy: int
+    job_id: int
+    player_id: str
+    opponent_id: str
+    seat: int
+    player_binding: str
+    opponent_binding: str
+    load: str | None = None
+
+
+class Matchmaker:
+    """Hands every env copy a job per episode and records each finished episode in the league.
+
+    Args:
+        manager: the league.
+        player_bindings: active player id -> the trainable binding that acts for it.
+        slot_bindings: the frozen bindings that hold historical opponents (at most this many
+            snapshots are resident at once).
+        num_copies: env copies over every process.
+        outcome: ``fn(own_return, opponent_return)`` or its import path.
+        max_redraws: new draws for a job whose snapshot finds every slot busy.
+    """
+
+    def __init__(
+        self,
+        manager: LeagueManager,
+        player_bindings: Mapping[str, str],
+        slot_bindings: list[str],
+        num_copies: int,
+        outcome: str | OutcomeFn = outcome_from_returns,
+        max_redraws: int = 8,
+    ) -> None:
+        active = [p.player_id for p in manager.active_players]
+        if sorted(player_bindings) != sorted(active):
+            raise ValueError(f"league: bindings given for players {sorted(player_bindings)}, the league has {active}")
+        if num_copies < len(active):
+            raise ValueError(
+                f"league: {num_copies} env copies (over every process) for {len(active)} active players; "
+                "each player needs at least one copy to play its jobs in"
+            )
+        if not slot_bindings:
+            raise ValueError("league.max_resident: need at least one opponent slot")
+        self.manager = manager
+        self.player_bindings = dict(player_bindings)
+        self.slot_bindings = list(slot_bindings)
+        self.num_copies = num_copies
+        self.outcome = resolve_outcome(outcome)
+        self.max_redraws = max_redraws
+        self.launcher = [active[g % len(active)] for g in range(num_copies)]
+        self.seatings: list[Seating | None] = [None] * num_copies
+        self.jobs_started = [0] * num_copies
+        self.slots: list[str | None] = [None] * len(slot_bindings)  # historical player id per slot
+        self._slot_used = [0] * len(slot_bindings)  # a clock value per slot: least recently used first
+        self._clock = 0
+        #: player id -> seat -> result -> count (every recorded episode, not decayed).
+        self.seat_results: dict[str, list[dict[str, int]]] = {
+            p: [dict.fromkeys(RESULTS, 0) for _ in range(2)] for p in active
+        }
+
+    # -- assignments --------------------------------------------------------------------
+    def start(self) -> list[Seating]:
+        """A seating for every copy that has none (all of them at the start of a run)."""
+        return [self._next(g) for g in range(self.num_copies) if self.seatings[g] is None]
+
+    def episode_ended(self, copy: int, seat_returns: tuple[float, float]) -> tuple[str | None, Seating]:
+        """Record the episode copy ``copy`` just finished and give it the next seating.
+
+        Args:
+            copy: the copy.
+            seat_returns: the episode's return of each seat (summed over the seat's agents).
+
+        Returns:
+            ``(result, seating)``: the result from the player's side (``None`` for an unrecorded
+            fallback episode), and what the copy plays next.
+        """
+        seating = self.seatings[copy]
+        if seating is None:
+            raise ValueError(f"env copy {copy} has no job: call start() first")
+        result = None
+        if seating.job_id >= 0:
+            own, other = seat_returns[seating.seat], seat_returns[1 - seating.seat]
+            result = self.outcome(float(own), float(other))
+            if result not in RESULTS:
+                raise ValueError(f"league.outcome returned {result!r}; expected one of {list(RESULTS)}")
+            self.manager.finish_job(seating.job_id, [result])
+            self.seat_results[seating.player_id][seating.seat][result] += 1
+        self.seatings[copy] = None
+        return result, self._next(copy)
+
+    def _next(self, copy: int) -> Seating:
+        player_id = self.launcher[copy]
+        seat = (copy + self.jobs_started[copy]) % 2
+        self.jobs_started[copy] += 1
+        for _ in range(1 + self.max_redraws):
+            job = self.manager.get_job(player_id)
+            if job is None:
+                raise RuntimeError(f"league: player {player_id!r} has no free job slot for env copy {copy}")
+            seating = self._seat(copy, job, seat)
+            if seating is not None:
+                break
+            self.manager.cancel_job(job)
+        else:  # every slot busy with opponents other copies play: one unrecorded game against itself
+            binding = self.player_bindings[player_id]
+            seating = Seating(copy, -1, player_id, player_id, seat, binding, binding)
+        self.seatings[copy] = seating
+        return seating
+
+    def _seat(self, copy: int, job: Job, seat: int) -> Seating | None:
+        if len(job.opponent_ids) != 1:
+            raise ValueError(
+                f"league: job {job.job_id} of {job.player_id!r} has opponents {list(job.opponent_ids)}; "
+                "league training in an env plays one opponent per job"
+            )
+        (opponent_id,) = job.opponent_ids
+        binding = self.player_bindings[job.player_id]
+        if opponent_id in self.player_bindings:
+            return Seating(
+                copy, job.job_id, job.player_id, opponent_id, seat, binding, self.player_bindings[opponent_id]
+            )
+        opponent = self.manager.get_player(opponent_id)
+        assert isinstance(opponent, HistoricalPlayer)
+        slot, load = self._slot_for(opponent)
+        if slot is None:
+            return None
+        return Seating(copy, job.job_id, job.player_id, opponent_id, seat, binding, self.slot_bindings[slot], load)
+
+    def _slot_for(self, opponent: HistoricalPlayer) -> tuple[int | None, str | None]:
+        """The slot that holds ``opponent`` (loading it into a free one if needed), and the file to load."""
+        self._clock += 1
+        if opponent.player_id in self.slots:
+            slot = self.slots.index(opponent.player_id)
+            self._slot_used[slot] = self._clock
+            return slot, None
+        busy = {s.opponent_binding for s in self.seatings if s is not None}
+        free = [k for k, binding in enumerate(self.slot_bindings) if binding not in busy]
+        if not free:
+            return None, None
+        slot = min(free, key=lambda k: (self.slots[k] is not None, self._slot_used[k]))
+        self.slots[slot] = opponent.player_id
+        self._slot_used[slot] = self._clock
+        return slot, opponent.checkpoint_path
+
+    # -- state --------------------------------------------------------------------------
+    def win_rates_by_seat(self, player_id: str) -> list[float]:
+        """The player's (undecayed) score per seat: wins plus half the draws, over recorded games."""
+        rates = []
+        for counts in self.seat_results[player_id]:
+            games = sum(counts.values())
+            rates.append((counts["win"] + 0.5 * counts["draw"]) / games if games else float("nan"))
+        return rates
+
+    def state_dict(self) -> dict[str, Any]:
+        """The league's state and every copy's seating (plain Python: loads with ``weights_only``)."""
+        return {
+            "manager": self.manager.state_dict(),
+            "seatings": [None if s is None else asdict(s) for s in self.seatings],
+            "jobs_started": list(self.jobs_started),
+            "slots": list(self.slots),
+            "slot_used": list(self._slot_used),
+            "clock": self._clock,
+            "seat_results": {p: [dict(c) for c in seats] for p, seats in self.seat_results.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` into a matchmaker built from the same config."""
+        if len(state["seatings"]) != self.num_copies or len(state["slots"]) != len(self.slots):
+            raise ValueError(
+                f"league state has {len(state['seatings'])} env copies and {len(state['slots'])} opponent slots; "
+                f"this run has {self.num_copies} and {len(self.slots)} (num_envs x processes and max_resident "
+                "must match to resume)"
+            )
+        self.manager.load_state_dict(state["manager"])
+        self.seatings = [None if s is None else Seating(**s) for s in state["seatings"]]
+        self.jobs_started = [int(n) for n in state["jobs_started"]]
+        self.slots = list(state["slots"])
+        self._slot_used = [int(n) for n in state["slot_used"]]
+        self._clock = int(state["clock"])
+        self.seat_results = {p: [dict(c) for c in seats] for p, seats in state["seat_results"].items()}

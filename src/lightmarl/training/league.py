@@ -1,0 +1,503 @@
+"""League training inside ``lightmarl fit``: the recipe's ``league:`` section and its run-time side.
+
+:class:`LeagueConfig` is the recipe section; :class:`LeagueTraining` is what
+:class:`~lightmarl.training.module.MARLModule` calls at its hooks:
+
+- at construction it adds ``max_resident`` frozen *opponent slot* bindings (copies of the first
+  player's binding spec) and reserves them in the binding table, so their policies exist from
+  the start; historical players act through them with weights loaded from snapshot files;
+- during a rollout (the collector's step hook) it adds up each env copy's return per seat and,
+  where a copy's episode ended, records the result and installs the copy's next seating
+  (:class:`~lightmarl.league.matchmaking.Matchmaker`) before that copy acts again;
+- between iterations it counts each player's trained agent steps, snapshots and resets
+  players (resetting their optimizer state too) and logs ``league/<player>/...`` metrics;
+- at epoch ends rank 0 writes a payoff heatmap PNG next to the logs;
+- its state (league, seatings, slots) goes into the Lightning checkpoint.
+
+Under DDP the league lives on rank 0: each rank's finished episodes are gathered with
+``all_gather`` (every step, one small tensor), rank 0 decides, and the new seatings and
+snapshot events are broadcast, so 1 and N processes follow one protocol. Snapshot files are
+read by every rank: the snapshot directory must be visible to all of them (one machine, or a
+shared filesystem).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from lightning.pytorch.utilities import rank_zero_info
+
+from lightmarl import keys
+from lightmarl.data.rollout import RolloutStep
+from lightmarl.envs.spec import EnvSpec
+from lightmarl.evaluation.head_to_head import PayoffMatrix
+from lightmarl.evaluation.plots import plot_payoff_heatmap
+from lightmarl.league import LeagueManager, PayoffSettings, PretrainedSpec, RatingSettings, RoleSpec, SnapshotStore
+from lightmarl.league.matchmaking import Matchmaker, Seating, outcome_from_returns
+from lightmarl.league.payoff import BattleSharedPayoff
+from lightmarl.league.player import ActivePlayer, HistoricalPlayer
+from lightmarl.population import PolicyBindingConfig
+from lightmarl.population.bindings import as_binding
+
+if TYPE_CHECKING:
+    from lightmarl.data.collector import RolloutCollector
+    from lightmarl.envs.config import EnvConfig
+    from lightmarl.population import BindingTable
+
+
+class LeagueHost(Protocol):
+    """What the league needs of the :class:`~lightmarl.training.module.MARLModule` that runs it."""
+
+    env_config: EnvConfig
+    table: BindingTable
+
+    @property
+    def trainer(self) -> Any: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def _base_seed(self) -> int: ...
+
+    def get_weights(self, binding_id: str) -> dict[str, torch.Tensor]: ...
+
+    def set_weights(self, binding_id: str, weights: dict[str, torch.Tensor]) -> None: ...
+
+    def named_optimizers(self) -> dict[str, torch.optim.Optimizer]: ...
+
+
+#: checkpoint entry of the league's state.
+CHECKPOINT_KEY = "lightmarl_league"
+SLOT_PREFIX = "league_opponent_"
+
+
+@dataclass
+class LeagueRole:
+    """One active player: its role and the trainable binding that acts and learns for it.
+
+    Attributes:
+        class_path: import path of an :class:`~lightmarl.league.ActivePlayer` subclass
+            (``MainPlayer``, ``MainExploiter``, ``LeagueExploiter``, ``SelfPlayPlayer``, or a bare
+            name exported by ``lightmarl.league``).
+        binding: id of a trainable binding in ``policy_bindings``; its algorithm and optimizer
+            are the player's (``algorithms`` overrides apply).
+        settings: the role's settings (fields of its settings dataclass, e.g. ``one_phase_step``).
+    """
+
+    class_path: str = "lightmarl.league.MainPlayer"
+    binding: str = "main"
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LeagueConfig:
+    """A league of players over a two-seat game (AlphaStar; see ``docs/league.md``).
+
+    Attributes:
+        roles: the active players, one per entry, each bound to its own trainable binding.
+        seats: the env's agents of each of the two seats (e.g. ``[[player_0], [player_1]]``);
+            default: the first half of the agents and the second half. Every agent sits in one
+            seat; all of them belong to one agent group. Each env copy alternates the player's
+            seat from one job to the next; results are counted per seat.
+        max_resident: opponent slots: historical players whose weights are in memory at once
+            (frozen bindings ``league_opponent_<k>``, swapped in from snapshot files). A league
+            of hundreds of snapshots holds this many.
+        snapshot_dir: folder of the snapshot files (default: ``<trainer.default_root_dir>/league``).
+        outcome: import path of ``fn(own_return, opponent_return) -> "win" | "draw" | "loss"``,
+            the result of an episode from the player's side; the default compares the seats'
+            episode returns in the env's own rewards.
+        payoff: the shared payoff (decay, minimum games).
+        ratings: Elo / openskill settings.
+        pretrained: pretrained models that join as historical players from the start (weights
+            files of the players' policy, e.g. saved snapshots of another run).
+        seed: seed of the league's choices (default: the run's ``seed_everything``).
+        max_redraws: new draws for a job whose snapshot finds every opponent slot busy; after
+            them the env copy plays one unrecorded episode against the player itself.
+        heatmap: write ``<log_dir>/league/payoff_epoch<n>.png`` at each epoch end.
+    """
+
+    roles: list[LeagueRole] = field(default_factory=lambda: [LeagueRole()])
+    seats: list[list[str]] | None = None
+    max_resident: int = 4
+    snapshot_dir: str | None = None
+    outcome: str = f"{outcome_from_returns.__module__}.{outcome_from_returns.__name__}"
+    payoff: PayoffSettings = field(default_factory=PayoffSettings)
+    ratings: RatingSettings = field(default_factory=RatingSettings)
+    pretrained: list[PretrainedSpec] = field(default_factory=list)
+    seed: int | None = None
+    max_redraws: int = 8
+    heatmap: bool = True
+
+
+class LeagueTraining:
+    """The league's run-time side in one process (see the module docstring).
+
+    Args:
+        config: the recipe's ``league:`` section.
+        env_spec: the env the league plays.
+        policy_bindings: the recipe's bindings; the players' bindings must be trainable ones
+            of the same policy class and kwargs (snapshots load into every opponent slot).
+    """
+
+    def __init__(self, config: LeagueConfig, env_spec: EnvSpec, policy_bindings: list[PolicyBindingConfig] | None):
+        self.config = config
+        if not config.roles:
+            raise ValueError("league.roles: give at least one role")
+        if config.max_resident < 1:
+            raise ValueError(f"league.max_resident: expected an integer >= 1, got {config.max_resident!r}")
+        if config.payoff.kind != "battle":
+            raise ValueError("league.payoff.kind: league training in an env plays two seats ('battle')")
+        bindings = [as_binding(b) for b in policy_bindings or []]
+        by_id = {b.id: b for b in bindings}
+        self.player_binding_ids = [role.binding for role in config.roles]
+        for role in config.roles:
+            binding = by_id.get(role.binding)
+            if binding is None or not binding.trainable:
+                raise ValueError(
+                    f"league.roles: binding {role.binding!r} is not a trainable binding of policy_bindings "
+                    f"(trainable: {[b.id for b in bindings if b.trainable]})"
+                )
+        if len(set(self.player_binding_ids)) != len(self.player_binding_ids):
+            raise ValueError(f"league.roles: each role needs a binding of its own, got {self.player_binding_ids}")
+        template = by_id[self.player_binding_ids[0]]
+        for binding_id in self.player_binding_ids[1:]:
+            other = by_id[binding_id]
+            if (other.class_path, other.policy_kwargs) != (template.class_path, template.policy_kwargs):
+                raise ValueError(
+                    f"league.roles: binding {binding_id!r} differs from {template.id!r} in class_path or "
+                    "policy_kwargs; every player's snapshots load into the same opponent slots"
+                )
+        self.seats = self._check_seats(config.seats, env_spec)
+        self.group = env_spec.group_of(self.seats[0][0]).name
+        agents = env_spec.groups[self.group].agents
+        # Seat of each agent of the group, as a [agents, 2] one-hot: rewards @ it = seat returns.
+        self.seat_matrix = torch.zeros(len(agents), 2, dtype=torch.float64)
+        for seat, names in enumerate(self.seats):
+            for name in names:
+                self.seat_matrix[agents.index(name), seat] = 1.0
+        self.agents = list(env_spec.possible_agents)
+        self.slot_ids = [f"{SLOT_PREFIX}{k}" for k in range(config.max_resident)]
+        taken = [s for s in self.slot_ids if s in by_id]
+        if taken:
+            raise ValueError(f"policy_bindings: ids {taken} are reserved for the league's opponent slots")
+        slots = [
+            dataclasses.replace(template, id=slot, trainable=False, policy_uri=None, class_path=template.class_path)
+            for slot in self.slot_ids
+        ]
+        self.policy_bindings: list[Any] = [*bindings, *slots]
+        #: every agent -> the first player's binding: the map before the league seats copies, and in evaluation.
+        self.eval_map = [self.player_binding_ids[0]] * len(self.agents)
+        self.store = SnapshotStore(max_resident=config.max_resident)
+        self.matchmaker: Matchmaker | None = None
+        self.module: LeagueHost | None = None
+        self.collector: RolloutCollector | None = None
+        self._returns = torch.zeros(0, 2, dtype=torch.float64)
+        self._iteration_results: dict[str, list[str]] = {}
+
+    @staticmethod
+    def _check_seats(seats: list[list[str]] | None, env_spec: EnvSpec) -> list[list[str]]:
+        agents = list(env_spec.possible_agents)
+        if seats is None:
+            if len(agents) < 2 or len(agents) % 2:
+                raise ValueError(f"league.seats: give the agents of each seat; the env's agents are {agents}")
+            seats = [agents[: len(agents) // 2], agents[len(agents) // 2 :]]
+        seated = [a for seat in seats for a in seat]
+        if len(seats) != 2 or not all(seats) or sorted(seated) != sorted(agents):
+            raise ValueError(
+                f"league.seats: expected two non-empty lists that seat each of the env's agents {agents} once, "
+                f"got {seats}"
+            )
+        groups = {env_spec.group_of(a).name for a in seated}
+        if len(groups) != 1:
+            raise ValueError(
+                f"league.seats: the seats' agents belong to groups {sorted(groups)}; seats swap between "
+                "players, so every agent must be in one group (same spaces)"
+            )
+        return [list(seat) for seat in seats]
+
+    def reserve(self, table: BindingTable) -> None:
+        """Give every player and slot binding a policy from the start (they enter the map later)."""
+        table.reserve({b: self.group for b in [*self.player_binding_ids, *self.slot_ids]})
+
+    # -- set-up ---------------------------------------------------------------------------
+    def setup(self, module: LeagueHost) -> None:
+        """Build the league for this run (``setup('fit')``: before a checkpoint is restored)."""
+        if self.matchmaker is not None:
+            return
+        self.module = module
+        trainer = module.trainer
+        folder = self.config.snapshot_dir or os.path.join(trainer.default_root_dir, "league")
+        seed = self.config.seed if self.config.seed is not None else module._base_seed()
+        manager = LeagueManager(
+            roles=[
+                RoleSpec(class_path=role.class_path, name=role.binding, settings=dict(role.settings))
+                for role in self.config.roles
+            ],
+            pretrained=self.config.pretrained,
+            payoff=self.config.payoff,
+            ratings=self.config.ratings,
+            # Every copy of a player's jobs runs at once: copy g launches for player g mod players.
+            max_active_player_job=-(-module.env_config.num_envs * trainer.world_size // len(self.config.roles)),
+            snapshot_dir=folder,
+            seed=seed,
+            save_checkpoint_fn=self._save_snapshot,
+            load_checkpoint_fn=self._reset_player,
+        )
+        player_bindings = {p.player_id: b for p, b in zip(manager.active_players, self.player_binding_ids)}
+        self.matchmaker = Matchmaker(
+            manager,
+            player_bindings,
+            self.slot_ids,
+            module.env_config.num_envs * trainer.world_size,
+            outcome=self.config.outcome,
+            max_redraws=self.config.max_redraws,
+        )
+        self._returns = torch.zeros(module.env_config.num_envs, 2, dtype=torch.float64)
+
+    @property
+    def manager(self) -> LeagueManager:
+        assert self.matchmaker is not None, "the league is built in setup('fit')"
+        return self.matchmaker.manager
+
+    def binding_of(self, player_id: str) -> str:
+        assert self.matchmaker is not None
+        return self.matchmaker.player_bindings[player_id]
+
+    def start(self, collector: RolloutCollector) -> None:
+        """At fit start (after a restore): save initial weights, seat every copy, install the maps."""
+        assert self.matchmaker is not None and self.module is not None
+        self.collector = collector
+        if _rank() == 0:
+            for player in self.manager.active_players:
+                if not os.path.exists(player.initial_checkpoint_path):
+                    self.store.save(
+                        player.initial_checkpoint_path, self.module.get_weights(self.binding_of(player.player_id))
+                    )
+        fresh = self.matchmaker.start() if _rank() == 0 else []
+        self._apply(_broadcast(fresh))
+        self._install_map()
+        collector.keep_recurrent_states()
+
+    # -- during a rollout -----------------------------------------------------------------
+    def on_step(self, step: RolloutStep) -> None:
+        """The collector's step hook: seat returns, finished episodes, next seatings."""
+        nxt = step.next[self.group]
+        rewards = nxt.get(keys.ENV_REWARD, nxt[keys.REWARD])
+        self._returns[step.envs] += rewards.to(torch.float64) @ self.seat_matrix
+        ended = step.ended.to(torch.float64).unsqueeze(-1)
+        local = torch.cat([ended, self._returns[step.envs]], dim=-1)  # [lane copies, 1 + 2]
+        self._returns[step.envs] *= 1.0 - ended  # a new episode starts from 0
+        gathered = _all_gather(local, self.module.device if self.module is not None else None)  # [ranks, copies, 3]
+        if not bool(gathered[..., 0].any()):
+            return
+        assert self.module is not None
+        num_envs = self.module.env_config.num_envs
+        seatings: list[Seating] = []
+        if _rank() == 0:
+            assert self.matchmaker is not None
+            for rank, i in gathered[..., 0].nonzero().tolist():
+                copy = rank * num_envs + step.envs.start + i
+                returns = gathered[rank, i, 1:].tolist()
+                seating = self.matchmaker.seatings[copy]
+                result, following = self.matchmaker.episode_ended(copy, (returns[0], returns[1]))
+                if result is not None and seating is not None:
+                    self._iteration_results.setdefault(seating.player_id, []).append(result)
+                seatings.append(following)
+        self._apply(_broadcast(seatings))
+        self._install_map()
+
+    def _apply(self, seatings: list[Seating]) -> None:
+        """Load snapshots into slots and mirror the seatings (every rank)."""
+        assert self.matchmaker is not None and self.module is not None
+        for seating in seatings:
+            if seating.load is not None:
+                self.module.set_weights(seating.opponent_binding, self.store.load(seating.load))
+            self.matchmaker.seatings[seating.copy] = seating
+
+    def _install_map(self) -> None:
+        assert self.matchmaker is not None and self.module is not None
+        num_envs = self.module.env_config.num_envs
+        first = _rank() * num_envs
+        per_env: dict[int, list[str]] = {}
+        for i in range(num_envs):
+            seating = self.matchmaker.seatings[first + i]
+            assert seating is not None
+            seat_of_player = self.seats[seating.seat]
+            per_env[i] = [
+                seating.player_binding if agent in seat_of_player else seating.opponent_binding for agent in self.agents
+            ]
+        self.module.table.set_agent_binding_map({"default": self.eval_map, "per_env": per_env})
+
+    # -- evaluation -----------------------------------------------------------------------
+    def evaluation_map(self, on: bool) -> None:
+        """Switch to the evaluation map (every agent -> the first player) and back to the seatings."""
+        if self.collector is None:  # `validate` / `test`: the table holds the evaluation map already
+            return
+        if on:
+            self.module.table.set_agent_binding_map(self.eval_map)  # type: ignore[union-attr]
+        else:
+            self._install_map()
+            self.collector.keep_recurrent_states()
+
+    # -- between iterations ---------------------------------------------------------------
+    def after_iteration(self, experience: Any) -> dict[str, float]:
+        """Count agent steps, snapshot / reset due players; returns ``league/...`` metrics (every rank)."""
+        assert self.matchmaker is not None and self.module is not None
+        table = self.module.table
+        rows = experience.get(self.group)
+        valid = rows.get(keys.VALID)
+        binding = rows.get(keys.BINDING_ID)
+        steps = torch.stack([(valid & (binding == table.index[b])).sum() for b in self.player_binding_ids]).to(
+            torch.float64
+        )
+        steps = _all_reduce(steps, self.module.device)
+        events: list[tuple[str, str | None]] = []
+        metrics: dict[str, float] = {}
+        if _rank() == 0:
+            for player, count in zip(self.manager.active_players, steps.tolist()):
+                self.manager.update_active_player(player.player_id, int(count))
+            events = [(e.player_id, e.reset_to) for e in self.manager.snapshot_due_players()]
+            metrics = self.metrics()
+        events, metrics = _broadcast((events, metrics))
+        if _rank() != 0:
+            for player_id, reset_to in events:
+                if reset_to is not None:
+                    self._load_live(player_id, reset_to)
+        return metrics
+
+    def _save_snapshot(self, player: ActivePlayer, snapshot: HistoricalPlayer) -> None:
+        assert self.module is not None
+        self.store.save(snapshot.checkpoint_path, self.module.get_weights(self.binding_of(player.player_id)))
+
+    def _reset_player(self, player: ActivePlayer, path: str) -> None:
+        self._load_live(player.player_id, path)
+
+    def _load_live(self, player_id: str, path: str) -> None:
+        """Load weights into a player's live binding and forget its optimizer's state (a fresh start)."""
+        assert self.module is not None
+        binding = self.binding_of(player_id)
+        self.module.set_weights(binding, self.store.load(path))
+        optimizer = self.module.named_optimizers().get(binding)
+        if optimizer is not None:
+            getattr(optimizer, "optimizer", optimizer).state.clear()
+
+    def metrics(self) -> dict[str, float]:
+        """``league/<player>/...`` per active player and the league's size (rank 0's view)."""
+        assert self.matchmaker is not None
+        manager = self.manager
+        logs: dict[str, float] = {"league/historical_players": float(len(manager.historical_players))}
+        for player in manager.active_players:
+            pid = player.player_id
+            results = self._iteration_results.get(pid, [])
+            prefix = f"league/{pid}"
+            if results:
+                logs[f"{prefix}/win_rate"] = (results.count("win") + 0.5 * results.count("draw")) / len(results)
+            logs[f"{prefix}/elo"] = float(manager.elo[pid])
+            counts = self.matchmaker.seat_results[pid]
+            logs[f"{prefix}/games"] = float(sum(sum(c.values()) for c in counts))
+            for seat, rate in enumerate(self.matchmaker.win_rates_by_seat(pid)):
+                if rate == rate:  # not NaN: the seat has played
+                    logs[f"{prefix}/win_rate_seat{seat}"] = rate
+            logs[f"{prefix}/historical_players"] = float(
+                sum(1 for h in manager.historical_players if h.parent_id == pid)
+            )
+            logs[f"{prefix}/agent_steps"] = float(player.total_agent_step)
+        self._iteration_results = {}
+        return logs
+
+    # -- epoch ends -----------------------------------------------------------------------
+    def on_epoch_end(self, log_dir: str, epoch: int) -> str | None:
+        """Rank 0 writes the payoff heatmap; returns its path (``None`` on other ranks or with ``heatmap: false``)."""
+        if _rank() != 0 or not self.config.heatmap or self.matchmaker is None:
+            return None
+        path = os.path.join(log_dir, "league", f"payoff_epoch{epoch}.png")
+        payoff = self.manager.payoff
+        assert isinstance(payoff, BattleSharedPayoff)
+        written = write_payoff_heatmap(payoff, [p.player_id for p in self.manager.players], path)
+        rank_zero_info(f"lightmarl: league payoff heatmap {written}")
+        return written
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        assert self.matchmaker is not None
+        return {"matchmaker": self.matchmaker.state_dict(), "returns": self._returns.tolist()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        assert self.matchmaker is not None
+        self.matchmaker.load_state_dict(state["matchmaker"])
+        returns = torch.tensor(state["returns"], dtype=torch.float64)
+        if returns.shape == self._returns.shape:
+            self._returns = returns
+
+
+def write_payoff_heatmap(payoff: BattleSharedPayoff, players: list[str], path: str, max_players: int = 12) -> str:
+    """A PNG of the (decayed) payoff between ``players``: the active ones and the newest snapshots.
+
+    Drawn by :func:`~lightmarl.evaluation.plots.plot_payoff_heatmap`; games are the decayed
+    counts, rounded. Returns the path.
+    """
+    shown = players[-max_players:]
+    if len(players) > max_players:  # active players come first: keep a few of them beside the newest snapshots
+        active = players[: max_players // 3]
+        shown = active + players[-(max_players - len(active)) :]
+    size = len(shown)
+    games = np.zeros((size, size), dtype=np.int64)
+    counts = {name: np.zeros((size, size)) for name in ("wins", "draws", "losses")}
+    for i, home in enumerate(shown):
+        for j, away in enumerate(shown):
+            record = payoff.record(home, away)
+            games[i, j] = round(record["games"])
+            for name, table in counts.items():
+                table[i, j] = record[name]
+    score_sum = np.where(
+        games > 0,
+        (counts["wins"] + 0.5 * counts["draws"])
+        / np.maximum(counts["wins"] + counts["draws"] + counts["losses"], 1e-12)
+        * games,
+        0.0,
+    )
+    matrix = PayoffMatrix(shown, games, counts["wins"], counts["draws"], counts["losses"], score_sum)
+    return str(plot_payoff_heatmap(matrix, path, title="league payoff (decayed)"))
+
+
+# -- collectives (no-ops in one process) ----------------------------------------------------
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _rank() -> int:
+    return dist.get_rank() if _distributed() else 0
+
+
+def _all_gather(tensor: torch.Tensor, device: torch.device | None) -> torch.Tensor:
+    """``[ranks, *tensor.shape]`` on the CPU: every rank's ``tensor`` (sent from ``device``: NCCL needs GPU tensors)."""
+    if not _distributed():
+        return tensor.unsqueeze(0)
+    sent = tensor.to(device).contiguous()
+    parts = [torch.empty_like(sent) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, sent)
+    return torch.stack(parts).cpu()
+
+
+def _all_reduce(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """The sum of ``tensor`` over ranks, on the CPU."""
+    if not _distributed():
+        return tensor.cpu()
+    summed = tensor.to(device)
+    dist.all_reduce(summed)
+    return summed.cpu()
+
+
+def _broadcast(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank."""
+    if not _distributed():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
