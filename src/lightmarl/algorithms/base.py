@@ -231,6 +231,17 @@ class UnitTrainer(ABC):
     def load_state_dict(self, state: dict) -> None:
         del state
 
+    def replay_state_dict(self) -> dict:
+        """Experience kept across iterations (a replay buffer) that a resumed run needs; ``{}``: none.
+
+        Kept apart from :meth:`state_dict`: it is per process under DDP, large, and optional
+        (``model.checkpoint_replay``).
+        """
+        return {}
+
+    def load_replay_state_dict(self, state: dict) -> None:
+        del state
+
 
 class Algorithm(ABC):
     """Configuration of a learning algorithm; builds the :class:`UnitTrainer` of a binding.

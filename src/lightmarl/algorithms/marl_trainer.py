@@ -149,6 +149,16 @@ class MARLTrainer:
             if b in state:
                 unit.load_state_dict(state[b])
 
+    def replay_state_dict(self) -> dict:
+        """The UnitTrainers' replay buffers by binding (:meth:`UnitTrainer.replay_state_dict`), those that keep one."""
+        saved = {b: unit.replay_state_dict() for b, unit in self.unit_trainers.items()}
+        return {b: state for b, state in saved.items() if state}
+
+    def load_replay_state_dict(self, state: dict) -> None:
+        for b, unit in self.unit_trainers.items():
+            if b in state:
+                unit.load_replay_state_dict(state[b])
+
     def check_loss_profiles(self) -> None:
         """Fail unless every trainable binding's loss profile names losses its trainers run.
 

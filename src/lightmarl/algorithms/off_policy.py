@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal, cast
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torchrl.data import LazyTensorStorage, ReplayBuffer
 from torchrl.data.replay_buffers import RandomSampler
 from torchrl.objectives import HardUpdate, LossModule, SoftUpdate, ValueEstimators
@@ -81,6 +81,10 @@ def _select_transitions(experience: TensorDictBase, group_name: str, index: torc
         batch_size=[n],
         device=experience.device,
     )
+
+
+def _path(key: str | tuple[str, ...]) -> tuple[str, ...]:
+    return key if isinstance(key, tuple) else (key,)
 
 
 def linear_schedule(start: float, end: float, frames: int, decay_frames: int) -> float:
@@ -263,10 +267,8 @@ class OffPolicyUnitTrainer(UnitTrainer):
         self.loss.to(device)
         if device != self.device:
             self.device = device
-            old = self.replay[:] if len(self.replay) else None
-            self.replay = self._make_replay()
-            if old is not None:
-                self.replay.extend(old.to(device))
+            # The same transitions in the same slots, and the same write cursor, on the new device.
+            self.load_replay_state_dict(self.replay_state_dict())
         # The updater caches the tensors it updates: re-bind it to the moved ones, keeping the target's values.
         target = [t.detach().clone() for t in self.target_parameters()]
         counter = self.target_updater.state_dict()
@@ -354,6 +356,47 @@ class OffPolicyUnitTrainer(UnitTrainer):
             "networks": networks,
             "target_updater": self.target_updater.state_dict(),  # a hard update's step counter
         }
+
+    def replay_state_dict(self) -> dict:
+        """The replay buffer's transitions in storage order, on the CPU, and its writer's cursor.
+
+        Tensors and plain data only (loadable with ``weights_only=True``): every leaf under its key
+        path, and the batch size of every nested TensorDict (a joint transition's group is
+        ``[N, agents]``). Restored in the same slots with the same cursor, the buffer samples and
+        overwrites as the saved one would have.
+        """
+        count = len(self.replay)
+        data = self.replay.storage[:count] if count else TensorDict({}, batch_size=[0])
+        return {
+            "count": count,
+            "writer": self.replay.writer.state_dict(),
+            "entries": [(_path(key), value.cpu()) for key, value in data.items(True, True)],
+            "batch_sizes": [
+                (_path(key), list(value.batch_size)) for key, value in data.items(True) if is_tensor_collection(value)
+            ],
+        }
+
+    def load_replay_state_dict(self, state: dict) -> None:
+        self.replay = self._make_replay()
+        count = int(state["count"])
+        if not count:
+            return
+        batch_sizes = {(): [count], **{tuple(k): b for k, b in state["batch_sizes"]}}
+        # The leaves in their saved order, nested as dicts: the rebuilt TensorDicts keep the original key order.
+        tree: dict = {}
+        for key, value in state["entries"]:
+            node = tree
+            for part in key[:-1]:
+                node = node.setdefault(part, {})
+            node[key[-1]] = value.to(self.device)
+
+        def nested(node: dict, prefix: tuple[str, ...]) -> TensorDict:
+            # Each TensorDict with its own batch size (a joint transition's group is [N, agents]).
+            fields = {k: nested(v, (*prefix, k)) if isinstance(v, dict) else v for k, v in node.items()}
+            return TensorDict(fields, batch_size=batch_sizes[prefix], device=self.device)
+
+        self.replay.extend(nested(tree, ()))
+        self.replay.writer.load_state_dict(state["writer"])
 
     def load_state_dict(self, state: dict) -> None:
         self.frames = int(state.get("frames", 0))

@@ -12,6 +12,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.envs.utils import ExplorationType
 
 from lightmarl import keys
+from lightmarl.data.episode_history import EpisodeHistory
 from lightmarl.data.rollout import RolloutLoop, RolloutStep
 from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
 from lightmarl.envs.base import VecEnv
@@ -171,6 +172,8 @@ class RolloutCollector:
         self._table_version = self.table.version
         self.on_step = on_step
         self.loop = RolloutLoop(env, policy, exploration, self.device)
+        #: each copy's episode in flight and its actions so far, to put the copies back when a run resumes.
+        self.history = EpisodeHistory(self.num_envs)
 
     @property
     def recurrent(self) -> RecurrentStates:
@@ -291,6 +294,7 @@ class RolloutCollector:
         experience = cast(TensorDictBase, over_time([[s.td for s in lane] for lane in steps]))  # [E, T] / [E, T, A]
         ended = over_time([[s.ended for s in lane] for lane in steps])
         episode_ids = self._episode_ids(ended)
+        self.history.record({g.name: experience.get((g.name, keys.ACTION)) for g in self._groups}, ended)
         first = steps[0][0]
         E, T = self.num_envs, self.rollout_steps
         next_groups = {}
@@ -345,6 +349,98 @@ class RolloutCollector:
             for b, s in self.stats.items()
             if s.returns
         }
+
+    # -- resuming ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs to go on collecting exactly where this one is (between rollouts).
+
+        The counters and running episode statistics, the recurrent states, each copy's episode in
+        flight with its actions so far (:class:`~lightmarl.data.episode_history.EpisodeHistory`), and
+        each lane's :meth:`~lightmarl.envs.base.ResumableVecEnv.resume_state` (``None`` for a vector
+        that cannot be restored); tensors and plain data only.
+        """
+        resume_state = [getattr(lane.env, "resume_state", lambda: None)() for lane in self.loop.lanes]
+        return {
+            "num_envs": self.num_envs,
+            "frames": self.frames,
+            "episode_id": self._episode_id.clone(),
+            "next_episode_id": self._next_episode_id,
+            "episode_return": {g: t.clone() for g, t in self._episode_return.items()},
+            "episode_steps": {g: t.clone() for g, t in self._episode_steps.items()},
+            "stats": {
+                b: {
+                    "returns": torch.tensor(list(s.returns), dtype=torch.float64),
+                    "lengths": torch.tensor(list(s.lengths), dtype=torch.int64),
+                    "finished": s.finished,
+                }
+                for b, s in self.stats.items()
+            },
+            "recurrent": self.recurrent.state_dict(),
+            "history": self.history.state_dict(),
+            # The time index and running returns of episodes in progress (the buffers given by a caller are theirs).
+            "buffers": {g: b.progress_state_dict() for g, b in self.buffers.items()} if self._own_buffers else {},
+            "lanes": None if any(r is None for r in resume_state) else resume_state,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> list[str]:
+        """Restore :meth:`state_dict`'s output before the first :meth:`collect`, env copies included.
+
+        Each copy is reset for its episode in flight and replays that episode's actions
+        (:meth:`~lightmarl.envs.base.ResumableVecEnv.restore`). Where that cannot be exact, the
+        collector still goes on, and the returned messages say why (for the caller to warn).
+
+        Returns:
+            What keeps this restore from being exact (empty when it is).
+        """
+        if state["num_envs"] != self.num_envs:
+            return [f"the checkpoint's collector stepped {state['num_envs']} env copies, this one {self.num_envs}"]
+        self.frames = int(state["frames"])
+        self._episode_id = state["episode_id"].clone()
+        self._next_episode_id = int(state["next_episode_id"])
+        self._episode_return = {g: t.clone() for g, t in state["episode_return"].items()}
+        self._episode_steps = {g: t.clone() for g, t in state["episode_steps"].items()}
+        for binding, saved in state["stats"].items():
+            if binding in self.stats:
+                stats = self.stats[binding]
+                stats.returns.clear()
+                stats.returns.extend(saved["returns"].tolist())
+                stats.lengths.clear()
+                stats.lengths.extend(saved["lengths"].tolist())
+                stats.finished = int(saved["finished"])
+        self.recurrent.load_state_dict(state["recurrent"])
+        self.history.load_state_dict(state["history"])
+        for group, progress in state["buffers"].items():
+            if self._own_buffers and group in self.buffers:
+                self.buffers[group].load_progress_state_dict(progress)
+        lanes = state["lanes"]
+        resumable = [getattr(lane.env, "resume_state", lambda: None)() is not None for lane in self.loop.lanes]
+        if lanes is None or not all(resumable) or len(lanes) != len(self.loop.lanes):
+            self._restart_episodes()
+            return [f"env {self.env.spec.name!r}: its vector cannot replay episodes; every copy starts a new episode"]
+        differing: list[int] = []
+        for lane, lane_state in zip(self.loop.lanes, lanes):
+            copies = range(lane.envs.start, lane.envs.stop)
+            episodes = [int(self.history.episodes[e]) for e in copies]
+            replayed = cast(Any, lane.env).restore(episodes, [self.history.actions_of(e) for e in copies], lane_state)
+            differing += [lane.envs.start + i for i in replayed]
+        self.loop.resume()
+        if differing:
+            return [
+                f"env {self.env.spec.name!r}: replaying the episodes in flight did not reproduce copies {differing} "
+                "(the env is not deterministic given its seed and actions); they go on from the replayed state"
+            ]
+        return []
+
+    def _restart_episodes(self) -> None:
+        """The copies will be reset at the next rollout: the episodes in flight are forgotten."""
+        for running in (*self._episode_return.values(), *self._episode_steps.values()):
+            running.zero_()
+        self._episode_id = torch.arange(self._next_episode_id, self._next_episode_id + self.num_envs)
+        self._next_episode_id += self.num_envs
+        self.history = EpisodeHistory(self.num_envs)
+        self.recurrent.restart_all()
+        if self._own_buffers:
+            self.buffers = {g.name: MultiAgentRolloutBuffer(g.num_agents) for g in self._groups}
 
     def close(self) -> None:
         self.env.close()

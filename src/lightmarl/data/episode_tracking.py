@@ -41,6 +41,17 @@ class EpisodeTracker:
         self.length = torch.zeros(shape, dtype=torch.long, device=device)
         self.binding = torch.full(shape, -1, dtype=torch.long, device=device)
 
+    #: the per-env state, saved for a resumed run.
+    _STATE = ("open", "episode", "last_closed", "closed_any", "clock", "seen", "done", "ret", "length", "binding")
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, name).clone() for name in self._STATE}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        for name in self._STATE:
+            current = getattr(self, name)
+            setattr(self, name, state[name].to(current.device).clone())
+
     def step(
         self,
         episode_id: torch.Tensor,

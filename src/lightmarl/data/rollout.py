@@ -177,6 +177,10 @@ class RolloutLoop:
             for lane in self.lanes:  # stopped early, or an env error in one phase: a step may still be out
                 lane.abandon()
 
+    def resume(self) -> None:
+        """The lanes' env copies were put back mid-episode (a resumed run): :meth:`run` must not reset them."""
+        self._started = True
+
     def _act(self, lane: Lane) -> None:
         """The policy's actions for the lane's copies, sent to its env (stepped by :meth:`Lane.receive`)."""
         td = lane.env.observation_td()

@@ -156,6 +156,23 @@ class MultiAgentRolloutBuffer:
         self._records = []
         self._rollouts = []
 
+    def progress_state_dict(self) -> dict[str, Any]:
+        """The episodes in progress (what :meth:`clear` keeps), for a resumed run; stored rows are not included."""
+        return {
+            "columns": self._column_agent_ids,
+            "envs": None if self._envs is None else {"num_envs": self._envs.num_envs, **self._envs.state_dict()},
+        }
+
+    def load_progress_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`progress_state_dict`'s output: later rollouts continue the episodes in progress."""
+        self._column_agent_ids = state["columns"]
+        envs = state["envs"]
+        if envs is None:
+            self._envs = None
+            return
+        self._envs = EpisodeTracker(int(envs["num_envs"]), self.n_agents, envs["open"].device)
+        self._envs.load_state_dict(envs)
+
     def __len__(self) -> int:
         """Number of stored rows (agent steps), copied or in kept rollouts."""
         return self._size + sum(n for _, _, n in self._rollouts)

@@ -9,6 +9,7 @@ the one way a vector's arrays become the TensorDict the policies read.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import torch
@@ -98,6 +99,59 @@ class PhasedVecEnv(VecEnv, Protocol):
     def phases(self) -> list[Any]:
         """The phases (each an :class:`AsyncVecEnv` over its own copies when there are several), in order."""
         ...
+
+
+@runtime_checkable
+class ResumableVecEnv(VecEnv, Protocol):
+    """A :class:`VecEnv` that can put its copies back mid-episode, e.g. when a run resumes from a checkpoint.
+
+    Each copy's episode ``k`` is reset with :func:`~lightmarl.envs.layout.episode_seed` of the
+    copy's seed and ``k``; :meth:`restore` resets the copy for its episode in flight and replays
+    the actions the episode was stepped with so far. PettingZoo vectors (in-process and in worker
+    processes, and transforms over them) are resumable; VMAS vectors are not.
+    """
+
+    def resume_state(self) -> dict[str, Any] | None:
+        """What :meth:`restore` needs besides the episodes and actions (the observations the policies
+        see next, transforms' per-copy memory), as tensors; ``None`` where the vector cannot be restored."""
+        ...
+
+    def restore(
+        self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]], state: dict[str, Any]
+    ) -> list[int]:
+        """Bring every copy back to where :meth:`resume_state` was taken.
+
+        Args:
+            episodes: per copy, the number of its episode in flight (0: the first).
+            actions: per copy, group -> ``[steps, agents_in_group, ...]``: the actions of that
+                episode so far.
+            state: what :meth:`resume_state` returned.
+
+        Returns:
+            The copies whose replay did not reproduce the saved observations (an env that is
+            not deterministic given its seed and actions); empty when the restore is exact.
+        """
+        ...
+
+
+def clone_outputs(outputs: Outputs) -> Outputs:
+    """A copy of a vector's arrays that later steps cannot change."""
+    return {g: {k: v.clone() for k, v in entries.items()} for g, entries in outputs.items()}
+
+
+def differing_copies(replayed: Outputs, saved: Outputs) -> list[int]:
+    """The env copies (first dim) where any array of ``replayed`` differs from ``saved``."""
+    differ: torch.Tensor | None = None
+    for g, entries in saved.items():
+        for k, value in entries.items():
+            other = replayed.get(g, {}).get(k)
+            rows = (
+                torch.ones(value.shape[0], dtype=torch.bool)
+                if other is None or other.shape != value.shape
+                else (other != value).reshape(value.shape[0], -1).any(-1)
+            )
+            differ = rows if differ is None else differ | rows
+    return [] if differ is None else differ.nonzero().flatten().tolist()
 
 
 def observation_td(spec: EnvSpec, current: Outputs, num_envs: int, agent_ids: dict[str, torch.Tensor]) -> TensorDict:

@@ -112,6 +112,22 @@ class EnvSlice(Protocol):
     def step(self, actions: dict[str, np.ndarray], nxt: Arrays, current: Arrays, ended: np.ndarray) -> None:
         """Step every copy: results into ``nxt``, next observations into ``current``, resets into ``ended``."""
 
+    def replay(self, e: int, episode: int, actions: dict[str, np.ndarray], current: Arrays) -> bool:
+        """Reset copy ``e`` (a vector index) for its episode ``episode`` and step it with ``actions``.
+
+        Args:
+            e: the copy.
+            episode: the episode's number in the copy (0: the first): the copy is reset with
+                :func:`episode_seed` of its seed and ``episode``, and later resets continue from there.
+            actions: group -> ``[steps, agents_in_group, ...]``: the actions the episode was
+                stepped with so far.
+            current: the copy's observations after the last action are written into its rows.
+
+        Returns:
+            ``False`` where the episode ended before the last action (the env is not
+            deterministic given its seed and actions); the copy is then left where it ended.
+        """
+
     def close(self) -> None:
         """Close every copy."""
 
@@ -122,6 +138,18 @@ class EnvSlice(Protocol):
 SliceFactory: TypeAlias = Callable[
     [Sequence[Any], Sequence[GroupLayout], Sequence[int], int, str, Sequence[Hashable]], EnvSlice
 ]
+
+
+def episode_seed(seed: int, episode: int) -> int:
+    """The reset seed of episode ``episode`` (0, 1, ...) of the env copy seeded ``seed``.
+
+    The first episode is reset with ``seed`` itself; the others with a seed drawn from
+    NumPy's ``SeedSequence([seed, episode])``, so any episode of any copy can be started again
+    from its number alone (resuming a run replays the episodes in flight this way).
+    """
+    if episode == 0:
+        return seed
+    return int(np.random.SeedSequence([seed & 0xFFFFFFFFFFFFFFFF, episode]).generate_state(1)[0])
 
 
 def empty_current(groups: Sequence[GroupLayout], num_envs: int, state_shape: tuple[int, ...] | None = None) -> Arrays:

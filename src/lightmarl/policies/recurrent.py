@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -268,3 +268,17 @@ class RecurrentStates:
     def restart_all(self) -> None:
         """Reset every row at the next step (e.g. after the agent -> binding map changed)."""
         self._episode_start[:] = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """The states and episode starts, for a resumed run."""
+        return {"states": {g: s.clone() for g, s in self.states.items()}, "episode_start": self._episode_start.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved = state["states"]
+        if set(saved) != set(self.states) or any(saved[g].shape != s.shape for g, s in self.states.items()):
+            raise ValueError(
+                f"recurrent states: the checkpoint has { ({g: tuple(s.shape) for g, s in saved.items()}) }, "
+                f"this run { ({g: tuple(s.shape) for g, s in self.states.items()}) }"
+            )
+        self.states = {g: s.clone() for g, s in saved.items()}
+        self._episode_start = state["episode_start"].clone()

@@ -428,6 +428,14 @@ class LeagueTraining:
         assert self.matchmaker is not None
         return {"matchmaker": self.matchmaker.state_dict(), "returns": self._returns.tolist()}
 
+    def rank_state_dict(self) -> dict[str, Any]:
+        """This process's own part (under DDP each rank has its copies' running seat returns)."""
+        return {"returns": self._returns.clone()}
+
+    def load_rank_state_dict(self, state: dict[str, Any]) -> None:
+        if state["returns"].shape == self._returns.shape:
+            self._returns = state["returns"].clone()
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         assert self.matchmaker is not None
         self.matchmaker.load_state_dict(state["matchmaker"])

@@ -30,6 +30,8 @@ from lightmarl.population import BindingTable, PerEnvAgentBindingMap, PolicyBind
 from lightmarl.population.shared import SharedModuleConfig
 from lightmarl.training.league import CHECKPOINT_KEY as LEAGUE_CHECKPOINT_KEY
 from lightmarl.training.league import LeagueConfig, LeagueTraining
+from lightmarl.training.resume import CHECKPOINT_KEY as RESUME_CHECKPOINT_KEY
+from lightmarl.training.resume import RunResume
 from lightmarl.training.rollouts import tick_loader
 from lightmarl.training.stepper import LightningStepper, assert_ranks_in_sync
 
@@ -87,6 +89,9 @@ class MARLModule(LightningModule):
         league: league training (:mod:`lightmarl.training.league`): roles bound to trainable
             bindings, seats, opponent slots, snapshot rules; the league then chooses who plays
             whom per env copy and episode (``agent_binding_map`` is the league's: leave it unset).
+        checkpoint_replay: keep the off-policy learners' replay buffers in checkpoints (per process),
+            so that ``--ckpt_path last`` resumes exactly (:mod:`lightmarl.training.resume`); ``false``
+            makes checkpoints smaller and a resumed learner refills its buffer from scratch.
     """
 
     def __init__(
@@ -112,6 +117,7 @@ class MARLModule(LightningModule):
         shared_modules: dict[str, SharedModuleConfig] | None = None,
         marl_trainer: MARLTrainerFactory = IndependentMARLTrainer,
         league: LeagueConfig | None = None,
+        checkpoint_replay: bool = True,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -189,6 +195,10 @@ class MARLModule(LightningModule):
         self._collector: RolloutCollector | None = None
         self.frames = 0
         self.iterations = 0
+        if not isinstance(checkpoint_replay, bool):
+            raise ValueError(f"model.checkpoint_replay: expected true or false, got {checkpoint_replay!r}")
+        self.checkpoint_replay = checkpoint_replay
+        self._resume = RunResume(checkpoint_replay)  # per-process state in checkpoints, put back on resume
 
     @property
     def policies(self) -> nn.ModuleDict:
@@ -306,8 +316,12 @@ class MARLModule(LightningModule):
             device=self.device,
             on_step=self.league.on_step if self.league is not None else None,
         )
+        self._resume.restore_collector(self._collector, self.league)  # a resumed run: env copies back mid-episode
         if self.league is not None:
             self.league.start(self._collector)
+
+    def on_train_start(self) -> None:
+        self._resume.restore_rng(self.device)  # last: nothing may draw from the RNG streams after them
 
     def on_fit_end(self) -> None:
         if self._collector is not None:
@@ -428,6 +442,10 @@ class MARLModule(LightningModule):
         }
         if self.league is not None and self.league.matchmaker is not None:
             checkpoint[LEAGUE_CHECKPOINT_KEY] = self.league.state_dict()
+        if self._collector is not None:  # fit: every process's RNG streams, env copies and replay buffers
+            checkpoint[RESUME_CHECKPOINT_KEY] = self._resume.save(
+                self._collector, self.marl_trainer, self.league, self.device
+            )
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get(CHECKPOINT_KEY, {})
@@ -440,3 +458,7 @@ class MARLModule(LightningModule):
             self.marl_trainer.load_state_dict(state.get("trainers", {}))
         if self.league is not None and self.league.matchmaker is not None and LEAGUE_CHECKPOINT_KEY in checkpoint:
             self.league.load_state_dict(checkpoint[LEAGUE_CHECKPOINT_KEY])
+        if self.marl_trainer is not None:  # fit: this process's part, put back as the run starts
+            self._resume.load(
+                checkpoint.get(RESUME_CHECKPOINT_KEY), self.global_rank, self.trainer.world_size, self.marl_trainer
+            )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 
@@ -33,4 +34,12 @@ def _keep(item: Any) -> Any:
 
 
 def tick_loader(iterations: int = 1, remaining: Callable[[], int] = lambda: 1) -> DataLoader:
-    return DataLoader(IterationTicks(iterations, remaining), batch_size=None, num_workers=0, collate_fn=_keep)
+    # A generator of its own: each iter() of a DataLoader draws a base seed, from torch's global RNG
+    # otherwise, and a resumed run (its RNG restored) would then draw differently from the original.
+    return DataLoader(
+        IterationTicks(iterations, remaining),
+        batch_size=None,
+        num_workers=0,
+        collate_fn=_keep,
+        generator=torch.Generator(),
+    )

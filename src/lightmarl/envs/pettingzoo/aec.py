@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from lightmarl import keys
-from lightmarl.envs.layout import ROOT, Arrays
+from lightmarl.envs.layout import ROOT, Arrays, episode_seed
 from lightmarl.envs.pettingzoo.checks import call_checked, first_legal_action
 from lightmarl.envs.pettingzoo.parallel import ParallelSlice
 from lightmarl.envs.pettingzoo.spec import env_spec_of
@@ -174,64 +174,61 @@ class AECSlice(ParallelSlice):
 
     # -- the slice interface -----------------------------------------------------------
 
-    def reset(self, current: Arrays) -> None:
-        """Reset every copy with its seed, writing the first observations into ``current``."""
-        for j, env in enumerate(self.envs):
-            e = self.start + j
-            try:
-                env.reset(seed=self.seeds[j])
-            except Exception as err:
-                raise RuntimeError(f"{self.where(e)} raised in reset(): {type(err).__name__}: {err}") from err
-            self._start_episode(e, j, env, current)
+    def _reset_copy(self, j: int, current: Arrays) -> None:
+        e, env = self.start + j, self.envs[j]
+        try:
+            env.reset(seed=episode_seed(self.seeds[j], self.episodes[j]))
+        except Exception as err:
+            raise RuntimeError(f"{self.where(e)} raised in reset(): {type(err).__name__}: {err}") from err
+        self._start_episode(e, j, env, current)
 
-    def step(self, actions: dict[str, np.ndarray], nxt: Arrays, current: Arrays, ended: np.ndarray) -> None:
-        """One turn in every copy; arrays as in ``ParallelSlice.step`` (rows of this module's docstring)."""
-        for j, env in enumerate(self.envs):
-            e = self.start + j
-            agent = self._selected(e, env)
+    def _step_copy(
+        self, j: int, actions: dict[str, np.ndarray], nxt: Arrays, current: Arrays, ended: np.ndarray
+    ) -> None:
+        """One turn in copy ``j`` of the slice; arrays as in ``ParallelSlice.step`` (rows of this module's docstring)."""
+        e, env = self.start + j, self.envs[j]
+        agent = self._selected(e, env)
+        group, i = self.slot[agent]
+        value = actions[group][e, i]
+        action = value.item() if value.ndim == 0 else value
+        try:
+            env.step(action)
+        except Exception as err:
+            raise RuntimeError(
+                f"{self.where(e)} raised in step() of agent {agent!r} (action {action!r}): {type(err).__name__}: {err}"
+            ) from err
+        self._add_rewards(e, env, nxt)
+        self._record_ends(e, j, env, nxt)
+        # The turn's final observations, before done agents leave env.agents.
+        following = env.agent_selection
+        live = following in env.agents and not _is_done(env, following)
+        self._write_rows(nxt, e, env, following if live else None, valid=False)
+        if ROOT in nxt:
+            self.write_state(nxt, e, env)
+        dead_steps = self._remove_dead(e, j, env, nxt)
+        if env.agents and not dead_steps:
+            # Nothing changed since the observations above: they are the next step's too.
+            for g, arrays in nxt.items():
+                for key in (keys.OBSERVATION, keys.ACTION_MASK, keys.STATE):
+                    if key in arrays:
+                        current[g][key][e] = arrays[key][e]
+            group, i = self.slot[self._selected(e, env)]
+            current[group][keys.VALID][e, i] = True
+            return
+        if env.agents:
+            self._write_rows(current, e, env, self._selected(e, env), valid=True)
+            if ROOT in current:
+                self.write_state(current, e, env)
+            return
+        # Game over: everyone of the episode is done; reset this copy for its next episode.
+        ended[e] = True
+        for agent in self._playing[j] - self._finished[j]:
             group, i = self.slot[agent]
-            value = actions[group][e, i]
-            action = value.item() if value.ndim == 0 else value
-            try:
-                env.step(action)
-            except Exception as err:
-                raise RuntimeError(
-                    f"{self.where(e)} raised in step() of agent {agent!r} (action {action!r}): {type(err).__name__}: {err}"
-                ) from err
-            self._add_rewards(e, env, nxt)
-            self._record_ends(e, j, env, nxt)
-            # The turn's final observations, before done agents leave env.agents.
-            following = env.agent_selection
-            live = following in env.agents and not _is_done(env, following)
-            self._write_rows(nxt, e, env, following if live else None, valid=False)
-            if ROOT in nxt:
-                self.write_state(nxt, e, env)
-            dead_steps = self._remove_dead(e, j, env, nxt)
-            if env.agents and not dead_steps:
-                # Nothing changed since the observations above: they are the next step's too.
-                for g, arrays in nxt.items():
-                    for key in (keys.OBSERVATION, keys.ACTION_MASK, keys.STATE):
-                        if key in arrays:
-                            current[g][key][e] = arrays[key][e]
-                group, i = self.slot[self._selected(e, env)]
-                current[group][keys.VALID][e, i] = True
-                continue
-            if env.agents:
-                self._write_rows(current, e, env, self._selected(e, env), valid=True)
-                if ROOT in current:
-                    self.write_state(current, e, env)
-                continue
-            # Game over: everyone of the episode is done; reset this copy.
-            ended[e] = True
-            for agent in self._playing[j] - self._finished[j]:
-                group, i = self.slot[agent]
-                nxt[group][keys.TRUNCATED][e, i] = True
-            try:
-                env.reset()
-            except Exception as err:
-                raise RuntimeError(f"{self.where(e)} raised in reset(): {type(err).__name__}: {err}") from err
-            self._start_episode(e, j, env, current)
-        rows = slice(self.start, self.stop)
+            nxt[group][keys.TRUNCATED][e, i] = True
+        self.episodes[j] += 1
+        self._reset_copy(j, current)
+
+    def _finish(self, rows: slice, nxt: Arrays, current: Arrays, ended: np.ndarray) -> None:
         for group, arrays in nxt.items():
             if group != ROOT:
                 np.logical_or(arrays[keys.TERMINATED][rows], arrays[keys.TRUNCATED][rows], out=arrays[keys.DONE][rows])

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from lightmarl import keys
-from lightmarl.envs.layout import ROOT, Arrays, GroupLayout
+from lightmarl.envs.layout import ROOT, Arrays, GroupLayout, empty_current, empty_next, episode_seed
 from lightmarl.envs.runners.worker import close_envs
 
 
@@ -27,7 +27,8 @@ class ParallelSlice:
     Args:
         envs: the env copies of this slice.
         groups: the env's groups.
-        seeds: each copy's reset seed (``reset()`` reseeds; auto-resets continue the env's RNG).
+        seeds: each copy's seed: its episode ``k`` is reset with
+            :func:`~lightmarl.envs.layout.episode_seed` ``(seed, k)`` (the first with ``seed``).
         start: index of ``envs[0]`` in the vector.
         env_name: the env's name, for messages.
         possible_agents: every agent's id in the env (``EnvSpec.env_agents``), for messages.
@@ -53,6 +54,8 @@ class ParallelSlice:
         self.groups = list(groups)
         # the env's agent id -> (group name, position in group)
         self.slot = {a: (g.name, i) for g in groups for i, a in enumerate(g.agents)}
+        #: each copy's episode number: episode k is reset with ``episode_seed(seed, k)``.
+        self.episodes = [0] * len(self.envs)
         self._start_state()
 
     def _start_state(self) -> None:
@@ -89,16 +92,21 @@ class ParallelSlice:
             arrays[group][keys.VALID][e, i] = True
 
     def reset(self, current: Arrays) -> None:
-        """Reset every copy with its seed, writing the first observations into ``current``."""
-        for j, env in enumerate(self.envs):
-            e = self.start + j
-            try:
-                observations, _ = env.reset(seed=self.seeds[j])
-            except Exception as err:
-                raise RuntimeError(f"{self.where(e)} raised in reset(): {type(err).__name__}: {err}") from err
-            self.write_obs(current, e, observations, env.agents)
-            if ROOT in current:
-                self.write_state(current, e, env)
+        """Reset every copy for its first episode (with its seed), writing the first observations into ``current``."""
+        for j in range(len(self.envs)):
+            self.episodes[j] = 0
+            self._reset_copy(j, current)
+
+    def _reset_copy(self, j: int, current: Arrays) -> None:
+        """Reset copy ``j`` of the slice for its episode ``episodes[j]``, writing its observations into ``current``."""
+        e, env = self.start + j, self.envs[j]
+        try:
+            observations, _ = env.reset(seed=episode_seed(self.seeds[j], self.episodes[j]))
+        except Exception as err:
+            raise RuntimeError(f"{self.where(e)} raised in reset(): {type(err).__name__}: {err}") from err
+        self.write_obs(current, e, observations, env.agents)
+        if ROOT in current:
+            self.write_state(current, e, env)
 
     def write_state(self, arrays: Arrays, e: int, env: Any) -> None:
         try:
@@ -116,47 +124,51 @@ class ParallelSlice:
         the observations for the next step into ``current`` (the reset ones where it ended) and
         ``True`` into ``ended`` for copies that were reset.
         """
+        for j in range(len(self.envs)):
+            self._step_copy(j, actions, nxt, current, ended)
+        self._finish(slice(self.start, self.stop), nxt, current, ended)
+
+    def _step_copy(
+        self, j: int, actions: dict[str, np.ndarray], nxt: Arrays, current: Arrays, ended: np.ndarray
+    ) -> None:
+        """Step copy ``j`` of the slice (resetting it for its next episode where this one ends)."""
         slot = self.slot
-        for j, env in enumerate(self.envs):
-            e = self.start + j
-            acting = list(env.agents)  # env.step mutates env.agents
-            joint = {}
-            for agent in acting:
+        e, env = self.start + j, self.envs[j]
+        acting = list(env.agents)  # env.step mutates env.agents
+        joint = {}
+        for agent in acting:
+            group, i = slot[agent]
+            value = actions[group][e, i]
+            joint[agent] = value.item() if value.ndim == 0 else value
+        try:
+            observations, rewards, terminations, truncations, _ = env.step(joint)
+        except Exception as err:
+            raise RuntimeError(f"{self.where(e)} raised in step(): {type(err).__name__}: {err}") from err
+        self.write_obs(nxt, e, observations, ())
+        if ROOT in nxt:
+            self.write_state(nxt, e, env)  # the final state where the episode ended
+        for agent in acting:
+            group, i = slot[agent]
+            arrays = nxt[group]
+            arrays[keys.REWARD][e, i] = rewards.get(agent, 0.0)
+            arrays[keys.TERMINATED][e, i] = terminations.get(agent, False)
+            arrays[keys.TRUNCATED][e, i] = truncations.get(agent, False)
+        if env.agents and not all(terminations.get(a, False) or truncations.get(a, False) for a in env.agents):
+            for agent in env.agents:
                 group, i = slot[agent]
-                value = actions[group][e, i]
-                joint[agent] = value.item() if value.ndim == 0 else value
-            try:
-                observations, rewards, terminations, truncations, _ = env.step(joint)
-            except Exception as err:
-                raise RuntimeError(f"{self.where(e)} raised in step(): {type(err).__name__}: {err}") from err
-            self.write_obs(nxt, e, observations, ())
-            if ROOT in nxt:
-                self.write_state(nxt, e, env)  # the final state where the episode ended
-            for agent in acting:
-                group, i = slot[agent]
-                arrays = nxt[group]
-                arrays[keys.REWARD][e, i] = rewards.get(agent, 0.0)
-                arrays[keys.TERMINATED][e, i] = terminations.get(agent, False)
-                arrays[keys.TRUNCATED][e, i] = truncations.get(agent, False)
-            if env.agents and not all(terminations.get(a, False) or truncations.get(a, False) for a in env.agents):
-                for agent in env.agents:
-                    group, i = slot[agent]
-                    current[group][keys.VALID][e, i] = True
-                continue
-            # Episode over: mark everyone who was present done, and reset this copy.
-            ended[e] = True
-            for agent in acting:
-                group, i = slot[agent]
-                if not (nxt[group][keys.TERMINATED][e, i] or nxt[group][keys.TRUNCATED][e, i]):
-                    nxt[group][keys.TRUNCATED][e, i] = True
-            try:
-                observations, _ = env.reset()
-            except Exception as err:
-                raise RuntimeError(f"{self.where(e)} raised in reset(): {type(err).__name__}: {err}") from err
-            self.write_obs(current, e, observations, env.agents)
-            if ROOT in current:
-                self.write_state(current, e, env)
-        rows = slice(self.start, self.stop)
+                current[group][keys.VALID][e, i] = True
+            return
+        # Episode over: mark everyone who was present done, and reset this copy for its next episode.
+        ended[e] = True
+        for agent in acting:
+            group, i = slot[agent]
+            if not (nxt[group][keys.TERMINATED][e, i] or nxt[group][keys.TRUNCATED][e, i]):
+                nxt[group][keys.TRUNCATED][e, i] = True
+        self.episodes[j] += 1
+        self._reset_copy(j, current)
+
+    def _finish(self, rows: slice, nxt: Arrays, current: Arrays, ended: np.ndarray) -> None:
+        """After the copies ``rows`` stepped: ``done`` flags, and next observations where episodes go on."""
         going_on = ~ended[rows]
         for group, arrays in nxt.items():
             keep = going_on
@@ -168,6 +180,34 @@ class ParallelSlice:
             for key in (keys.OBSERVATION, keys.ACTION_MASK, keys.STATE):
                 if key in arrays:
                     current[group][key][rows][keep] = arrays[key][rows][keep]
+
+    def replay(self, e: int, episode: int, actions: dict[str, np.ndarray], current: Arrays) -> bool:
+        """Reset copy ``e`` for its episode ``episode`` and step it with ``actions``; see
+        :meth:`~lightmarl.envs.layout.EnvSlice.replay`."""
+        j = e - self.start
+        rows = len(current[self.groups[0].name][keys.VALID])  # the vector's copies: arrays are indexed by `e`
+        state_shape = current[ROOT][keys.STATE].shape[1:] if ROOT in current else None
+        self.episodes[j] = episode
+        now = empty_current(self.groups, rows, state_shape)
+        self._reset_copy(j, now)
+        steps = len(next(iter(actions.values()))) if actions else 0
+        completed = True
+        for t in range(steps):
+            step_actions = {}
+            for group, recorded in actions.items():
+                step_actions[group] = np.zeros((rows, *recorded.shape[1:]), dtype=recorded.dtype)
+                step_actions[group][e] = recorded[t]
+            nxt, ended = empty_next(self.groups, rows, state_shape), np.zeros(rows, dtype=bool)
+            now = empty_current(self.groups, rows, state_shape)
+            self._step_copy(j, step_actions, nxt, now, ended)
+            self._finish(slice(e, e + 1), nxt, now, ended)
+            if ended[e]:
+                completed = False
+                break
+        for group, arrays in now.items():
+            for key, array in arrays.items():
+                current[group][key][e] = array[e]
+        return completed
 
     def close(self) -> None:
         close_envs(self.envs)

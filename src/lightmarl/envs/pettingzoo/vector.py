@@ -20,7 +20,8 @@ class ParallelVecEnv(InProcessVecEnv):
     Args:
         envs: the env copies (already constructed).
         spec: their shared :class:`~lightmarl.envs.spec.EnvSpec`.
-        seeds: one reset seed per env copy; later resets continue each env's own RNG.
+        seeds: one seed per env copy: its episode ``k`` is reset with
+            :func:`~lightmarl.envs.layout.episode_seed` ``(seed, k)``.
     """
 
     def __init__(self, envs: list[Any], spec: EnvSpec, seeds: list[int]) -> None:

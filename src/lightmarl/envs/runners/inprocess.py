@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDict
 
-from lightmarl.envs.base import Outputs, observation_td
+from lightmarl.envs.base import Outputs, clone_outputs, differing_copies, observation_td
 from lightmarl.envs.layout import Arrays, GroupLayout, SliceFactory, empty_current, empty_next
 from lightmarl.envs.spec import EnvSpec
 
@@ -25,7 +26,8 @@ class InProcessVecEnv:
     Args:
         envs: the env copies (already constructed).
         spec: their shared :class:`~lightmarl.envs.spec.EnvSpec`.
-        seeds: one reset seed per env copy; later resets continue each env's own RNG.
+        seeds: one seed per env copy: its episode ``k`` is reset with
+            :func:`~lightmarl.envs.layout.episode_seed` ``(seed, k)``.
         make_slice: builds the stepping code for ``envs`` (e.g.
             :func:`~lightmarl.envs.pettingzoo.slices.pettingzoo_slice`).
     """
@@ -73,6 +75,24 @@ class InProcessVecEnv:
         self._block.step(action_arrays, nxt, current, episode_end)
         self.current = self._to_torch(current)
         return self._to_torch(nxt), torch.from_numpy(episode_end)
+
+    def resume_state(self) -> dict[str, Any]:
+        """The observations the policies see next, which :meth:`restore` checks its replay against."""
+        return {"current": clone_outputs(self.current)}
+
+    def restore(
+        self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]], state: dict[str, Any]
+    ) -> list[int]:
+        """Reset every copy for its episode in flight and replay its actions; see
+        :meth:`~lightmarl.envs.base.ResumableVecEnv.restore`."""
+        current = empty_current(self._groups, self.num_envs, self.spec.state_shape)
+        diverged = [
+            e
+            for e in range(self.num_envs)
+            if not self._block.replay(e, int(episodes[e]), {g: a.numpy() for g, a in actions[e].items()}, current)
+        ]
+        self.current = self._to_torch(current)
+        return sorted(set(diverged) | set(differing_copies(self.current, state["current"])))
 
     def observation_td(self) -> TensorDict:
         """What the policies see now: see :func:`~lightmarl.envs.base.observation_td`."""

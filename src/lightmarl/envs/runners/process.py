@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 import torch
 from tensordict import TensorDict
 
-from lightmarl.envs.base import Outputs, observation_td
+from lightmarl.envs.base import Outputs, clone_outputs, differing_copies, observation_td
 from lightmarl.envs.layout import Arrays, GroupLayout
 from lightmarl.envs.runners.shared_memory import SharedArrays
 from lightmarl.envs.runners.spawn import (
@@ -331,6 +331,37 @@ class ProcessVecEnv:
         ended = torch.from_numpy(self._shared.ended[rows].copy())
         return self._copy_out(self._shared.next, rows), ended, self._copy_out(self._shared.current, rows)
 
+    def resume_state(self) -> dict[str, Any]:
+        """The observations the policies see next, which :meth:`restore` checks its replay against."""
+        return {"current": clone_outputs(self.current)}
+
+    def restore(
+        self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]], state: dict[str, Any]
+    ) -> list[int]:
+        """Each worker resets its copies for their episodes in flight and replays their actions; see
+        :meth:`~lightmarl.envs.base.ResumableVecEnv.restore`."""
+        diverged, self.current = self._restore(None, episodes, actions)
+        return sorted(set(diverged) | set(differing_copies(self.current, state["current"])))
+
+    def _restore(
+        self, phase: int | None, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]]
+    ) -> tuple[list[int], Outputs]:
+        """Replay the copies of ``phase`` (``episodes`` / ``actions`` indexed from its first copy):
+        the copies (from the phase's first) whose episode ended early, and the phase's observations."""
+        rows = self._rows(phase)
+        first = rows.start or 0
+        work: dict[int, list[tuple[int, int, dict[str, Any]]]] = {}
+        for i, (episode, recorded) in enumerate(zip(episodes, actions)):
+            e = first + i
+            worker = next(w for w in self._workers if w.holds(e))
+            work.setdefault(worker.index, []).append((e, int(episode), {g: a.numpy() for g, a in recorded.items()}))
+        self._drain()
+        workers = [w for w in self._workers if w.index in work]
+        for w in workers:
+            self._send([w], "replay", work[w.index])
+        diverged = [e - first for payload in self._answers(workers, "replay", self.timeout) for e in payload]
+        return diverged, self._copy_out(self._shared.current, rows)
+
     def phases(self) -> list[VecEnvPhase]:
         """The copies as :attr:`num_phases` vectors of their own, to be stepped in alternation."""
         return [VecEnvPhase(self, p) for p in range(self.num_phases)]
@@ -392,6 +423,16 @@ class VecEnvPhase:
     def reset(self) -> Outputs:
         self.current = self.vector._reset(self.phase)
         return self.current
+
+    def resume_state(self) -> dict[str, Any]:
+        return {"current": clone_outputs(self.current)}
+
+    def restore(
+        self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]], state: dict[str, Any]
+    ) -> list[int]:
+        """:meth:`ProcessVecEnv.restore` of this phase's copies (indices from the phase's first copy)."""
+        diverged, self.current = self.vector._restore(self.phase, episodes, actions)
+        return sorted(set(diverged) | set(differing_copies(self.current, state["current"])))
 
     def step_async(self, actions: dict[str, torch.Tensor]) -> None:
         """Start stepping this phase's copies with ``actions`` (``[num_envs, agents_in_group, ...]`` per group)."""

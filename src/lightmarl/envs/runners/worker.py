@@ -8,7 +8,8 @@ the env layout and the env family's slice code, never torch, so it starts in wel
 :class:`~lightmarl.envs.layout.EnvSlice` factory) come by import path.
 
 Protocol: a duplex pipe carries small commands (``("step", phase)``, ``("reset", phase)`` with
-``phase=None`` for all of the worker's copies, ``("render", index)``, ``("close", None)``) and
+``phase=None`` for all of the worker's copies, ``("replay", [(copy, episode, actions), ...])`` to
+put copies back mid-episode (a resumed run), ``("render", index)``, ``("close", None)``) and
 replies (``("ok", payload)`` or ``("error", (message, traceback))``); observations never go
 through the pipe but through :class:`~lightmarl.envs.runners.shared_memory.SharedArrays`.
 Between commands a worker spin-waits briefly before it sleeps (``spin_wait``). Workers ignore
@@ -124,6 +125,14 @@ def worker_main(conn: Connection, args: WorkerArgs) -> None:
                     for block in blocks if arg is None else (blocks[arg],):
                         shared.clear_rows(slice(block.start, block.stop), sections=("current",))
                         block.reset(shared.current)
+                elif command == "replay":  # [(copy, episode, actions)]: put copies back mid-episode
+                    diverged = []
+                    for e, episode, actions in arg:
+                        block = next(b for b in blocks if b.start <= e < b.stop)
+                        shared.clear_rows(slice(e, e + 1), sections=("current",))
+                        if not block.replay(e, episode, actions, shared.current):
+                            diverged.append(e)
+                    payload = diverged
                 elif command == "render":
                     block = next(b for b in blocks if b.start <= arg < b.stop)
                     payload = block.envs[arg - block.start].render()

@@ -9,7 +9,7 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDict
 
-from lightmarl.envs.base import Outputs, VecEnv, observation_td
+from lightmarl.envs.base import Outputs, VecEnv, clone_outputs, observation_td
 from lightmarl.envs.spec import EnvSpec, GroupSpec
 
 
@@ -17,8 +17,21 @@ class BoundTransform(ABC):
     """One transform at work on one vector: holds that vector's memory, if any.
 
     Both methods replace entries of the given dicts (never write into the tensors they hold,
-    which may be the vector's own buffers).
+    which may be the vector's own buffers). The attributes named in :attr:`per_copy_state`
+    (group -> tensor dicts: stacked frames, running returns, ...) are the memory a resumed run
+    needs back (:meth:`state_dict`).
     """
+
+    #: attributes holding per-copy memory, each a dict group -> tensor.
+    per_copy_state: tuple[str, ...] = ()
+
+    def state_dict(self) -> dict[str, dict[str, torch.Tensor]]:
+        """The per-copy memory (copies of :attr:`per_copy_state`), for a resumed run."""
+        return {name: {g: t.clone() for g, t in getattr(self, name).items()} for name in self.per_copy_state}
+
+    def load_state_dict(self, state: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
+        for name in self.per_copy_state:
+            setattr(self, name, {g: t.clone() for g, t in state[name].items()})
 
     @abstractmethod
     def reset(self, current: Outputs) -> None:
@@ -164,6 +177,31 @@ class TransformedVecEnv:
             bound.step(nxt, current, ended)
         self.current = current
         return nxt, ended
+
+    def resume_state(self) -> dict[str, Any] | None:
+        """The base vector's, the transformed observations, every transform's per-copy memory and
+        statistics (under DDP each process has its own); ``None`` where the base vector cannot be restored."""
+        base = getattr(self.base, "resume_state", lambda: None)()
+        if base is None:
+            return None
+        return {
+            "base": base,
+            "current": clone_outputs(self.current),
+            "bound": [b.state_dict() for b in self.bound],
+            "statistics": transforms_state_dict(self.transforms),
+        }
+
+    def restore(
+        self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]], state: dict[str, Any]
+    ) -> list[int]:
+        """The base vector replays; the transforms take their memory and observations from ``state``
+        (replaying through them would count the replayed steps in their statistics twice)."""
+        differing = cast(Any, self.base).restore(episodes, actions, state["base"])
+        load_transforms_state_dict(self.transforms, state["statistics"])
+        for bound, saved in zip(self.bound, state["bound"]):
+            bound.load_state_dict(saved)
+        self.current = clone_outputs(state["current"])
+        return differing
 
     def observation_td(self) -> TensorDict:
         return observation_td(self.spec, self.current, self.num_envs, self._agent_ids)

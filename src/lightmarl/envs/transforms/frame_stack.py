@@ -69,6 +69,8 @@ class FrameStack(VecTransform):
 
 
 class _BoundFrameStack(BoundTransform):
+    per_copy_state = ("frames", "present")
+
     def __init__(self, transform: FrameStack, groups: dict[str, GroupSpec], num_envs: int) -> None:
         self.transform = transform
         k = transform.num_frames

@@ -140,6 +140,8 @@ class ObservationNorm(_GroupStatistics):
 
 
 class _BoundObservationNorm(BoundTransform):
+    per_copy_state = ("present",)
+
     def __init__(self, transform: ObservationNorm, groups: list[str], training: bool) -> None:
         self.transform = transform
         self.groups = groups
@@ -207,6 +209,8 @@ class RewardNorm(_GroupStatistics):
 
 
 class _BoundRewardNorm(BoundTransform):
+    per_copy_state = ("returns", "present")
+
     def __init__(self, transform: RewardNorm, groups: dict[str, int], num_envs: int) -> None:
         self.transform = transform
         self.returns = {g: torch.zeros(num_envs, agents, dtype=torch.float64) for g, agents in groups.items()}

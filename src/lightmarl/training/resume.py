@@ -1,0 +1,160 @@
+"""Exact resume: the state of every training process that a checkpoint holds beyond weights and optimizers.
+
+`fit` for 2N iterations and `fit` for N, then `--ckpt_path last` for N more, give bit-identical
+weights and optimizer states. Lightning's checkpoint already holds the weights, optimizers and
+loop counters, and :class:`~lightmarl.training.module.MARLModule` adds the trainers' target
+networks and counters, the transforms' statistics and the league; what differs between
+processes is kept here, under :data:`CHECKPOINT_KEY`, one entry per rank (gathered to rank 0,
+which writes the file):
+
+* the RNG streams: torch (CPU, and the CUDA device's where the run uses one), NumPy's global
+  one and Python's ``random``;
+* the replay buffers (TorchRL storages, tensors only; ``model.checkpoint_replay: false`` leaves
+  them out, and a resumed off-policy learner then refills its buffer from scratch);
+* the collector (:meth:`~lightmarl.data.collector.RolloutCollector.state_dict`): counters,
+  running episode statistics, recurrent states, the env copies' episodes in flight, the
+  transforms' per-copy memory and statistics; and the league's running seat returns.
+
+**The env rule.** A checkpoint falls between two rollouts, when the env copies are mid-episode,
+and a PettingZoo env cannot be snapshotted. Instead every copy's episode ``k`` is reset with a
+seed derived from the copy's seed (run seed, rank and copy index) and ``k``
+(:func:`~lightmarl.envs.layout.episode_seed`), and the checkpoint keeps the actions of each
+episode in flight. On resume each copy is reset for its episode and replays those actions, which
+puts an env that is deterministic given its seed and actions back in the same state. Where the
+replayed observations differ from the saved ones (an env with randomness of its own), the run
+warns naming the copies and goes on from the replayed state: weights, optimizers, buffers and
+RNG streams are still restored, but the run is no longer bit-identical. Vectors that cannot
+replay (VMAS) start new episodes on resume, with a warning.
+
+The pieces go back in the order the run needs them: the replay buffers when Lightning loads the
+checkpoint (:meth:`RunResume.load`), the env copies once the collector exists
+(:meth:`RunResume.restore_collector`, in ``on_fit_start``), and the RNG streams last, right before
+the first training step (:meth:`RunResume.restore_rng`, in ``on_train_start``), so that nothing in
+between draws from them.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from lightning.pytorch.utilities import rank_zero_info
+
+from lightmarl.algorithms import MARLTrainer
+from lightmarl.data.collector import RolloutCollector
+from lightmarl.training.league import LeagueTraining
+
+#: where a Lightning checkpoint keeps the per-rank resume state.
+CHECKPOINT_KEY = "lightmarl_resume"
+
+
+def capture_rng(device: torch.device) -> dict[str, Any]:
+    """The process's RNG streams as tensors and numbers (loadable with ``weights_only=True``)."""
+    _, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    version, internal, gauss_next = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+        "numpy": {
+            "keys": torch.from_numpy(np.asarray(keys).astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64), "gauss_next": gauss_next},
+    }
+
+
+def restore_rng(state: dict[str, Any], device: torch.device) -> None:
+    """Set the process's RNG streams to :func:`capture_rng`'s ``state``."""
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
+    saved = state["numpy"]
+    keys = saved["keys"].numpy().astype(np.uint32)
+    np.random.set_state(("MT19937", keys, saved["pos"], saved["has_gauss"], saved["cached_gaussian"]))
+    python = state["python"]
+    random.setstate((python["version"], tuple(python["internal"].tolist()), python["gauss_next"]))
+
+
+def _gather(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rank's ``state``, in rank order (a collective: every rank calls it)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [state]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, state)
+    return gathered
+
+
+class RunResume:
+    """Saves every rank's resume state into checkpoints and puts it back in a resumed run (see the module doc).
+
+    Args:
+        checkpoint_replay: keep the replay buffers in checkpoints.
+    """
+
+    def __init__(self, checkpoint_replay: bool = True) -> None:
+        self.checkpoint_replay = checkpoint_replay
+        self._pending: dict[str, Any] | None = None  # this rank's saved state, until the run has put it back
+
+    def save(
+        self,
+        collector: RolloutCollector,
+        trainer: MARLTrainer | None,
+        league: LeagueTraining | None,
+        device: torch.device,
+    ) -> dict[str, Any]:
+        """Every rank's state (all ranks call it: under DDP it gathers them)."""
+        state = {
+            "rng": capture_rng(device),
+            "collector": collector.state_dict(),
+            "replay": trainer.replay_state_dict() if trainer is not None and self.checkpoint_replay else {},
+            "league": league.rank_state_dict() if league is not None and league.matchmaker is not None else None,
+        }
+        ranks = _gather(state)
+        return {"world_size": len(ranks), "ranks": ranks}
+
+    def load(self, saved: dict[str, Any] | None, rank: int, world_size: int, trainer: MARLTrainer | None) -> None:
+        """Take this rank's part of a checkpoint's resume state: the replay buffers now, the rest later."""
+        self._pending = None
+        if saved is None:
+            return
+        if saved["world_size"] != world_size:
+            warnings.warn(
+                f"lightmarl: the checkpoint was written by {saved['world_size']} processes and this run has "
+                f"{world_size}: env copies start new episodes and the RNG streams are not restored (resume is not "
+                "bit-identical); replay buffers are restored for the ranks both runs have",
+                stacklevel=2,
+            )
+        if rank >= len(saved["ranks"]):
+            return
+        mine = saved["ranks"][rank]
+        if trainer is not None:
+            trainer.load_replay_state_dict(mine["replay"])
+        if saved["world_size"] == world_size:
+            self._pending = mine
+
+    def restore_collector(self, collector: RolloutCollector, league: LeagueTraining | None) -> None:
+        """Put the env copies back mid-episode, with the collector's counters (before the first rollout)."""
+        if self._pending is None:
+            return
+        problems = collector.load_state_dict(self._pending["collector"])
+        if league is not None and self._pending["league"] is not None:
+            league.load_rank_state_dict(self._pending["league"])
+        for problem in problems:
+            warnings.warn(f"lightmarl: resume is not bit-identical: {problem}", stacklevel=2)
+        replayed = sum(len(next(iter(a.values()), ())) for a in self._pending["collector"]["history"]["actions"])
+        rank_zero_info(
+            f"lightmarl: resumed {collector.num_envs} env copies mid-episode ({replayed} actions replayed), "
+            f"replay buffers {'restored' if self._pending['replay'] else 'not in the checkpoint'}"
+        )
+
+    def restore_rng(self, device: torch.device) -> None:
+        """Set the RNG streams last, right before the first training step."""
+        if self._pending is not None:
+            restore_rng(self._pending["rng"], device)
+        self._pending = None
