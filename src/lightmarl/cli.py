@@ -31,12 +31,13 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lightmarl.errors import ConfigError
+from lightmarl.errors import CheckpointWriteError, ConfigError
 from lightmarl.evaluation import plot_cli
 from lightmarl.policies.loading import load_torch_file
 from lightmarl.policies.policy_dict import PolicyDict
 from lightmarl.training.module import MARLModule
 from lightmarl.training.preemption import PREEMPTED_EXIT_CODES, Preemption
+from lightmarl.training.storage import check_run_directories
 
 TRAINER_DEFAULTS = {
     # The frame budget (model.max_frames) ends training, not an epoch count; trainer.max_time
@@ -136,6 +137,8 @@ class LightmarlCLI(LightningCLI):
         super()._parse_ckpt_path()
 
     def before_fit(self) -> None:
+        # Before Lightning writes config.yaml into the log directory: an unwritable one is named in one line.
+        check_run_directories(self.trainer)
         self._check_checkpoint("fit")
 
     def before_validate(self) -> None:
@@ -305,6 +308,12 @@ def main(args: list[str] | None = None) -> None:
         # Config errors raised while building the run: one readable line, non-zero exit.
         print(f"lightmarl: error: {err}", file=sys.stderr)  # noqa: T201
         raise SystemExit(2) from None
+    except CheckpointWriteError as err:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        # A fault during the run (a full disk): one line, and the run's own failure exit code.
+        print(f"lightmarl: error: {err}", file=sys.stderr)  # noqa: T201
+        raise SystemExit(1) from None
     except RuntimeError as err:
         # Lightning's load_state_dict of a checkpoint from another recipe: say so in one line.
         if os.environ.get(DEBUG_ENV) or "Error(s) in loading state_dict" not in str(err):

@@ -13,3 +13,7 @@ class EnvContractError(ValueError):
     Defined here, below ``envs/``, because the torch-free stepping code of env worker processes
     raises it as well as the vector checks.
     """
+
+
+class CheckpointWriteError(OSError):
+    """Writing a checkpoint failed (a full disk, an unwritable directory); the previous checkpoint file is unchanged."""

@@ -34,6 +34,7 @@ from lightmarl.training.resume import CHECKPOINT_KEY as RESUME_CHECKPOINT_KEY
 from lightmarl.training.resume import RunResume
 from lightmarl.training.rollouts import tick_loader
 from lightmarl.training.stepper import LightningStepper, assert_ranks_in_sync
+from lightmarl.training.storage import check_run_directories, use_atomic_checkpoints
 
 
 class MARLModule(LightningModule):
@@ -245,6 +246,9 @@ class MARLModule(LightningModule):
             return
         if self.marl_trainer is not None:
             return
+        # Before any env exists: an unwritable run directory fails now, and checkpoints are written atomically.
+        check_run_directories(self.trainer)
+        use_atomic_checkpoints(self.trainer)
         # Every binding is checked against its algorithm's policy contract and the loss profiles
         # against the trainers' loss names here, before any env exists.
         try:
