@@ -6,6 +6,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -17,10 +18,12 @@ from lightmarl.training.league import SLOT_PREFIX, LeagueConfig, LeagueRole, Lea
 from lightmarl.training.module import MARLModule
 
 ONE_HOT = "lightmarl.envs.pettingzoo.one_hot.one_hot_parallel_env"
-CYCLES, NUM_ENVS, ROLLOUT = 3, 4, 6  # rollouts end on episode boundaries (resume restarts episodes there)
+CYCLES, NUM_ENVS, ROLLOUT = 3, 4, 6  # rollouts end on episode boundaries
 
 
-def _module(tmp_path: Path, iterations: int, outcome: str | None = None, max_resident: int = 2) -> MARLModule:
+def _module(
+    tmp_path: Path, iterations: int, outcome: str | None = None, max_resident: int = 2, cycles: int = CYCLES
+) -> MARLModule:
     league = LeagueConfig(
         roles=[
             LeagueRole(
@@ -38,7 +41,7 @@ def _module(tmp_path: Path, iterations: int, outcome: str | None = None, max_res
     return MARLModule(
         env=PettingZooEnvConfig(
             env_fn=ONE_HOT,
-            env_kwargs={"env_fn": "pettingzoo.classic.rps_v2.parallel_env", "max_cycles": CYCLES},
+            env_kwargs={"env_fn": "pettingzoo.classic.rps_v2.parallel_env", "max_cycles": cycles},
             num_envs=NUM_ENVS,
         ),
         policy_bindings=[
@@ -157,17 +160,21 @@ def _league_trace(seen: dict[str, list[Any]]) -> list[tuple]:
     return [(s.copy, s.job_id, s.opponent_id, s.seat, s.opponent_binding) for s in seen["seatings"]]
 
 
-def test_resume_continues_the_league_exactly(tmp_path):
-    """fit 2N iterations == fit N, then ``ckpt_path=last`` for N more: the same jobs, payoff and league state."""
+@pytest.mark.parametrize("cycles", [CYCLES, 5], ids=["episode-boundary", "mid-episode"])
+def test_resume_continues_the_league_exactly(tmp_path, cycles):
+    """fit 2N iterations == fit N, then ``ckpt_path=last`` for N more: the same jobs, payoff, league state and
+    weights, also when the checkpoint falls mid-episode (5-step games, 12 steps per copy between checkpoints)."""
     n = 8  # iterations_per_epoch is 2: the checkpoint after N lands on an epoch end
-    whole = _module(tmp_path / "whole", iterations=2 * n, outcome="league_scripts.always_draw")
+    torch.manual_seed(0)  # the same initial weights and action samples in both runs
+    whole = _module(tmp_path / "whole", iterations=2 * n, outcome="league_scripts.always_draw", cycles=cycles)
     seen_whole = _record(whole)
     _trainer(tmp_path / "whole").fit(whole)
 
-    first = _module(tmp_path / "split", iterations=n, outcome="league_scripts.always_draw")
+    torch.manual_seed(0)
+    first = _module(tmp_path / "split", iterations=n, outcome="league_scripts.always_draw", cycles=cycles)
     seen_first = _record(first)
     _trainer(tmp_path / "split", checkpoints=True).fit(first)
-    second = _module(tmp_path / "split", iterations=2 * n, outcome="league_scripts.always_draw")
+    second = _module(tmp_path / "split", iterations=2 * n, outcome="league_scripts.always_draw", cycles=cycles)
     seen_second = _record(second)
     _trainer(tmp_path / "split", checkpoints=True).fit(second, ckpt_path=str(tmp_path / "split" / "ckpt" / "last.ckpt"))
 
@@ -181,6 +188,8 @@ def test_resume_continues_the_league_exactly(tmp_path):
             seating["load"] = seating["load"] and Path(seating["load"]).name
     assert state_split == state_whole
     assert len(state_whole["manager"]["historical"]) >= 2
+    weights_whole, weights_split = whole.get_weights("main"), second.get_weights("main")
+    assert all(torch.equal(weights_whole[k], weights_split[k]) for k in weights_whole)
 
 
 def test_a_main_exploiter_resets_to_its_initial_weights_and_a_fresh_optimizer(tmp_path):

@@ -370,7 +370,8 @@ class OffPolicyUnitTrainer(UnitTrainer):
         return {
             "count": count,
             "writer": self.replay.writer.state_dict(),
-            "entries": [(_path(key), value.cpu()) for key, value in data.items(True, True)],
+            # Copies: a slice of the storage would save the whole preallocated storage (buffer_size slots).
+            "entries": [(_path(key), value.to("cpu", copy=True)) for key, value in data.items(True, True)],
             "batch_sizes": [
                 (_path(key), list(value.batch_size)) for key, value in data.items(True) if is_tensor_collection(value)
             ],

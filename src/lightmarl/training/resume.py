@@ -148,9 +148,9 @@ class RunResume:
         for problem in problems:
             warnings.warn(f"lightmarl: resume is not bit-identical: {problem}", stacklevel=2)
         replayed = sum(len(next(iter(a.values()), ())) for a in self._pending["collector"]["history"]["actions"])
+        buffers = f", replay buffers of {sorted(self._pending['replay'])}" if self._pending["replay"] else ""
         rank_zero_info(
-            f"lightmarl: resumed {collector.num_envs} env copies mid-episode ({replayed} actions replayed), "
-            f"replay buffers {'restored' if self._pending['replay'] else 'not in the checkpoint'}"
+            f"lightmarl: resumed {collector.num_envs} env copies mid-episode ({replayed} actions replayed){buffers}"
         )
 
     def restore_rng(self, device: torch.device) -> None:
