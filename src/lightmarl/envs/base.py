@@ -134,6 +134,32 @@ class ResumableVecEnv(VecEnv, Protocol):
         ...
 
 
+class ReplayingVecEnv:
+    """The :class:`ResumableVecEnv` half of vectors whose copies replay their episodes in flight.
+
+    A subclass implements :meth:`_replay`; this class keeps what the policies see next as the
+    state to check the replay against.
+    """
+
+    current: Outputs
+
+    def resume_state(self) -> dict[str, Any]:
+        """The observations the policies see next, which :meth:`restore` checks its replay against."""
+        return {"current": clone_outputs(self.current)}
+
+    def restore(
+        self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]], state: dict[str, Any]
+    ) -> list[int]:
+        """See :meth:`ResumableVecEnv.restore`."""
+        diverged, self.current = self._replay(episodes, actions)
+        return sorted(set(diverged) | set(differing_copies(self.current, state["current"])))
+
+    def _replay(self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]]) -> tuple[list[int], Outputs]:
+        """Reset each copy for its episode ``episodes[i]`` and step it with ``actions[i]``: the copies whose
+        episode ended before the last action, and the observations after the replay."""
+        raise NotImplementedError
+
+
 def clone_outputs(outputs: Outputs) -> Outputs:
     """A copy of a vector's arrays that later steps cannot change."""
     return {g: {k: v.clone() for k, v in entries.items()} for g, entries in outputs.items()}

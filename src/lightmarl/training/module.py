@@ -246,9 +246,10 @@ class MARLModule(LightningModule):
             return
         if self.marl_trainer is not None:
             return
-        # Before any env exists: an unwritable run directory fails now, and checkpoints are written atomically.
-        check_run_directories(self.trainer)
-        use_atomic_checkpoints(self.trainer)
+        if self._trainer is not None:
+            # Before any env exists: an unwritable run directory fails now, and checkpoints are written atomically.
+            check_run_directories(self._trainer)
+            use_atomic_checkpoints(self._trainer)
         # Every binding is checked against its algorithm's policy contract and the loss profiles
         # against the trainers' loss names here, before any env exists.
         try:

@@ -9,12 +9,12 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from lightmarl.envs.base import Outputs, clone_outputs, differing_copies, observation_td
+from lightmarl.envs.base import Outputs, ReplayingVecEnv, observation_td
 from lightmarl.envs.layout import Arrays, GroupLayout, SliceFactory, empty_current, empty_next
 from lightmarl.envs.spec import EnvSpec
 
 
-class InProcessVecEnv:
+class InProcessVecEnv(ReplayingVecEnv):
     """``num_envs`` env copies stepped in this process by their family's stepping code, with auto-reset.
 
     ``reset()`` and ``step()`` return, per group, tensors shaped ``[num_envs, agents_in_group, ...]``.
@@ -76,23 +76,14 @@ class InProcessVecEnv:
         self.current = self._to_torch(current)
         return self._to_torch(nxt), torch.from_numpy(episode_end)
 
-    def resume_state(self) -> dict[str, Any]:
-        """The observations the policies see next, which :meth:`restore` checks its replay against."""
-        return {"current": clone_outputs(self.current)}
-
-    def restore(
-        self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]], state: dict[str, Any]
-    ) -> list[int]:
-        """Reset every copy for its episode in flight and replay its actions; see
-        :meth:`~lightmarl.envs.base.ResumableVecEnv.restore`."""
+    def _replay(self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]]) -> tuple[list[int], Outputs]:
         current = empty_current(self._groups, self.num_envs, self.spec.state_shape)
         diverged = [
             e
             for e in range(self.num_envs)
             if not self._block.replay(e, int(episodes[e]), {g: a.numpy() for g, a in actions[e].items()}, current)
         ]
-        self.current = self._to_torch(current)
-        return sorted(set(diverged) | set(differing_copies(self.current, state["current"])))
+        return diverged, self._to_torch(current)
 
     def observation_td(self) -> TensorDict:
         """What the policies see now: see :func:`~lightmarl.envs.base.observation_td`."""

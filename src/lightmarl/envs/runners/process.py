@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 import torch
 from tensordict import TensorDict
 
-from lightmarl.envs.base import Outputs, clone_outputs, differing_copies, observation_td
+from lightmarl.envs.base import Outputs, ReplayingVecEnv, observation_td
 from lightmarl.envs.layout import Arrays, GroupLayout
 from lightmarl.envs.runners.shared_memory import SharedArrays
 from lightmarl.envs.runners.spawn import (
@@ -45,7 +45,7 @@ from lightmarl.envs.spec import EnvSpec
 PETTINGZOO_SLICE = "lightmarl.envs.pettingzoo.slices.pettingzoo_slice"
 
 
-class ProcessVecEnv:
+class ProcessVecEnv(ReplayingVecEnv):
     """``num_envs`` env copies stepped by ``num_workers`` worker processes, with auto-reset.
 
     Each worker builds its copies from ``env_fn`` and steps them with the slices ``make_slice``
@@ -331,17 +331,8 @@ class ProcessVecEnv:
         ended = torch.from_numpy(self._shared.ended[rows].copy())
         return self._copy_out(self._shared.next, rows), ended, self._copy_out(self._shared.current, rows)
 
-    def resume_state(self) -> dict[str, Any]:
-        """The observations the policies see next, which :meth:`restore` checks its replay against."""
-        return {"current": clone_outputs(self.current)}
-
-    def restore(
-        self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]], state: dict[str, Any]
-    ) -> list[int]:
-        """Each worker resets its copies for their episodes in flight and replays their actions; see
-        :meth:`~lightmarl.envs.base.ResumableVecEnv.restore`."""
-        diverged, self.current = self._restore(None, episodes, actions)
-        return sorted(set(diverged) | set(differing_copies(self.current, state["current"])))
+    def _replay(self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]]) -> tuple[list[int], Outputs]:
+        return self._restore(None, episodes, actions)
 
     def _restore(
         self, phase: int | None, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]]
@@ -400,7 +391,7 @@ class ProcessVecEnv:
         self.close()
 
 
-class VecEnvPhase:
+class VecEnvPhase(ReplayingVecEnv):
     """One phase (a contiguous range of copies) of a :class:`ProcessVecEnv`, as a vector of its own.
 
     The :class:`~lightmarl.envs.base.AsyncVecEnv` interface over copies
@@ -424,15 +415,8 @@ class VecEnvPhase:
         self.current = self.vector._reset(self.phase)
         return self.current
 
-    def resume_state(self) -> dict[str, Any]:
-        return {"current": clone_outputs(self.current)}
-
-    def restore(
-        self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]], state: dict[str, Any]
-    ) -> list[int]:
-        """:meth:`ProcessVecEnv.restore` of this phase's copies (indices from the phase's first copy)."""
-        diverged, self.current = self.vector._restore(self.phase, episodes, actions)
-        return sorted(set(diverged) | set(differing_copies(self.current, state["current"])))
+    def _replay(self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]]) -> tuple[list[int], Outputs]:
+        return self.vector._restore(self.phase, episodes, actions)
 
     def step_async(self, actions: dict[str, torch.Tensor]) -> None:
         """Start stepping this phase's copies with ``actions`` (``[num_envs, agents_in_group, ...]`` per group)."""
