@@ -111,14 +111,33 @@ def check_run_directories(trainer: Trainer) -> None:
     if not trainer.is_global_zero:
         return
     for field, path in run_directories(trainer):
-        probe = os.path.join(path, f".lightmarl-write-test-{os.getpid()}")
         try:
-            os.makedirs(path, exist_ok=True)
-            with open(probe, "wb") as file:
-                file.write(b"ok")
-            os.remove(probe)
+            _probe(path)
         except OSError as err:
             raise ConfigError(
                 f"{field}: cannot write to {path!r} ({err.strerror or err}); "
                 "choose a directory this process can create and write to"
             ) from None
+
+
+def _probe(path: str) -> None:
+    """Create ``path``, write and remove a file in it, and remove the directories it created (a run
+    that then fails on a bad recipe leaves nothing behind)."""
+    created = []
+    missing = os.path.abspath(path)
+    while not os.path.isdir(missing) and not os.path.exists(missing):
+        created.append(missing)
+        parent = os.path.dirname(missing)
+        if parent == missing:
+            break
+        missing = parent
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".lightmarl-write-test-{os.getpid()}")
+        with open(probe, "wb") as file:
+            file.write(b"ok")
+        os.remove(probe)
+    finally:
+        for directory in created:  # deepest first
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
