@@ -40,15 +40,21 @@ def suite_for(module: MARLModule, config: EvaluationConfig) -> EvaluationSuite:
         raise ConfigError(str(err)) from err
 
 
-def run_suite(suite: EvaluationSuite, module: MARLModule, video_dir: str | Path | None = None) -> EvaluationResult:
-    """Play ``suite`` with the module's current policies (on its device); the report names the training seed and frames."""
+def run_suite(
+    suite: EvaluationSuite, module: MARLModule, video_dir: str | Path | None = None, checkpoint: str | None = None
+) -> EvaluationResult:
+    """Play ``suite`` with the module's current policies (on its device); the report names the training
+    seed, frames, iterations and ``checkpoint``."""
+    metadata: dict[str, Any] = {"iterations": module.iterations, "env": module.env_config.describe()}
+    if checkpoint is not None:
+        metadata["checkpoint"] = str(checkpoint)
     return suite.run(
         dict(module.policies.items()),
         device=module.device,
         step_count=module.frames,
         run=f"seed_{os.environ.get('PL_GLOBAL_SEED', 0)}",
         video_dir=video_dir,
-        metadata={"iterations": module.iterations, "env": module.env_config.describe()},
+        metadata=metadata,
     )
 
 
@@ -88,7 +94,7 @@ class PeriodicEvaluation(Callback):
             return
         self._evaluated = due
         assert self.suite is not None, "setup('fit') builds the suite"
-        logs: dict[str, float] | None = None
+        logs: dict[str, float] = {}
         if trainer.is_global_zero:
             video_dir = Path(trainer.log_dir or trainer.default_root_dir) / "videos" / f"frames_{module.frames}"
             self.last = run_suite(self.suite, module, video_dir)
@@ -97,8 +103,8 @@ class PeriodicEvaluation(Callback):
                 f"lightmarl: evaluation at {module.frames} frames: "
                 + ", ".join(f"{k} {v:.3g}" for k, v in logs.items() if k.endswith("/episode_return"))
             )
-        logs = trainer.strategy.broadcast(logs, src=0)
-        pl_module.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
+        shared = trainer.strategy.broadcast(logs, src=0)  # rank 0's results on every rank
+        pl_module.log_dict(shared, on_step=True, on_epoch=False, batch_size=1)
 
 
 def _marl(module: LightningModule) -> MARLModule:
