@@ -134,6 +134,8 @@ def test_model_checkpoint_monitors_an_evaluation_metric(spread_config, tmp_path)
 
 
 def test_a_bad_scenario_fails_in_setup_before_any_env_step(spread_config, tmp_path):
-    bad = EvaluationConfig(scenarios=[ScenarioConfig(name="x", agent_binding_map=["main", "ghost", "main"])], every_n_frames=FRAMES)
+    bad = EvaluationConfig(
+        scenarios=[ScenarioConfig(name="x", agent_binding_map=["main", "ghost", "main"])], every_n_frames=FRAMES
+    )
     with pytest.raises(ConfigError, match=r"evaluation.scenarios\[0\].agent_binding_map: unknown binding 'ghost'"):
         _fit(spread_config, tmp_path, [PeriodicEvaluation(bad)])

@@ -111,7 +111,8 @@ def plot_return_distributions(
         else:
             axes.violinplot(data, showmeans=True)
             axes.set_xticks(range(1, len(labels) + 1), labels)
-        axes.set_title(scenario)
+        # Generated names are long (swap/agent_1_by_scripted): one line per part keeps panels apart.
+        axes.set_title(scenario.replace("/", "/\n"), fontsize="medium")
         axes.grid(alpha=0.3, axis="y")
     panels[0].set_ylabel("episode return")
     return _save(figure, out)

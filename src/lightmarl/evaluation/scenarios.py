@@ -24,6 +24,7 @@ Examples:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections.abc import Mapping, Sequence
@@ -147,6 +148,8 @@ class EvaluationConfig:
         interval: interval of the means, ``t`` or ``bootstrap``.
         confidence: coverage of every interval.
         video_episodes: episodes in each scenario's video.
+        episodes: play this many episodes per mix in every scenario instead of their own counts
+            (e.g. ``--evaluation.episodes 2`` for a quick check of a recipe's scenarios).
         out_dir: where ``lightmarl evaluate`` writes the report, plots and videos (default:
             ``<run dir>/evaluation``).
     """
@@ -159,6 +162,7 @@ class EvaluationConfig:
     interval: IntervalMethod = "t"
     confidence: float = 0.95
     video_episodes: int = 1
+    episodes: int | None = None
     out_dir: str | None = None
 
 
@@ -286,7 +290,11 @@ def plan_scenarios(
     Raises:
         ValueError: naming the field (``evaluation.head_to_head[0].players``, ...) and the bad value.
     """
-    for key, value in (("every_n_frames", config.every_n_frames), ("video_episodes", config.video_episodes)):
+    for key, value in (
+        ("every_n_frames", config.every_n_frames),
+        ("video_episodes", config.video_episodes),
+        ("episodes", config.episodes),
+    ):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"evaluation.{key}: expected a positive integer, got {value!r}")
     if not 0.0 < config.confidence < 1.0:
@@ -300,6 +308,8 @@ def plan_scenarios(
         planned.append(_plan_head_to_head(f"evaluation.head_to_head[{i}]", h2h, bindings, agents))
     for i, replace in enumerate(config.replace_one_agent):
         planned += _plan_replace_one(f"evaluation.replace_one_agent[{i}]", replace, bindings, agents, default_map)
+    if config.episodes is not None:
+        planned = [dataclasses.replace(scenario, episodes=config.episodes) for scenario in planned]
     names = [scenario.name for scenario in planned]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
