@@ -144,6 +144,8 @@ class LightmarlCLI(LightningCLI):
         except (ValueError, TypeError) as err:
             raise ConfigError(readable(str(err))) from err
         evaluation = self._config_init().get("evaluation")
+        if evaluation is not None:
+            suite_for(cast(MARLModule, self.model), evaluation)  # a bad scenario fails every subcommand now
         if self.subcommand == "fit" and evaluation is not None and evaluation.every_n_frames is not None:
             # Before the checkpoint callbacks, so that a monitored eval/... metric is fresh when they run.
             self.trainer.callbacks.insert(0, PeriodicEvaluation(evaluation))  # type: ignore[attr-defined]

@@ -95,8 +95,9 @@ class PeriodicEvaluation(Callback):
         self._evaluated = due
         assert self.suite is not None, "setup('fit') builds the suite"
         logs: dict[str, float] = {}
+        # trainer.log_dir is a collective under DDP (it broadcasts rank 0's): every rank asks.
+        video_dir = Path(trainer.log_dir or trainer.default_root_dir) / "videos" / f"frames_{module.frames}"
         if trainer.is_global_zero:
-            video_dir = Path(trainer.log_dir or trainer.default_root_dir) / "videos" / f"frames_{module.frames}"
             self.last = run_suite(self.suite, module, video_dir)
             logs = self.last.logs
             rank_zero_info(
