@@ -338,16 +338,20 @@ def _plan_mix(
                 f"{list(agents)}), got {len(agent_list)} entries {list(agent_list)}"
             )
         _check_bindings(f"{where}.agent_binding_map", agent_list, bindings)
+    return _planned(scenario, "mix", [Mix(agent_map)])
+
+
+def _planned(config: ScenarioConfig | HeadToHeadConfig, kind: ScenarioKind, mixes: Sequence[Mix]) -> PlannedScenario:
     return PlannedScenario(
-        name=scenario.name,
-        kind="mix",
-        mixes=(Mix(agent_map),),
-        episodes=scenario.episodes,
-        seed=scenario.seed,
-        deterministic=scenario.deterministic,
-        winner=scenario.winner,
-        num_envs=scenario.num_envs,
-        video=scenario.video,
+        name=config.name,
+        kind=kind,
+        mixes=tuple(mixes),
+        episodes=config.episodes,
+        seed=config.seed,
+        deterministic=config.deterministic,
+        winner=config.winner,
+        num_envs=config.num_envs,
+        video=config.video,
     )
 
 
@@ -392,17 +396,7 @@ def _plan_head_to_head(
     for a, b in pairs:
         for home, away in ((a, b), (b, a)):
             mixes.append(Mix([home if side_of[agent] == 0 else away for agent in agents], home, away))
-    return PlannedScenario(
-        name=h2h.name,
-        kind="head_to_head",
-        mixes=tuple(mixes),
-        episodes=h2h.episodes,
-        seed=h2h.seed,
-        deterministic=h2h.deterministic,
-        winner=h2h.winner,
-        num_envs=h2h.num_envs,
-        video=h2h.video,
-    )
+    return _planned(h2h, "head_to_head", mixes)
 
 
 def _plan_replace_one(
