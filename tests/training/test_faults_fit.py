@@ -1,0 +1,85 @@
+"""Faults during a real ``fit`` (issue 18, item 6): a binding fed NaN rewards keeps its weights bit-identical
+while its partner learns on, and the NaN shows in the logged metrics; ``stop`` ends the run naming the binding."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+import torch
+from lightning.pytorch import Trainer, seed_everything
+from lightning.pytorch.loggers import CSVLogger
+
+from lightmarl.algorithms import PPO
+from lightmarl.envs import PettingZooEnvConfig
+from lightmarl.errors import TrainingFault
+from lightmarl.training import MARLModule
+
+FAULTY = "lightmarl.envs.testing.faults.FaultyMatchEnv"
+
+
+def nan_reward_module(on_nonfinite: str = "skip", iterations: int = 3) -> MARLModule:
+    """``red`` (agent_0) gets NaN rewards from the first step; ``blue`` (agent_1) plays the same env, healthy."""
+    env = PettingZooEnvConfig(
+        env_fn=FAULTY,
+        env_kwargs={"fault": "nan_reward", "fault_agents": ["agent_0"], "nvec": [3], "action_mask": False},
+        num_envs=4,
+    )
+    return MARLModule(
+        env=env,
+        policy_bindings=[
+            {"id": binding, "class_path": "lightmarl.policies.MLPActorCritic", "policy_kwargs": {"critic": "local"}}
+            for binding in ("red", "blue")
+        ],
+        agent_binding_map=["red", "blue"],
+        algorithm=PPO(epochs=2, minibatch_size=20, on_nonfinite=on_nonfinite),  # type: ignore[arg-type]
+        rollout_steps=10,
+        max_frames=iterations * 40,
+        iterations_per_epoch=iterations,
+    )
+
+
+def fit(module: MARLModule, root, logger=False) -> None:
+    Trainer(
+        max_epochs=-1,
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        log_every_n_steps=1,
+        default_root_dir=root,
+    ).fit(module)
+
+
+def test_nan_rewards_skip_one_bindings_updates_and_show_as_nan_in_the_logs(tmp_path, caplog):
+    seed_everything(0)
+    module = nan_reward_module()
+    before = {b: module.get_weights(b) for b in ("red", "blue")}
+    fit(module, tmp_path, logger=CSVLogger(tmp_path, name="run"))
+    assert module.iterations == 3
+    red, blue = module.get_weights("red"), module.get_weights("blue")
+    assert all(torch.equal(before["red"][k], v) for k, v in red.items()), "the NaN binding's weights moved"
+    assert any(not torch.equal(before["blue"][k], v) for k, v in blue.items()), "the healthy binding learnt nothing"
+    optimizers = module.named_optimizers()
+    assert not optimizers["red"].state and optimizers["blue"].state  # red's Adam never stepped
+    assert "binding 'red': non-finite loss" in caplog.text and "binding 'blue': non-finite" not in caplog.text
+
+    rows = list(csv.DictReader(next(tmp_path.rglob("metrics.csv")).open()))
+    logged = [r for r in rows if r.get("train/red/loss_objective")]
+    assert len(logged) == 3
+    assert all(math.isnan(float(r["train/red/loss_objective"])) for r in logged)  # NaN in the logs, not dropped
+    assert all(float(r["train/red/skipped_steps"]) == 4 for r in logged)  # 2 epochs x 2 minibatches
+    assert all(float(r["train/blue/skipped_steps"]) == 0 for r in logged)
+    assert all(math.isfinite(float(r["train/blue/loss_objective"])) for r in logged)
+    assert all(math.isfinite(float(r["collect/blue/episode_return"])) for r in logged)  # red's NaN stays red's
+
+
+def test_nan_rewards_under_stop_end_the_run_naming_the_binding(tmp_path):
+    seed_everything(0)
+    module = nan_reward_module("stop")
+    before = module.get_weights("red")
+    with pytest.raises(TrainingFault, match=r"binding 'red': non-finite loss \(loss_objective = nan"):
+        fit(module, tmp_path)
+    assert all(torch.equal(before[k], v) for k, v in module.get_weights("red").items())
