@@ -31,7 +31,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lightmarl.errors import ConfigError
+from lightmarl.errors import TRAINING_FAULT_EXIT_CODE, ConfigError, TrainingFault
 from lightmarl.evaluation import plot_cli
 from lightmarl.policies.loading import load_torch_file
 from lightmarl.policies.policy_dict import PolicyDict
@@ -305,6 +305,12 @@ def main(args: list[str] | None = None) -> None:
         # Config errors raised while building the run: one readable line, non-zero exit.
         print(f"lightmarl: error: {err}", file=sys.stderr)  # noqa: T201
         raise SystemExit(2) from None
+    except TrainingFault as err:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        # A run that cannot go on (stop policies, env workers): one line naming the binding or env copy.
+        print(f"lightmarl: error: {err}", file=sys.stderr)  # noqa: T201
+        raise SystemExit(TRAINING_FAULT_EXIT_CODE) from None
     except RuntimeError as err:
         # Lightning's load_state_dict of a checkpoint from another recipe: say so in one line.
         if os.environ.get(DEBUG_ENV) or "Error(s) in loading state_dict" not in str(err):

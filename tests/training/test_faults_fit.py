@@ -4,16 +4,25 @@ while its partner learns on, and the NaN shows in the logged metrics; ``stop`` e
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
+import os
+import re
+import subprocess
+import time
+import uuid
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.loggers import CSVLogger
+from test_preemption import lightmarl, processes_with
 
 from lightmarl.algorithms import PPO
 from lightmarl.envs import PettingZooEnvConfig
-from lightmarl.errors import TrainingFault
+from lightmarl.errors import TRAINING_FAULT_EXIT_CODE, TrainingFault
 from lightmarl.training import MARLModule
 
 FAULTY = "lightmarl.envs.testing.faults.FaultyMatchEnv"
@@ -83,3 +92,73 @@ def test_nan_rewards_under_stop_end_the_run_naming_the_binding(tmp_path):
     with pytest.raises(TrainingFault, match=r"binding 'red': non-finite loss \(loss_objective = nan"):
         fit(module, tmp_path)
     assert all(torch.equal(before[k], v) for k, v in module.get_weights("red").items())
+
+
+def worker_fault_env(fault: str, failure: str, once_file) -> PettingZooEnvConfig:
+    """4 copies (seeds 0..3) over 2 workers; copy 3 hangs or crashes at its 12th step (in the 2nd rollout)."""
+    return PettingZooEnvConfig(
+        env_fn=FAULTY,
+        env_kwargs={"fault": fault, "fault_seeds": [3], "fault_step": 11, "once_file": str(once_file),
+                    "nvec": [3], "action_mask": False},
+        num_envs=4,
+        num_workers=2,
+        overlap=False,
+        worker_timeout=2.0,
+        worker_failure=failure,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_a_hung_env_worker_is_restarted_and_fit_goes_on(tmp_path, caplog):
+    seed_everything(0)
+    module = MARLModule(
+        env=worker_fault_env("hang", "restart", tmp_path / "hung"),
+        algorithm=PPO(epochs=1, minibatch_size=40),
+        rollout_steps=10,
+        max_frames=4 * 40,
+        iterations_per_epoch=4,
+    )
+    fit(module, tmp_path)
+    assert module.iterations == 4 and (tmp_path / "hung").exists()
+    assert "env worker 1" in caplog.text and "copies 2..3, seeds [2, 3]) did not answer step within 2 s" in caplog.text
+    assert "restarting it" in caplog.text
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc to find leftover processes")
+def test_a_crashed_env_worker_stops_lightmarl_fit_with_one_line_and_no_orphans(tmp_path):
+    env = worker_fault_env("crash", "stop", tmp_path / "crashed")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "seed_everything": 0,
+                "model": {
+                    "env": {k: v for k, v in dataclasses.asdict(env).items() if k != "transforms"},
+                    "algorithm": {"class_path": "lightmarl.algorithms.PPO", "init_args": {"minibatch_size": 40}},
+                    "rollout_steps": 10,
+                    "max_frames": 400,
+                },
+                "trainer": {"enable_progress_bar": False, "logger": False},
+            }
+        )
+    )
+    marker = f"LIGHTMARL_TEST_RUN={uuid.uuid4().hex}"
+    run = subprocess.run(
+        [lightmarl(), "fit", "--config", str(recipe)],
+        cwd=tmp_path,
+        env={**os.environ, marker.split("=")[0]: marker.split("=")[1]},
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert run.returncode == TRAINING_FAULT_EXIT_CODE, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert re.search(
+        r"lightmarl: error: env worker 1 \(pid \d+, copies 2\.\.3, seeds \[2, 3\]\) died \(exit code 13\) "
+        r"during step; stopping \(env\.worker_failure: stop\)",
+        run.stderr,
+    ), run.stderr[-3000:]
+    deadline = time.monotonic() + 10
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not processes_with(marker), "env workers outlived the run"
