@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from lightning.pytorch import Trainer, seed_everything
+from lightning.pytorch import seed_everything
 from lightning.pytorch.loggers import CSVLogger
+from test_learning import fit_quietly
 from test_preemption import lightmarl, processes_with
 
 from lightmarl.algorithms import PPO
@@ -49,24 +50,11 @@ def nan_reward_module(on_nonfinite: str = "skip", iterations: int = 3) -> MARLMo
     )
 
 
-def fit(module: MARLModule, root, logger=False) -> None:
-    Trainer(
-        max_epochs=-1,
-        logger=logger,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        log_every_n_steps=1,
-        default_root_dir=root,
-    ).fit(module)
-
-
 def test_nan_rewards_skip_one_bindings_updates_and_show_as_nan_in_the_logs(tmp_path, caplog):
     seed_everything(0)
     module = nan_reward_module()
     before = {b: module.get_weights(b) for b in ("red", "blue")}
-    fit(module, tmp_path, logger=CSVLogger(tmp_path, name="run"))
+    fit_quietly(module, tmp_path, logger=CSVLogger(tmp_path, name="run"))
     assert module.iterations == 3
     red, blue = module.get_weights("red"), module.get_weights("blue")
     assert all(torch.equal(before["red"][k], v) for k, v in red.items()), "the NaN binding's weights moved"
@@ -90,7 +78,7 @@ def test_nan_rewards_under_stop_end_the_run_naming_the_binding(tmp_path):
     module = nan_reward_module("stop")
     before = module.get_weights("red")
     with pytest.raises(TrainingFault, match=r"binding 'red': non-finite loss \(loss_objective = nan"):
-        fit(module, tmp_path)
+        fit_quietly(module, tmp_path)
     assert all(torch.equal(before[k], v) for k, v in module.get_weights("red").items())
 
 
@@ -117,7 +105,7 @@ def test_a_hung_env_worker_is_restarted_and_fit_goes_on(tmp_path, caplog):
         max_frames=4 * 40,
         iterations_per_epoch=4,
     )
-    fit(module, tmp_path)
+    fit_quietly(module, tmp_path)
     assert module.iterations == 4 and (tmp_path / "hung").exists()
     assert "env worker 1" in caplog.text and "copies 2..3, seeds [2, 3]) did not answer step within 2 s" in caplog.text
     assert "restarting it" in caplog.text
