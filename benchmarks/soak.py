@@ -5,7 +5,8 @@ neural NPC, a validation with a GIF every 10 iterations, ``MemoryMonitor`` loggi
 memory every iteration) for ``--iterations`` iterations in a temporary directory, then reads
 ``memory/rss_mb``, ``memory/peak_rss_mb`` and ``memory/children_rss_mb`` from its ``metrics.csv``.
 
-Prints a Markdown table of the curve (``--points`` rows) and the growth after warm-up: the slope
+Prints a Markdown table of the curve (``--points`` windows of iterations: median and largest RSS,
+the peak so far at the window's end) and the growth after warm-up: the slope
 of a least-squares line through the RSS of every iteration after ``--warmup``, in MB per 1,000
 iterations, and the peak RSS at the end of warm-up and at the end. ``--png`` also draws the curve.
 Run from the repository root with the project's virtualenv::
@@ -64,24 +65,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--iterations", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=50, help="iterations before memory must stay flat")
-    parser.add_argument("--points", type=int, default=12, help="rows of the curve table")
+    parser.add_argument("--points", type=int, default=12, help="windows (rows) of the curve table")
     parser.add_argument("--png", type=Path, default=None, help="also draw the curve into this PNG")
     parser.add_argument("extra", nargs="*", help="more `lightmarl fit` overrides")
     args = parser.parse_args()
     rows, wall = soak(args.iterations, args.extra)
     after = [r for r in rows if r["counters/iterations"] > args.warmup]
-    step = max(1, len(rows) // args.points)
-    shown = rows[step - 1 :: step]
-    if shown[-1] is not rows[-1]:
-        shown.append(rows[-1])
     print(
         f"`recipes/soak_mixed.yaml`, {len(rows)} iterations ({len(rows) * FRAMES_PER_ITERATION} frames) in {wall:.0f} s\n"
     )
-    print("| iteration | RSS (MB) | peak RSS (MB) | children's RSS (MB) |\n| --- | --- | --- | --- |")
-    for r in shown:
+    print(
+        "| iterations | median RSS (MB) | max RSS (MB) | peak RSS at the end (MB) | children's RSS (MB) |\n"
+        "| --- | --- | --- | --- | --- |"
+    )
+    size = -(-len(rows) // args.points)
+    for start in range(0, len(rows), size):
+        window = rows[start : start + size]
+        rss = sorted(r["memory/rss_mb"] for r in window)
         print(
-            f"| {r['counters/iterations']:.0f} | {r['memory/rss_mb']:.1f} | {r['memory/peak_rss_mb']:.1f} | "
-            f"{r['memory/children_rss_mb']:.1f} |"
+            f"| {window[0]['counters/iterations']:.0f}-{window[-1]['counters/iterations']:.0f} | "
+            f"{rss[len(rss) // 2]:.1f} | {rss[-1]:.1f} | {window[-1]['memory/peak_rss_mb']:.1f} | "
+            f"{max(r['memory/children_rss_mb'] for r in window):.1f} |"
         )
     if after:
         first = min(after, key=lambda r: r["counters/iterations"])
