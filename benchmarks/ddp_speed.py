@@ -8,9 +8,10 @@ process steps ``env.num_envs`` copies, so 2 processes collect twice the frames p
 Per run it reads rank 0's logged ``time/fps`` (frames of every process per iteration over
 rank 0's wall time of that iteration: collect + update), ``time/collect_s`` and
 ``time/update_s`` from ``metrics.csv``, leaves out the first ``--warmup`` iterations, and reports
-the median. The 1-minute load average before each run and the CPU time other processes took during
-it (from ``/proc/stat`` minus this run's own) say how contended the machine was. Run from the
-repository root with the project's virtualenv::
+the median. The 1-minute load average before each run and the CPU time the machine's processes
+took during it (``/proc/stat``; this run's included, out of ``os.cpu_count()`` cores) say how
+contended the machine was. Niced processes of others still count as busy, though they yield to
+this run. Run from the repository root with the project's virtualenv::
 
     python benchmarks/ddp_speed.py                       # quickstart, 3 rounds
     python benchmarks/ddp_speed.py --recipe recipes/ippo_simple_spread.yaml --rounds 5
@@ -42,14 +43,13 @@ class Run:
     collect_s: float
     update_s: float
     load: float
-    others_cores: float  # CPU time of other processes during the run, in cores
+    busy_cores: float  # CPU time of every process (this run's included) during the run, in cores
 
 
 def _cpu_busy() -> float:
-    """Seconds of CPU time spent (not idle) on the machine so far, over every core."""
+    """Seconds of CPU time the machine's processes took so far, over every core (user, nice, system, irq)."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / os.sysconf("SC_CLK_TCK")
 
 
 def _lightmarl() -> str:
@@ -71,14 +71,13 @@ def fit(recipe: Path, processes: int, iterations: int, warmup: int, extra: list[
                f"--model.iterations_per_epoch={iterations}", *(ddp if processes > 1 else one), *extra]  # fmt: skip
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         load = os.getloadavg()[0]
-        busy, own = _cpu_busy(), os.times()
+        busy = _cpu_busy()
         started = time.monotonic()
         proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
         wall = time.monotonic() - started
-        mine = (os.times().children_user + os.times().children_system) - (own.children_user + own.children_system)
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
-        others = max(0.0, _cpu_busy() - busy - mine) / wall
+        busy_cores = (_cpu_busy() - busy) / wall
         (metrics,) = Path(tmp).rglob("metrics.csv")
         rows = [r for r in csv.DictReader(metrics.open()) if r.get("time/fps")][warmup:]
         if not rows:
@@ -87,7 +86,7 @@ def fit(recipe: Path, processes: int, iterations: int, warmup: int, extra: list[
         def median(key: str) -> float:
             return statistics.median(float(r[key]) for r in rows)
 
-        return Run(processes, median("time/fps"), median("time/collect_s"), median("time/update_s"), load, others)
+        return Run(processes, median("time/fps"), median("time/collect_s"), median("time/update_s"), load, busy_cores)
 
 
 def _frames_per_process(recipe: Path, extra: list[str]) -> int:
@@ -124,7 +123,7 @@ def main() -> None:
         f"`{args.recipe.relative_to(REPO) if args.recipe.is_relative_to(REPO) else args.recipe}`, "
         f"{args.iterations} iterations per run (median after {args.warmup}), {os.cpu_count()} CPUs",
         "",
-        "| round | processes | frames/s | collect s / it | update s / it | load (1 min) | other processes' CPU (cores) | ratio 2 / 1 |",
+        "| round | processes | frames/s | collect s / it | update s / it | load (1 min) | CPU busy, all processes (cores) | ratio 2 / 1 |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for i, (one, two) in enumerate(runs, 1):
@@ -132,7 +131,7 @@ def main() -> None:
             ratio = f"{two.fps / one.fps:.2f}x" if run is two else ""
             lines.append(
                 f"| {i} | {run.processes} | {run.fps:.0f} | {run.collect_s:.3f} | {run.update_s:.3f} | "
-                f"{run.load:.2f} | {run.others_cores:.2f} | {ratio} |"
+                f"{run.load:.2f} | {run.busy_cores:.2f} | {ratio} |"
             )
     ratios = [two.fps / one.fps for one, two in runs]
     lines.append(f"\nmedian ratio {statistics.median(ratios):.2f}x (rounds: {', '.join(f'{r:.2f}' for r in ratios)})")
