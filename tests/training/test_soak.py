@@ -54,7 +54,9 @@ def test_the_mixed_soak_recipe_keeps_memory_flat_after_warm_up(tmp_path):
     assert len(rows) == iterations
     rss = {int(float(r["counters/iterations"])): float(r["memory/rss_mb"]) for r in rows}
     peak = {int(float(r["counters/iterations"])): float(r["memory/peak_rss_mb"]) for r in rows}
-    settled = [rss[i] for i in range(warmup, iterations + 1)]
-    assert max(settled) - rss[warmup] < 20, f"RSS grew {max(settled) - rss[warmup]:.1f} MB after warm-up"
-    assert peak[iterations] - peak[warmup] < 20, f"peak RSS grew {peak[iterations] - peak[warmup]:.1f} MB"
+    # RSS dips at validation iterations (every 10th): the baseline is the most over two epochs after warm-up.
+    baseline = max(rss[i] for i in range(warmup, warmup + 20))
+    growth = max(rss[i] for i in range(warmup, iterations + 1)) - baseline
+    assert growth < 10, f"RSS grew {growth:.1f} MB after warm-up"
+    assert peak[iterations] - peak[warmup] < 10, f"peak RSS grew {peak[iterations] - peak[warmup]:.1f} MB"
     assert len(list(tmp_path.rglob("eval_iter*.gif"))) == iterations // 10  # the videos were written
