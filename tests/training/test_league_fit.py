@@ -12,6 +12,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightmarl import keys
 from lightmarl.algorithms import PPO
+from lightmarl.algorithms.dqn import DQN
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.league import PayoffSettings
 from lightmarl.training.league import SLOT_PREFIX, LeagueConfig, LeagueRole, LeagueTraining
@@ -283,3 +284,46 @@ def test_a_solo_league_records_returns_and_the_last_player_copies_the_best(tmp_p
         assert len(returns) == 8 and all(0.0 <= r <= 8.0 for r in returns)  # 2 agents x 4 steps x at most 1
     logs = module.league.metrics()
     assert logs["league/fast_default_0/resets"] + logs["league/slow_default_0/resets"] == len(copies)
+
+
+def test_a_reset_off_policy_player_restarts_its_targets_and_replay(tmp_path):
+    """A main exploiter learning with DQN: after each reset its target network equals the loaded weights and its replay is empty."""
+    league = LeagueConfig(
+        roles=[
+            LeagueRole(class_path="lightmarl.league.MainPlayer", binding="main", settings={"one_phase_step": 24}),
+            LeagueRole(
+                class_path="lightmarl.league.MainExploiter", binding="exploiter", settings={"one_phase_step": 24}
+            ),
+        ],
+        max_resident=2,
+        snapshot_dir=str(tmp_path / "league"),
+        heatmap=False,
+    )
+    spec = {"class_path": "lightmarl.policies.qnet.QNetworkPolicy", "policy_kwargs": {"hidden_sizes": [8]}}
+    module = MARLModule(
+        env=PettingZooEnvConfig(
+            env_fn=ONE_HOT, env_kwargs={"env_fn": "pettingzoo.classic.rps_v2.parallel_env", "max_cycles": 1}, num_envs=4
+        ),
+        policy_bindings=[{"id": "main", **spec}, {"id": "exploiter", **spec}],
+        algorithm=DQN(batch_size=8, learning_starts=8, buffer_size=1000),
+        rollout_steps=4,
+        max_frames=16 * 12,
+        iterations_per_epoch=4,
+        league=league,
+    )
+    assert module.league is not None
+    restarts: list[int] = []
+    load_live = module.league._load_live
+
+    def checked_load_live(player_id: str, path: str) -> None:
+        unit = module.marl_trainer.unit_trainers[module.league.binding_of(player_id)]  # type: ignore[union-attr]
+        assert len(unit.replay) > 0  # it had learned from transitions before the reset
+        load_live(player_id, path)
+        assert len(unit.replay) == 0
+        online = [p.detach() for p in unit.loss.value_network_params.values(True, True)]
+        assert all(torch.equal(t, o) for t, o in zip(unit.target_parameters(), online, strict=True))
+        restarts.append(len(online))
+
+    module.league._load_live = checked_load_live  # type: ignore[method-assign]
+    _trainer(tmp_path).fit(module)
+    assert restarts and restarts[0] > 0

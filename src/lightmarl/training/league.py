@@ -46,6 +46,7 @@ from lightmarl.population import PolicyBindingConfig
 from lightmarl.population.bindings import as_binding
 
 if TYPE_CHECKING:
+    from lightmarl.algorithms.marl_trainer import MARLTrainer
     from lightmarl.data.collector import RolloutCollector
     from lightmarl.envs.config import EnvConfig
     from lightmarl.population import BindingTable
@@ -70,6 +71,9 @@ class LeagueHost(Protocol):
     def set_weights(self, binding_id: str, weights: dict[str, torch.Tensor]) -> None: ...
 
     def named_optimizers(self) -> dict[str, torch.optim.Optimizer]: ...
+
+    @property
+    def marl_trainer(self) -> MARLTrainer | None: ...
 
 
 #: checkpoint entry of the league's state.
@@ -398,6 +402,8 @@ class LeagueTraining:
         optimizer = self.module.named_optimizers().get(binding)
         if optimizer is not None:
             getattr(optimizer, "optimizer", optimizer).state.clear()
+        assert self.module.marl_trainer is not None
+        self.module.marl_trainer.unit_trainers[binding].restart()
 
     def metrics(self) -> dict[str, float]:
         """``league/<player>/...`` per active player and the league's size (rank 0's view)."""
