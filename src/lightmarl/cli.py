@@ -37,7 +37,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lightmarl.errors import CheckpointWriteError, ConfigError
+from lightmarl.errors import TRAINING_FAULT_EXIT_CODE, CheckpointWriteError, ConfigError, TrainingFault
 from lightmarl.evaluation import plot_cli
 from lightmarl.evaluation.report import markdown_summary
 from lightmarl.evaluation.scenarios import EvaluationConfig
@@ -414,6 +414,12 @@ def main(args: list[str] | None = None) -> None:
         # A fault during the run (a full disk): one line, and the run's own failure exit code.
         print(f"lightmarl: error: {err}", file=sys.stderr)  # noqa: T201
         raise SystemExit(1) from None
+    except TrainingFault as err:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        # A run that cannot go on (stop policies, env workers): one line naming the binding or env copy.
+        print(f"lightmarl: error: {err}", file=sys.stderr)  # noqa: T201
+        raise SystemExit(TRAINING_FAULT_EXIT_CODE) from None
     except RuntimeError as err:
         # Lightning's load_state_dict of a checkpoint from another recipe: say so in one line.
         if os.environ.get(DEBUG_ENV) or "Error(s) in loading state_dict" not in str(err):

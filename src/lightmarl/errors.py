@@ -17,3 +17,16 @@ class EnvContractError(ValueError):
 
 class CheckpointWriteError(OSError):
     """Writing a checkpoint failed (a full disk, an unwritable directory); the previous checkpoint file is unchanged."""
+
+
+class TrainingFault(RuntimeError):
+    """A run that started cannot go on as configured; the message names the binding or env copy and the cause.
+
+    Raised during ``fit`` (never at set-up): a non-finite loss or gradient, or a diverging binding,
+    under a ``stop`` policy, or an env worker that hung or died under ``worker_failure: stop``.
+    The CLI prints it as one line and exits with :data:`TRAINING_FAULT_EXIT_CODE`.
+    """
+
+
+#: exit code of a run stopped by a :class:`TrainingFault` (config errors exit with 2, preemption with 128 + signal).
+TRAINING_FAULT_EXIT_CODE = 3

@@ -58,6 +58,11 @@ TD_ERROR = "td_error"
 #: A value-decomposition mixer's team Q and double Q's bootstrap action (under NEXT).
 TEAM_ACTION_VALUE = "team_action_value"
 BOOTSTRAP_ACTION = "bootstrap_action"
+#: PPO's approximate KL between the policy that collected a rollout and the updated one (a loss output).
+KL_APPROX = "kl_approx"
+#: Loss outputs that fit a value or Q function (PPO's critic, SAC's Q, DDPG's value, DQN/QMIX's TD loss):
+#: the terms a divergence watch compares with their own early values.
+CRITIC_LOSS_TERMS = ("loss_critic", "loss_qvalue", "loss_value", "loss")
 
 # -- per-row annotations (int64 ids, bool flags), shape [num_envs, time, agents_in_group] -------
 BINDING_ID = "binding_id"

@@ -10,6 +10,7 @@ import torch
 from jsonargparse import ArgumentParser, set_parsing_settings
 
 from lightmarl.algorithms import DDPG, DQN, PPO, QMIX, SAC, VDN, MetricMeans, PlainStepper, optimize
+from lightmarl.algorithms.faults import NonFiniteGuard
 
 ALGORITHMS = [PPO, DQN, DDPG, SAC, QMIX, VDN]
 
@@ -29,18 +30,20 @@ def test_every_hyperparameter_is_declared_once_with_a_help_line(algorithm):
         algorithm(gamma=2)
 
 
-def test_metric_means_average_over_steps_and_drop_non_finite_means():
+def test_metric_means_average_over_steps_and_keep_non_finite_means():
     means = MetricMeans()
     means.add({"loss": torch.tensor([1.0, 3.0]), "count": torch.tensor(3), "empty": torch.zeros(0), "q": 1.0})
-    means.add({"loss": torch.tensor(4.0), "nan": torch.tensor(float("nan"))})
-    assert means.means() == {"loss": 3.0, "q": 0.5}
-    assert all(math.isfinite(v) for v in means.means().values()) and means.steps == 2
+    means.add({"loss": torch.tensor(4.0), "nan": torch.tensor(float("nan")), "inf": torch.tensor(float("inf"))})
+    result = means.means()
+    # A NaN loss must show in the logs as NaN, not vanish from them.
+    assert {k: v for k, v in result.items() if math.isfinite(v)} == {"loss": 3.0, "q": 0.5}
+    assert math.isnan(result["nan"]) and result["inf"] == math.inf and means.steps == 2
 
 
 def test_optimize_steps_on_the_sum_of_the_loss_terms_only():
     weight = torch.nn.Parameter(torch.tensor(1.0))
     optimizer = torch.optim.SGD([weight], lr=0.1)
     terms = {"loss_a": 2 * weight, "loss_b": weight, "diagnostic": 100 * weight}
-    optimize(terms, optimizer, PlainStepper(), [weight], max_grad_norm=None)
+    assert optimize(terms, optimizer, PlainStepper(), [weight], max_grad_norm=None, guard=NonFiniteGuard("b"))
     assert float(weight.detach()) == pytest.approx(1.0 - 0.1 * 3)
     assert PlainStepper().agree_min(7) == 7  # one process: nothing to agree with

@@ -79,6 +79,7 @@ def test_rows_outside_the_mask_produce_no_gradient(spread_config):
             def step(self, optimizer, parameters, max_grad_norm):
                 grads.append(torch.cat([p.grad.flatten() for p in parameters]).clone())
                 optimizer.zero_grad()  # measure only: leave the weights as they are
+                return 0.0
 
         trainer.update(experience, trainer.make_optimizers(), Capture())
         return grads[0]
@@ -89,6 +90,9 @@ def test_rows_outside_the_mask_produce_no_gradient(spread_config):
     scrambled["agent", "action"][..., 1] = (scrambled["agent", "action"][..., 1] + 1) % 5
     scrambled["agent", "action_log_prob"][..., 1] -= 3.0
     scrambled["next", "agent", "reward"][..., 1, :] += 100.0
+    assert torch.allclose(learner_gradient(scrambled), before, atol=1e-6)
+    # Even a NaN in the npc's rows stays out (a masked-out NaN must not reach the gradient as 0 x NaN).
+    scrambled["next", "agent", "reward"][..., 1, :] = float("nan")
     assert torch.allclose(learner_gradient(scrambled), before, atol=1e-6)
     # ... while changing the learner's own rewards does move it.
     own = exp.clone()

@@ -16,11 +16,12 @@ SPREAD = PettingZooEnvConfig(
 )
 
 
-def fit_quietly(module: MARLModule, root, callbacks=()) -> None:
-    """Train ``module`` to its frame budget with no logger, checkpoints or validation."""
+def fit_quietly(module: MARLModule, root, callbacks=(), logger=False) -> None:
+    """Train ``module`` to its frame budget with no checkpoints or validation (and no logger unless given)."""
     Trainer(
         max_epochs=-1,
-        logger=False,
+        logger=logger,
+        log_every_n_steps=1,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,

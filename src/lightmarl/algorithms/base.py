@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, cast
 
 import torch
@@ -23,6 +24,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from lightmarl import keys
+from lightmarl.algorithms.faults import DivergencePolicy, DivergenceWatch, NonFiniteGuard, NonFinitePolicy
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
 from lightmarl.policies.contracts import missing_capabilities
@@ -36,11 +38,40 @@ class GradientStepper(Protocol):
 
     def step(
         self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None
-    ) -> None:
-        """Synchronise gradients (if distributed), clip them, step and zero them."""
+    ) -> float:
+        """Synchronise gradients (if distributed), clip them, step and zero them; return the gradient norm.
+
+        The norm is taken over ``parameters`` after synchronising and before clipping. A
+        non-finite norm means the step was not taken (gradients zeroed, optimizer untouched):
+        see :func:`step_finite`.
+        """
+        ...
 
     def agree_min(self, value: int) -> int:
         """The smallest ``value`` over every process (a decision all must take together, e.g. "start learning")."""
+        ...
+
+
+def step_finite(optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None) -> float:
+    """Clip and step unless the gradient norm is non-finite; zero the gradients either way; return the norm.
+
+    The steppers call it once gradients are final (averaged across processes under DDP, so every
+    process takes the same decision): a NaN or infinite gradient never reaches the weights or
+    the optimizer's state.
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return 0.0
+    total = torch.nn.utils.get_total_norm(grads)
+    norm = float(total)
+    if math.isfinite(norm):
+        if max_grad_norm is not None:
+            torch.nn.utils.clip_grads_with_norm_(parameters, max_grad_norm, total)
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm
 
 
 class PlainStepper:
@@ -51,11 +82,8 @@ class PlainStepper:
 
     def step(
         self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None
-    ) -> None:
-        if max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    ) -> float:
+        return step_finite(optimizer, parameters, max_grad_norm)
 
     def agree_min(self, value: int) -> int:
         return value
@@ -67,22 +95,33 @@ def optimize(
     stepper: GradientStepper,
     parameters: list[nn.Parameter],
     max_grad_norm: float | None,
-) -> None:
+    *,
+    guard: NonFiniteGuard,
+) -> bool:
     """One gradient step on the sum of a loss output's ``loss*`` terms (TorchRL's convention).
 
     Other entries (diagnostics such as ``entropy`` or ``ESS``) are left out of the sum; DQN's
-    loss names its only term ``loss``, the others ``loss_<part>``.
+    loss names its only term ``loss``, the others ``loss_<part>``. The binding's ``guard``
+    (:class:`~lightmarl.algorithms.faults.NonFiniteGuard`, ``UnitTrainer.guard``) skips the step,
+    or stops the run, when a term or the gradient is not finite; returns whether the step was taken.
     """
-    stepper.backward(cast(torch.Tensor, sum(value for name, value in terms.items() if name.startswith("loss"))))
-    stepper.step(optimizer, parameters, max_grad_norm)
+    losses = {name: value for name, value in terms.items() if name.startswith("loss")}
+    if not guard.losses_finite(losses, stepper.agree_min):
+        optimizer.zero_grad(set_to_none=True)
+        return False
+    stepper.backward(cast(torch.Tensor, sum(losses.values())))
+    norm = stepper.step(optimizer, parameters, max_grad_norm)
+    if not math.isfinite(norm):
+        guard.gradient_not_finite(norm)
+        return False
+    return True
 
 
 class MetricMeans:
     """Means of per-step metrics over an update: each :meth:`add` is one step.
 
     Tensors are reduced to their mean (multi-agent diagnostics can be non-scalar); empty and
-    integer tensors are skipped. :meth:`means` drops non-finite means: the one place where
-    that happens before logging.
+    integer tensors are skipped. Non-finite values are kept: a NaN loss shows in the logs as NaN.
     """
 
     def __init__(self) -> None:
@@ -99,7 +138,7 @@ class MetricMeans:
             self._sums[name] = self._sums.get(name, 0.0) + value
 
     def means(self) -> dict[str, float]:
-        return {k: v / max(self.steps, 1) for k, v in self._sums.items() if math.isfinite(v)}
+        return {k: v / max(self.steps, 1) for k, v in self._sums.items()}
 
 
 def loss_row_mask(
@@ -185,7 +224,17 @@ class UnitTrainer(ABC):
         #: what it trains, in words (e.g. ``MAPPO``, ``double DQN``), for the run's log.
         self.flavour = type(self).__name__.removesuffix("UnitTrainer")
         self.fraction_done = 0.0
+        #: skips (or stops on) non-finite losses and gradients of this binding's steps.
+        self.guard = NonFiniteGuard(binding_id, getattr(config, "on_nonfinite", "skip"))
         self._build()
+        #: warns (or stops) when this binding's update metrics stay beyond :meth:`divergence_limits`.
+        self.divergence = DivergenceWatch(
+            binding_id,
+            self.divergence_limits(),
+            max_loss_growth=getattr(config, "max_loss_growth", None),
+            patience=getattr(config, "divergence_patience", 3),
+            policy=getattr(config, "on_divergence", "warn"),
+        )
 
     def _build(self) -> None:  # noqa: B027 - an optional hook: a plain UnitTrainer needs nothing more
         """Build losses and state once the attributes above are set (subclasses extend it, not ``__init__``)."""
@@ -215,6 +264,25 @@ class UnitTrainer(ABC):
         self, experience: TensorDictBase, optimizer: torch.optim.Optimizer, stepper: GradientStepper
     ) -> dict[str, float]:
         """Learn from one rollout; returns scalar metrics (logged as ``train/<binding>/<name>``)."""
+
+    def learn(
+        self, experience: TensorDictBase, optimizer: torch.optim.Optimizer, stepper: GradientStepper
+    ) -> dict[str, float]:
+        """:meth:`update`, watched: adds ``skipped_steps`` (non-finite steps skipped) and ``diverging`` to its metrics.
+
+        The MARLTrainer calls this; :meth:`update` is what a subclass implements.
+        """
+        self.guard.begin_update()
+        metrics = self.update(experience, optimizer, stepper)
+        if not metrics:  # no rows of this binding: nothing was tried
+            return metrics
+        metrics.update(self.guard.end_update())
+        metrics.update(self.divergence.observe(metrics, stepper.agree_min))
+        return metrics
+
+    def divergence_limits(self) -> dict[str, float]:
+        """Metric name -> largest healthy value, for :class:`~lightmarl.algorithms.faults.DivergenceWatch` (default: none)."""
+        return {}
 
     def set_progress(self, optimizer: torch.optim.Optimizer, fraction_done: float) -> None:
         """Called before each update with the share of the training budget spent (for schedules)."""
@@ -250,24 +318,64 @@ class UnitTrainer(ABC):
         del state
 
 
+@dataclass(kw_only=True)
 class Algorithm(ABC):
     """Configuration of a learning algorithm; builds the :class:`UnitTrainer` of a binding.
 
     Subclasses are dataclasses: each field is a hyper-parameter with a default and a docstring,
     which makes the ``__init__`` signature the YAML schema (``class_path:
     lightmarl.algorithms.PPO`` + ``init_args``). :meth:`hyperparameter_checks` lists the checks
-    ``__post_init__`` runs, so a bad recipe fails before training starts.
+    ``__post_init__`` runs, so a bad recipe fails before training starts. The fields below,
+    shared by every algorithm, say what happens when learning goes wrong
+    (:mod:`lightmarl.algorithms.faults`).
     """
 
     #: the learner this algorithm builds; its ``requires`` is the policy contract.
     trainer_class: ClassVar[type[UnitTrainer]]
+
+    on_nonfinite: NonFinitePolicy = "skip"
+    """A NaN or infinite loss term or gradient: ``skip`` that gradient step (the binding's weights and optimizer
+    state stay as they were; warned, counted in ``train/<binding>/skipped_steps``) or ``stop`` the run."""
+    on_divergence: DivergencePolicy = "warn"
+    """A binding whose metrics stay beyond the divergence limits for ``divergence_patience`` updates: ``warn``
+    (logged, ``train/<binding>/diverging`` is 1) or ``stop`` the run."""
+    divergence_patience: int = 3
+    """Consecutive updates beyond a divergence limit before ``on_divergence`` acts."""
+    max_loss_growth: float | None = 1e4
+    """Divergence limit: a critic / Q loss above this many times its mean over the binding's first 5 learning
+    updates (at least 0.01) (``null``: no limit)."""
 
     def __post_init__(self) -> None:
         check_hyperparameters(*self.hyperparameter_checks())
 
     def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
         """``(field, value, ok, rule)`` for every hyper-parameter with a constraint (extend with ``super()``'s)."""
-        return ()
+        return (
+            (
+                "on_nonfinite",
+                self.on_nonfinite,
+                self.on_nonfinite in ("skip", "stop"),
+                "on_nonfinite in ('skip', 'stop')",
+            ),
+            (
+                "on_divergence",
+                self.on_divergence,
+                self.on_divergence in ("warn", "stop"),
+                "on_divergence in ('warn', 'stop')",
+            ),
+            (
+                "divergence_patience",
+                self.divergence_patience,
+                self.divergence_patience >= 1,
+                "divergence_patience >= 1",
+            ),
+            (
+                "max_loss_growth",
+                self.max_loss_growth,
+                self.max_loss_growth is None or self.max_loss_growth > 1,
+                "max_loss_growth is None or max_loss_growth > 1",
+            ),
+        )
 
     @property
     def name(self) -> str:

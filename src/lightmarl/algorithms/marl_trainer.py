@@ -9,6 +9,8 @@ to bindings by name.
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Callable, Mapping
 
 import torch
@@ -16,10 +18,12 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from lightmarl.algorithms.base import Algorithm, GradientStepper, UnitTrainer, unique_parameters
-from lightmarl.errors import ConfigError
+from lightmarl.errors import ConfigError, TrainingFault
 from lightmarl.policies.base import Policy
 from lightmarl.policies.shared_modules import SharedModules
 from lightmarl.population import BindingTable
+
+log = logging.getLogger(__name__)
 
 #: name of the shared modules' optimizer and metrics (logged as ``train/_shared/<module>_grad_norm``).
 SHARED_METRICS = "_shared"
@@ -107,7 +111,7 @@ class MARLTrainer:
         to a slower-moving partner. Then the shared modules take their one step.
         """
         metrics = {
-            binding_id: unit.update(experience, optimizers[binding_id], stepper)
+            binding_id: unit.learn(experience, optimizers[binding_id], stepper)
             for binding_id, unit in self.unit_trainers.items()
             if iteration % unit.update_every == 0
         }
@@ -128,7 +132,17 @@ class MARLTrainer:
             )
         clip = [self.shared.optimizer_settings(n)[2] for n in self.shared_modules]
         max_grad_norm = min((c for c in clip if c is not None), default=None)
-        stepper.step(optimizer, params, max_grad_norm)
+        norm = stepper.step(optimizer, params, max_grad_norm)
+        # A non-finite gradient (a user's loss went wrong after backward) was not stepped: say so.
+        norms["skipped_steps"] = float(not math.isfinite(norm))
+        if not math.isfinite(norm):
+            if any(unit.guard.policy == "stop" for unit in self.unit_trainers.values()):
+                raise TrainingFault(f"shared modules {list(self.shared_modules)}: non-finite gradient (norm {norm})")
+            log.warning(
+                "lightmarl: shared modules %s: non-finite gradient (norm %s); their step is skipped",
+                list(self.shared_modules),
+                norm,
+            )
         return norms
 
     def set_progress(self, optimizers: Mapping[str, torch.optim.Optimizer], fraction_done: float) -> None:

@@ -337,7 +337,7 @@ class OffPolicyUnitTrainer(UnitTrainer):
         for _ in range(self.config.updates_per_iteration):
             batch = self.replay.sample().to(self.device)
             terms = dict(self.loss(batch).items())
-            optimize(terms, optimizer, stepper, params, self.config.max_grad_norm)
+            optimize(terms, optimizer, stepper, params, self.config.max_grad_norm, guard=self.guard)
             self.target_updater.step()
             self.grad_steps += 1
             means.add({**terms, **self._batch_metrics(batch)})

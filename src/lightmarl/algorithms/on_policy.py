@@ -169,7 +169,7 @@ class OnPolicyUnitTrainer(UnitTrainer):
         for batch, replay in self._minibatches(data):
             with replay:
                 terms = self.minibatch_losses(batch, main=num_rows > 0)
-            optimize(terms, optimizer, stepper, params, self.config.max_grad_norm)
+            optimize(terms, optimizer, stepper, params, self.config.max_grad_norm, guard=self.guard)
             means.add(terms)
         self.updates += 1
         metrics = {**means.means(), "rows": float(num_rows)}
@@ -182,11 +182,16 @@ class OnPolicyUnitTrainer(UnitTrainer):
         rows = data.get(self.group.name)
         with torch.no_grad():
             self.estimate_advantages(data)
+        advantage = rows.get(keys.ADVANTAGE)
         if self.config.normalize_advantage:
-            advantage = rows.get(keys.ADVANTAGE)
             valid_adv = advantage[mask]
             std = valid_adv.std() if num_rows > 1 else torch.ones((), device=advantage.device)
-            rows.set(keys.ADVANTAGE, (advantage - valid_adv.mean()) / (std + 1e-8))
+            advantage = (advantage - valid_adv.mean()) / (std + 1e-8)
+        # Other rows (another binding's, say with a NaN reward) are masked out of the loss, but a NaN
+        # there would still reach this binding's gradients through the mask (0 x NaN): zero them.
+        keep = mask.reshape(*mask.shape, *(1,) * (advantage.ndim - mask.ndim))
+        rows.set(keys.ADVANTAGE, torch.where(keep, advantage, 0.0))
+        rows.set(keys.VALUE_TARGET, torch.where(keep, rows.get(keys.VALUE_TARGET), 0.0))
         rows.set(keys.LOSS_MASK, mask)
 
     def _minibatches(self, data: TensorDictBase) -> Iterator[tuple[TensorDictBase, AbstractContextManager[None]]]:

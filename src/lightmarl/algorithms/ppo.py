@@ -69,6 +69,9 @@ class PPOUnitTrainer(OnPolicyUnitTrainer):
         )
         return loss
 
+    def divergence_limits(self) -> dict[str, float]:
+        return {} if self.config.max_kl is None else {keys.KL_APPROX: self.config.max_kl}
+
     def to(self, device: torch.device) -> PPOUnitTrainer:
         super().to(device)
         if self.distill_loss is not None:
@@ -130,9 +133,13 @@ class PPO(OnPolicyAlgorithm):
     """Value loss: ``l2``, ``l1`` or ``smooth_l1``."""
     distillation: Distillation | None = None
     """Learn from a teacher binding as well (``null``: plain PPO)."""
+    max_kl: float | None = 1.0
+    """Divergence limit: the update's mean approximate KL between the collecting and the updated policy
+    (``on_divergence`` acts after ``divergence_patience`` updates above it; ``null``: no limit)."""
 
     def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
         return (
             *super().hyperparameter_checks(),
             ("clip_epsilon", self.clip_epsilon, self.clip_epsilon > 0, "clip_epsilon > 0"),
+            ("max_kl", self.max_kl, self.max_kl is None or self.max_kl > 0, "max_kl is None or max_kl > 0"),
         )

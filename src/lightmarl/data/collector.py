@@ -270,7 +270,8 @@ class RolloutCollector:
                 mine = binding_of == binding
                 played = mine.any(-1)
                 # One sample per (episode, binding): the mean return of the binding's agents in that episode.
-                mean_return = (returns * mine).sum(-1)[played] / mine.sum(-1)[played]
+                # masked_fill, not a product: another binding's NaN return must not reach this one (0 x NaN).
+                mean_return = returns.masked_fill(~mine, 0).sum(-1)[played] / mine.sum(-1)[played]
                 length = lengths.masked_fill(~mine, 0).max(-1).values[played]
                 stats = self.stats[self.table.ids[binding]]
                 stats.returns.extend(mean_return.tolist())

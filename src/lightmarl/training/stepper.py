@@ -11,6 +11,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from lightmarl.algorithms.base import step_finite
+
 
 class LightningStepper:
     """The :class:`~lightmarl.algorithms.GradientStepper` a :class:`MARLModule` hands its trainers.
@@ -39,7 +41,7 @@ class LightningStepper:
 
     def step(
         self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None
-    ) -> None:
+    ) -> float:
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
             flat = torch.cat([g.reshape(-1) for g in grads])
@@ -50,10 +52,8 @@ class LightningStepper:
                 n = p.numel()
                 p.grad = flat[offset : offset + n].view_as(p).clone()
                 offset += n
-        if max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        # Averaged gradients are the same on every rank: all take the same skip-or-step decision.
+        return step_finite(optimizer, parameters, max_grad_norm)
 
     def agree_min(self, value: int) -> int:
         """The smallest ``value`` over every rank (``value`` itself in a single process)."""

@@ -21,7 +21,7 @@ from lightmarl.envs.pettingzoo.aec import aec_env_spec, is_aec_env
 from lightmarl.envs.pettingzoo.checks import check_parallel_env
 from lightmarl.envs.pettingzoo.spec import env_spec_of
 from lightmarl.envs.pettingzoo.vector import ParallelVecEnv
-from lightmarl.envs.runners.process import ProcessVecEnv
+from lightmarl.envs.runners.process import ProcessVecEnv, WorkerFailure
 from lightmarl.envs.spec import EnvSpec
 from lightmarl.envs.transforms import VecTransform
 
@@ -57,6 +57,15 @@ class PettingZooEnvConfig(EnvConfig):
         transforms: optional :mod:`~lightmarl.envs.transforms` applied, in order, to the vector's
             outputs (e.g. ``class_path: lightmarl.envs.transforms.ObservationNorm``); ``spec()``
             is the transformed spec.
+        worker_timeout: seconds a worker process may take to answer a step or reset before it
+            counts as hung (``num_workers >= 1``).
+        worker_failure: what a worker that died or hung during a step does to the run: ``stop``
+            (shut every worker down and end the run with a one-line error naming the worker, its
+            env copies and their seeds) or ``restart`` (a new process rebuilds and resets the
+            same copies; their interrupted episodes end truncated at that step, with reward 0
+            and the last observation repeated; a warning names them; training goes on).
+        max_worker_restarts: restarts allowed over a run (per training process); the next
+            failure stops the run.
     """
 
     env_fn: str = "mpe2.simple_spread_v3.parallel_env"
@@ -66,9 +75,26 @@ class PettingZooEnvConfig(EnvConfig):
     overlap: bool | None = None
     state: bool = False
     transforms: list[VecTransform] = field(default_factory=list)
+    worker_timeout: float = 300.0
+    worker_failure: WorkerFailure = "stop"
+    max_worker_restarts: int = 3
 
     def __post_init__(self) -> None:
         self.check_transforms()
+        if (
+            isinstance(self.worker_timeout, bool)
+            or not isinstance(self.worker_timeout, (int, float))
+            or not (0 < self.worker_timeout < float("inf"))
+        ):
+            raise ValueError(f"env.worker_timeout: expected a positive number of seconds, got {self.worker_timeout!r}")
+        if self.worker_failure not in ("stop", "restart"):
+            raise ValueError(f"env.worker_failure: expected 'stop' or 'restart', got {self.worker_failure!r}")
+        if (
+            isinstance(self.max_worker_restarts, bool)
+            or not isinstance(self.max_worker_restarts, int)
+            or self.max_worker_restarts < 0
+        ):
+            raise ValueError(f"env.max_worker_restarts: expected an integer >= 0, got {self.max_worker_restarts!r}")
         if not isinstance(self.num_envs, int) or self.num_envs < 1:
             raise ValueError(f"env.num_envs: expected a positive integer, got {self.num_envs!r}")
         if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
@@ -146,7 +172,17 @@ class PettingZooEnvConfig(EnvConfig):
             workers = min(self.num_workers, count)
             overlap = len(os.sched_getaffinity(0)) > workers if self.overlap is None else self.overlap
             phases = 2 if overlap and count >= 2 * workers else 1
-            return ProcessVecEnv(self.env_fn, dict(self.env_kwargs), spec, seeds, workers, num_phases=phases)
+            return ProcessVecEnv(
+                self.env_fn,
+                dict(self.env_kwargs),
+                spec,
+                seeds,
+                workers,
+                num_phases=phases,
+                timeout=float(self.worker_timeout),
+                on_failure=self.worker_failure,
+                max_restarts=self.max_worker_restarts,
+            )
         make = self.constructor()
         envs: list[Any] = []
         for _ in range(count):

@@ -10,25 +10,32 @@ produce the same trajectories for the same seeds and actions.
 One :class:`~lightmarl.envs.runners.shared_memory.SharedArrays` block holds the actions, the
 step's results and the next observations; a duplex pipe per worker carries small commands and
 replies. The parent waits on every pending pipe *and* every worker's process sentinel with a
-timeout, so a worker that dies or hangs raises instead of blocking forever.
+timeout, so a worker that dies or hangs is seen instead of blocking forever. Then the vector
+either stops (``on_failure="stop"``: shut down, raise :class:`~lightmarl.errors.TrainingFault`
+naming the worker, its env copies and their seeds) or restarts the worker (``"restart"``): a
+new process builds and resets the same copies, whose interrupted episodes end *truncated* at
+that step (reward 0, the last observation repeated, see
+:meth:`~lightmarl.envs.runners.shared_memory.SharedArrays.end_truncated`), and the other
+copies go on untouched.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import multiprocessing as mp
 import select
 import time
 import weakref
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import torch
 from tensordict import TensorDict
 
 from lightmarl.envs.base import Outputs, ReplayingVecEnv, observation_td
-from lightmarl.envs.layout import Arrays, GroupLayout
+from lightmarl.envs.layout import Arrays, GroupLayout, empty_current
 from lightmarl.envs.runners.shared_memory import SharedArrays
 from lightmarl.envs.runners.spawn import (
     RemoteTraceback,
@@ -40,6 +47,12 @@ from lightmarl.envs.runners.spawn import (
 )
 from lightmarl.envs.runners.worker import WorkerArgs, worker_main
 from lightmarl.envs.spec import EnvSpec
+from lightmarl.errors import TrainingFault
+
+log = logging.getLogger(__name__)
+
+#: what a vector does when a worker dies or does not answer in time.
+WorkerFailure = Literal["stop", "restart"]
 
 #: the slice factory of PettingZoo envs (parallel and AEC), the env family worker processes serve today
 PETTINGZOO_SLICE = "lightmarl.envs.pettingzoo.slices.pettingzoo_slice"
@@ -68,8 +81,10 @@ class ProcessVecEnv(ReplayingVecEnv):
     ``seeds[i]``, so the phases step exactly the trajectories of the whole vector.
 
     Errors: an exception in a worker's env raises :class:`RuntimeError` here naming the env
-    copy and its seed, with the worker's traceback chained; a worker that dies or does not
-    answer within ``timeout`` seconds raises (and shuts the vector down) instead of hanging.
+    copy and its seed, with the worker's traceback chained. A worker that dies or does not
+    answer within ``timeout`` seconds is handled by ``on_failure`` (see the module doc): a
+    restart (at most ``max_restarts`` over the vector's life, during a step) or a stop that
+    shuts the vector down and raises :class:`~lightmarl.errors.TrainingFault`.
     :meth:`close` (also run when the vector is garbage-collected or the interpreter exits)
     joins the workers and frees the shared memory.
 
@@ -85,6 +100,8 @@ class ProcessVecEnv(ReplayingVecEnv):
             once torch has started threads).
         timeout: seconds to wait for a step / reset / render answer.
         start_timeout: seconds to wait for the workers to import and build their envs.
+        on_failure: ``"stop"`` or ``"restart"`` a worker that died or timed out during a step.
+        max_restarts: restarts allowed over the vector's life; the next failure stops it.
         spin_wait: seconds a worker keeps polling for its next command (yielding the CPU to
             any other runnable process) before it sleeps. Between the steps of a rollout the
             next command comes within a few milliseconds, and on a virtual machine waking a
@@ -107,6 +124,8 @@ class ProcessVecEnv(ReplayingVecEnv):
         start_timeout: float = 120.0,
         spin_wait: float = 0.01,
         make_slice: str = PETTINGZOO_SLICE,
+        on_failure: WorkerFailure = "stop",
+        max_restarts: int = 3,
     ) -> None:
         seeds = [int(s) for s in seeds]
         if not isinstance(num_workers, int) or not 1 <= num_workers <= len(seeds):
@@ -118,11 +137,18 @@ class ProcessVecEnv(ReplayingVecEnv):
             )
         if start_method not in ("spawn", "forkserver"):
             raise ValueError(f"start_method: expected 'spawn' or 'forkserver', got {start_method!r}")
+        if on_failure not in ("stop", "restart"):
+            raise ValueError(f"on_failure: expected 'stop' or 'restart', got {on_failure!r}")
         self.spec = spec
         self.seeds = seeds
         self.num_envs = len(seeds)
         self.num_workers = num_workers
         self.timeout = timeout
+        self.start_timeout = start_timeout
+        self.on_failure = on_failure
+        self.max_restarts = max_restarts
+        #: workers restarted so far.
+        self.restarts = 0
         self.current: Outputs = {}
         self.phase_bounds = [0]
         for size in split_evenly(self.num_envs, num_phases):
@@ -131,45 +157,56 @@ class ProcessVecEnv(ReplayingVecEnv):
         self._agent_ids: dict[str, Any] = {}
         self._broken: str | None = None
         self._in_flight: list[int] = []  # phases sent ``step`` whose answers are not read yet, in order
+        # Per phase (-1: the whole vector), restarted workers whose copies of it end truncated at its
+        # next step instead of stepping (their new envs were reset; the parent has not seen it yet).
+        self._stale: dict[int, set[int]] = {}
         self._shared = SharedArrays(self._groups, self.num_envs, state_shape=spec.state_shape)
+        # The observations the policies last acted on: the next observation of a step a restart cut short.
+        self._seen = empty_current(self._groups, self.num_envs, spec.state_shape)
         self._workers: list[WorkerHandle] = []
         # Registered before any process starts, so a failure below still cleans up.
         self._finalizer = weakref.finalize(self, shutdown, self._workers, self._shared)
-        ctx: Any = mp.get_context(start_method)
+        self._ctx: Any = mp.get_context(start_method)
         chunks: list[list[tuple[int, tuple[int, ...]]]] = [[] for _ in range(num_workers)]
         for first, stop in zip(self.phase_bounds, self.phase_bounds[1:]):
             start = first
             for k, size in enumerate(split_evenly(stop - first, num_workers)):
                 chunks[k].append((start, tuple(seeds[start : start + size])))
                 start += size
+        self._args = [
+            WorkerArgs(
+                index=k,
+                env_fn=env_fn,
+                env_kwargs=dict(env_kwargs),
+                env_name=spec.name,
+                possible_agents=tuple(spec.env_agents),
+                groups=tuple(self._groups),
+                num_envs=self.num_envs,
+                shm_name=self._shared.name,
+                chunks=tuple(chunks[k]),
+                state_shape=spec.state_shape,
+                spin_wait=float(spin_wait),
+                make_slice=make_slice,
+            )
+            for k in range(num_workers)
+        ]
         try:
-            with single_threaded_children(), skip_main_reimport(env_fn):
-                for k in range(num_workers):
-                    args = WorkerArgs(
-                        index=k,
-                        env_fn=env_fn,
-                        env_kwargs=dict(env_kwargs),
-                        env_name=spec.name,
-                        possible_agents=tuple(spec.env_agents),
-                        groups=tuple(self._groups),
-                        num_envs=self.num_envs,
-                        shm_name=self._shared.name,
-                        chunks=tuple(chunks[k]),
-                        state_shape=spec.state_shape,
-                        spin_wait=float(spin_wait),
-                        make_slice=make_slice,
-                    )
-                    parent_conn, child_conn = ctx.Pipe(duplex=True)
-                    process = ctx.Process(
-                        target=worker_main, args=(child_conn, args), name=f"lightmarl-env-worker-{k}", daemon=True
-                    )
-                    process.start()
-                    child_conn.close()  # only the worker holds its end: its death reads as EOF here
-                    self._workers.append(WorkerHandle(k, process, parent_conn, args.chunks))
+            for args in self._args:
+                self._workers.append(self._spawn(args))
             self._request("start", None, timeout=start_timeout)
         except BaseException:
             self.close()
             raise
+
+    def _spawn(self, args: WorkerArgs) -> WorkerHandle:
+        with single_threaded_children(), skip_main_reimport(args.env_fn):
+            parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+            process = self._ctx.Process(
+                target=worker_main, args=(child_conn, args), name=f"lightmarl-env-worker-{args.index}", daemon=True
+            )
+            process.start()
+        child_conn.close()  # only the worker holds its end: its death reads as EOF here
+        return WorkerHandle(args.index, process, parent_conn, args.chunks)
 
     # -- protocol ----------------------------------------------------------------------
     def _request(
@@ -185,9 +222,9 @@ class ProcessVecEnv(ReplayingVecEnv):
     def _drain(self) -> None:
         """Read the answers of steps still in flight (e.g. after the collector stopped on an error)."""
         while self._in_flight:
-            self._in_flight.pop(0)
+            key = self._in_flight.pop(0)
             with contextlib.suppress(RuntimeError):  # a worker's error in a step nobody waits for
-                self._answers(self._workers, "step", self.timeout)
+                self._wait_step(key)
 
     def _send(self, workers: Sequence[WorkerHandle], command: str, arg: Any) -> None:
         self._check_usable()
@@ -198,25 +235,64 @@ class ProcessVecEnv(ReplayingVecEnv):
                 w.conn.send((command, arg))
             except OSError:
                 w.process.join(1.0)
-                self._fail(RuntimeError(f"{w.describe()} died (exit code {w.process.exitcode}) before {command}"))
+                self._fail(TrainingFault(f"{w.describe()} died (exit code {w.process.exitcode}) before {command}"))
 
     def _answers(self, workers: Sequence[WorkerHandle], command: str, timeout: float | None) -> list[Any]:
-        """Every worker's answer to ``command``, in order.
+        """Every worker's answer to ``command``, in order (``None`` for a worker restarted meanwhile).
 
         Waits on the pipes and the process sentinels together: a dead worker is seen at once.
         Every answer is read before a worker's error is raised, so the pipes stay in step and
-        the vector stays usable; a dead, silent or unstartable worker shuts the vector down.
+        the vector stays usable; a dead or silent worker is restarted or stops the vector
+        (:meth:`_recover`), an unstartable one shuts it down.
         """
         try:
-            payloads, error = self._exchange(workers, command, timeout)
+            payloads, error, lost = self._exchange(workers, command, timeout)
         except _Fatal as fatal:
             self._fail(fatal.error)
         except BaseException as err:  # e.g. KeyboardInterrupt while waiting: answers may still come
             self._broken = f"interrupted by {type(err).__name__} during {command}"
             raise
+        if lost:
+            self._recover(lost, command)
         if error is not None:  # every answer was read: the vector can go on
             raise error
-        return payloads
+        return [payloads.get(w.index) for w in workers]
+
+    def _recover(self, lost: list[tuple[WorkerHandle, str]], command: str) -> None:
+        """Restart the ``lost`` workers (dead or silent during a step) where allowed, else stop the vector."""
+        for w, what in lost:
+            if self.on_failure == "stop":
+                why = "env.worker_failure: stop"
+            elif command != "step":
+                why = f"a restart covers a failed step, not a failed {command}"
+            elif self.restarts + len(lost) > self.max_restarts:
+                why = f"no restart left: env.max_worker_restarts is {self.max_restarts}"
+            else:
+                continue
+            self._fail(TrainingFault(f"{w.describe()} {what}; stopping ({why})"))
+        for w, what in lost:
+            self._restart(w, what)
+
+    def _restart(self, w: WorkerHandle, what: str) -> None:
+        self.restarts += 1
+        log.warning(
+            "lightmarl: %s %s; restarting it (restart %d of at most %d): its env copies start new episodes "
+            "and the interrupted ones end truncated at this step",
+            w.describe(),
+            what,
+            self.restarts,
+            self.max_restarts,
+        )
+        w.process.kill()  # a hung worker ignores SIGTERM (as every worker does)
+        w.process.join(5.0)
+        w.conn.close()
+        new = self._spawn(self._args[w.index])
+        self._workers[w.index] = new
+        self._answers([new], "start", self.start_timeout)
+        self._send([new], "reset", None)
+        self._answers([new], "reset", self.timeout)
+        for key in (-1, *range(self.num_phases)):
+            self._stale.setdefault(key, set()).add(new.index)
 
     def _fail(self, error: BaseException) -> NoReturn:
         self._broken = str(error)
@@ -231,10 +307,12 @@ class ProcessVecEnv(ReplayingVecEnv):
 
     def _exchange(
         self, workers: Sequence[WorkerHandle], command: str, timeout: float | None
-    ) -> tuple[list[Any], RuntimeError | None]:
+    ) -> tuple[dict[int, Any], RuntimeError | None, list[tuple[WorkerHandle, str]]]:
+        """``(payloads by worker index, the first worker's error, workers lost with what happened)``."""
         pending = {w.index: w for w in workers}
         payloads: dict[int, Any] = {}
         errors: list[tuple[WorkerHandle, str, str]] = []
+        lost: list[tuple[WorkerHandle, str]] = []
         deadline = None if timeout is None else time.monotonic() + timeout
         # A poll object over the pending pipes and sentinels: a third of the cost of
         # multiprocessing's wait(), which builds a selector each call (twice per step).
@@ -248,10 +326,10 @@ class ProcessVecEnv(ReplayingVecEnv):
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             events = poller.poll(None if remaining is None else math.ceil(remaining * 1000))
             if not events:
-                names = "; ".join(w.describe() for w in pending.values())
-                raise _Fatal(TimeoutError(f"no answer to {command} within {timeout:g} s from {names}"))
+                lost += [(w, f"did not answer {command} within {timeout:g} s") for w in pending.values()]
+                break
             for index in sorted({owner[fd].index for fd, _ in events}):
-                w = pending[index]
+                w = pending.pop(index)
                 poller.unregister(w.conn.fileno())
                 poller.unregister(w.process.sentinel)
                 try:
@@ -260,14 +338,15 @@ class ProcessVecEnv(ReplayingVecEnv):
                     status, payload = w.conn.recv()
                 except (EOFError, OSError):
                     w.process.join(1.0)
-                    raise _Fatal(
-                        RuntimeError(f"{w.describe()} died (exit code {w.process.exitcode}) during {command}")
-                    ) from None
-                del pending[w.index]
+                    lost.append((w, f"died (exit code {w.process.exitcode}) during {command}"))
+                    continue
                 if status == "error":
                     errors.append((w, *payload))
                 else:
                     payloads[w.index] = payload
+        if lost and command == "start":
+            w, what = lost[0]
+            raise _Fatal(TrainingFault(f"{w.describe()} {what}"))
         if errors:
             errors.sort(key=lambda e: e[0].index)
             w, message, remote = errors[0]
@@ -276,8 +355,21 @@ class ProcessVecEnv(ReplayingVecEnv):
             error.__cause__ = RemoteTraceback(remote)
             if command == "start":
                 raise _Fatal(error)
-            return [], error
-        return [payloads[w.index] for w in workers], None
+            return payloads, error, lost
+        return payloads, None, lost
+
+    def _wait_step(self, key: int) -> None:
+        """Read the answers to phase ``key``'s step (-1: the whole vector's); restarted workers' copies end truncated."""
+        stale = self._stale.pop(key, set())
+        try:
+            self._answers([w for w in self._workers if w.index not in stale], "step", self.timeout)
+        finally:
+            stale |= self._stale.pop(key, set())  # workers restarted while waiting
+            if not self.closed:
+                for index in sorted(stale):
+                    for phase, (start, seeds) in enumerate(self._workers[index].chunks):
+                        if key in (-1, phase):
+                            self._shared.end_truncated(slice(start, start + len(seeds)), self._seen)
 
     # -- the vector env interface ------------------------------------------------------
     def _copy_out(self, arrays: Arrays, rows: slice = slice(None)) -> Outputs:
@@ -293,6 +385,11 @@ class ProcessVecEnv(ReplayingVecEnv):
 
     def _reset(self, phase: int | None) -> Outputs:
         self._request("reset", phase, self.timeout)
+        if phase is None:
+            self._stale.clear()
+        else:
+            self._stale.pop(phase, None)
+        self._shared.remember(self._seen, self._rows(phase))
         return self._copy_out(self._shared.current, self._rows(phase))
 
     def step(self, actions: dict[str, torch.Tensor]) -> tuple[Outputs, torch.Tensor]:
@@ -314,8 +411,10 @@ class ProcessVecEnv(ReplayingVecEnv):
                 raise KeyError(f"actions: no entry for group {g.name!r}") from None
             except ValueError as err:
                 raise ValueError(f"actions[{g.name!r}]: expected shape {tuple(target.shape)}: {err}") from None
-        self._send(self._workers, "step", phase)
-        self._in_flight.append(-1 if phase is None else phase)
+        key = -1 if phase is None else phase
+        stale = self._stale.get(key, set())
+        self._send([w for w in self._workers if w.index not in stale], "step", phase)
+        self._in_flight.append(key)
 
     def _receive(self, phase: int | None) -> tuple[Outputs, torch.Tensor, dict]:
         """Read the answers to the oldest step in flight, which must be ``phase``'s: ``(next, ended, current)``."""
@@ -326,8 +425,9 @@ class ProcessVecEnv(ReplayingVecEnv):
                 "wait for the steps in the order they were sent"
             )
         self._in_flight.pop(0)
-        self._answers(self._workers, "step", self.timeout)
+        self._wait_step(expected)
         rows = self._rows(phase)
+        self._shared.remember(self._seen, rows)
         ended = torch.from_numpy(self._shared.ended[rows].copy())
         return self._copy_out(self._shared.next, rows), ended, self._copy_out(self._shared.current, rows)
 

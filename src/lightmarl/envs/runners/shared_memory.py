@@ -79,6 +79,28 @@ class SharedArrays:
                     array[rows] = 0
         self.ended[rows] = False
 
+    def remember(self, seen: Arrays, rows: slice) -> None:
+        """Copy the ``current`` rows (what the policies are about to act on) into the parent's ``seen`` arrays."""
+        for group, arrays in self.current.items():
+            for key, array in arrays.items():
+                seen[group][key][rows] = array[rows]
+
+    def end_truncated(self, rows: slice, seen: Arrays) -> None:
+        """Write a step that cut the episodes of copies ``rows`` short: what a restarted worker's copies report.
+
+        Each agent's episode ends *truncated* (``done``, not ``terminated``) with a reward of 0 and
+        the last observation the parent saw (``seen``) as its next one, so a value bootstrap reads
+        a real state of that episode; ``ended`` says the copies restarted (``current`` holds their
+        new first observations, written by the worker's reset).
+        """
+        for group, arrays in self.next.items():
+            for key, array in arrays.items():
+                if key in (keys.OBSERVATION, keys.ACTION_MASK, keys.STATE):
+                    array[rows] = seen[group][key][rows]
+                else:
+                    array[rows] = key in (keys.TRUNCATED, keys.DONE)
+        self.ended[rows] = True
+
     def release(self, unlink: bool) -> None:
         """Drop the views and unmap the block; ``unlink`` (the creator) also removes it."""
         self.current, self.next, self.actions = {}, {}, {}
