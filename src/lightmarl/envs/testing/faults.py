@@ -59,9 +59,12 @@ class FaultyMatchEnv(MatchTargetEnv):
         self.hang_seconds = hang_seconds
         self.armed = False
         self.steps = 0
+        self._first_seed_seen = False
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
-        if seed is not None:  # auto-resets pass no seed: the copy keeps its first seed's fate
+        # The copy's first seed decides its fate: later episodes are reset with seeds derived from it.
+        if seed is not None and not self._first_seed_seen:
+            self._first_seed_seen = True
             self.armed = self.fault_seeds is None or seed in self.fault_seeds
         return super().reset(seed=seed, options=options)
 
