@@ -125,3 +125,44 @@ def test_needs_a_copy_per_player(tmp_path):
     )
     with pytest.raises(ValueError, match="env copies"):
         Matchmaker(manager, {"a_default_0": "a", "b_default_0": "b"}, SLOTS, num_copies=1)
+
+
+def _crowded_league(tmp_path) -> Matchmaker:
+    """16 copies, 2 slots, 8 snapshots: far more copies than resident opponents."""
+    manager = LeagueManager(
+        roles=[{"class_path": "SelfPlayPlayer", "name": "main", "settings": {"one_phase_step": 10, "pfsp_prob": 1.0}}],
+        snapshot_dir=str(tmp_path),
+        max_active_player_job=64,
+        seed=0,
+    )
+    matchmaker = Matchmaker(manager, {"main_default_0": "main"}, SLOTS, num_copies=16)
+    _snapshots(matchmaker, 8)
+    matchmaker.start()
+    return matchmaker
+
+
+def _games_per_snapshot(matchmaker: Matchmaker) -> list[float]:
+    payoff = matchmaker.manager.payoff
+    return [payoff.record("main_default_0", h.player_id)["games"] for h in matchmaker.manager.historical_players]
+
+
+def test_opponents_rotate_through_the_slots_when_every_episode_ends_at_once(tmp_path):
+    """One-step episodes (rock-paper-scissors): every snapshot gets played, not only the first ones loaded.
+
+    Released one copy at a time, the copies kept every slot busy: only the first snapshots
+    loaded were ever played and the other jobs fell back to unrecorded self-play.
+    """
+    matchmaker = _crowded_league(tmp_path)
+    for _ in range(40):
+        matchmaker.episodes_ended([(copy, (0.0, 0.0)) for copy in range(16)])
+    assert all(games > 0 for games in _games_per_snapshot(matchmaker))
+    assert sum(s.job_id < 0 for s in matchmaker.seatings if s is not None) < 8
+
+
+def test_a_busy_slot_drains_so_that_new_snapshots_get_in(tmp_path):
+    """Episodes ending one copy at a time never free every slot at once: the least recently used one drains."""
+    matchmaker = _crowded_league(tmp_path)
+    for _ in range(40):
+        for copy in range(16):
+            matchmaker.episode_ended(copy, (1.0, 0.0))
+    assert all(games > 0 for games in _games_per_snapshot(matchmaker))

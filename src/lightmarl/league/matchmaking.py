@@ -14,9 +14,14 @@ Opponents act through bindings: a live active player through its own (trainable)
 historical player through one of a fixed pool of frozen *opponent slot* bindings whose weights
 are loaded from its snapshot file. Slots are shared by every process, so at most
 ``len(slot_bindings)`` snapshots are resident however large the league grows. A slot holding
-an opponent some copy still plays is never reloaded; a job that needs a snapshot while every
-slot is busy is cancelled and drawn again, up to ``max_redraws`` times, after which the copy
-plays one unrecorded episode against the player itself.
+an opponent some copy still plays is never reloaded. A job that needs a snapshot while every
+slot is busy *drains* the least recently used slot (no new game may use it, so it frees once
+its games end and the next snapshot can load there), is cancelled and drawn again, up to
+``max_redraws`` times, after which the copy plays one unrecorded episode against the player
+itself. Without draining, a vector of many copies keeps every slot busy forever and the first
+snapshots loaded stay the only ones played. Copies whose episodes end at the same step are
+released together before any is seated again (:meth:`Matchmaker.episodes_ended`), for the same
+reason.
 
 Pure Python: the Lightning side (:mod:`lightmarl.training.league`) turns :class:`Seating` into
 binding maps and weight loads.
@@ -24,7 +29,7 @@ binding maps and weight loads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -128,6 +133,7 @@ class Matchmaker:
         self.slots: list[str | None] = [None] * len(slot_bindings)  # historical player id per slot
         self._slot_used = [0] * len(slot_bindings)  # a clock value per slot: least recently used first
         self._clock = 0
+        self._draining: set[int] = set()  # slots that take no new game until their games end
         #: player id -> seat -> result -> count (every recorded episode, not decayed).
         self.seat_results: dict[str, list[dict[str, int]]] = {
             p: [dict.fromkeys(RESULTS, 0) for _ in range(2)] for p in active
@@ -149,6 +155,19 @@ class Matchmaker:
             ``(result, seating)``: the result from the player's side (``None`` for an unrecorded
             fallback episode), and what the copy plays next.
         """
+        return self.episodes_ended([(copy, seat_returns)])[0]
+
+    def episodes_ended(self, ended: Sequence[tuple[int, tuple[float, float]]]) -> list[tuple[str | None, Seating]]:
+        """:meth:`episode_ended` for every copy whose episode ended at the same step.
+
+        All of them are recorded and released before any is seated again, so the slots their
+        opponents held are free for the next draws (in a vector whose episodes end together, as
+        in one-step games, releasing one copy at a time would leave every slot busy).
+        """
+        results = [self._record(copy, seat_returns) for copy, seat_returns in ended]
+        return [(result, self._next(copy)) for result, (copy, _) in zip(results, ended)]
+
+    def _record(self, copy: int, seat_returns: tuple[float, float]) -> str | None:
         seating = self.seatings[copy]
         if seating is None:
             raise ValueError(f"env copy {copy} has no job: call start() first")
@@ -161,7 +180,7 @@ class Matchmaker:
             self.manager.finish_job(seating.job_id, [result])
             self.seat_results[seating.player_id][seating.seat][result] += 1
         self.seatings[copy] = None
-        return result, self._next(copy)
+        return result
 
     def _next(self, copy: int) -> Seating:
         player_id = self.launcher[copy]
@@ -201,17 +220,26 @@ class Matchmaker:
         return Seating(copy, job.job_id, job.player_id, opponent_id, seat, binding, self.slot_bindings[slot], load)
 
     def _slot_for(self, opponent: HistoricalPlayer) -> tuple[int | None, str | None]:
-        """The slot that holds ``opponent`` (loading it into a free one if needed), and the file to load."""
+        """The slot that holds ``opponent`` (loading it into a free one if needed), and the file to load.
+
+        ``(None, None)`` when the opponent cannot be seated now: its slot is draining, or every
+        slot is busy (the least recently used one then starts draining).
+        """
         self._clock += 1
         if opponent.player_id in self.slots:
             slot = self.slots.index(opponent.player_id)
+            if slot in self._draining:
+                return None, None
             self._slot_used[slot] = self._clock
             return slot, None
         busy = {s.opponent_binding for s in self.seatings if s is not None}
         free = [k for k, binding in enumerate(self.slot_bindings) if binding not in busy]
         if not free:
+            if not self._draining:
+                self._draining.add(min(range(len(self.slots)), key=lambda k: self._slot_used[k]))
             return None, None
-        slot = min(free, key=lambda k: (self.slots[k] is not None, self._slot_used[k]))
+        slot = min(free, key=lambda k: (k not in self._draining, self.slots[k] is not None, self._slot_used[k]))
+        self._draining.discard(slot)
         self.slots[slot] = opponent.player_id
         self._slot_used[slot] = self._clock
         return slot, opponent.checkpoint_path
@@ -234,6 +262,7 @@ class Matchmaker:
             "slots": list(self.slots),
             "slot_used": list(self._slot_used),
             "clock": self._clock,
+            "draining": sorted(self._draining),
             "seat_results": {p: [dict(c) for c in seats] for p, seats in self.seat_results.items()},
         }
 
@@ -251,4 +280,5 @@ class Matchmaker:
         self.slots = list(state["slots"])
         self._slot_used = [int(n) for n in state["slot_used"]]
         self._clock = int(state["clock"])
+        self._draining = {int(k) for k in state.get("draining", [])}
         self.seat_results = {p: [dict(c) for c in seats] for p, seats in state["seat_results"].items()}

@@ -301,13 +301,14 @@ class LeagueTraining:
         seatings: list[Seating] = []
         if _rank() == 0:
             assert self.matchmaker is not None
+            ended: list[tuple[int, tuple[float, float]]] = []
             for rank, i in gathered[..., 0].nonzero().tolist():
-                copy = rank * num_envs + step.envs.start + i
                 returns = gathered[rank, i, 1:].tolist()
-                seating = self.matchmaker.seatings[copy]
-                result, following = self.matchmaker.episode_ended(copy, (returns[0], returns[1]))
-                if result is not None and seating is not None:
-                    self._iteration_results.setdefault(seating.player_id, []).append(result)
+                ended.append((rank * num_envs + step.envs.start + i, (returns[0], returns[1])))
+            players = [self.matchmaker.seatings[copy] for copy, _ in ended]
+            for before, (result, following) in zip(players, self.matchmaker.episodes_ended(ended)):
+                if result is not None and before is not None:
+                    self._iteration_results.setdefault(before.player_id, []).append(result)
                 seatings.append(following)
         self._apply(_broadcast(seatings))
         self._install_map()
