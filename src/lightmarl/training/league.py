@@ -301,12 +301,12 @@ class LeagueTraining:
         seatings: list[Seating] = []
         if _rank() == 0:
             assert self.matchmaker is not None
-            ended: list[tuple[int, tuple[float, float]]] = []
+            finished: list[tuple[int, tuple[float, float]]] = []
             for rank, i in gathered[..., 0].nonzero().tolist():
                 returns = gathered[rank, i, 1:].tolist()
-                ended.append((rank * num_envs + step.envs.start + i, (returns[0], returns[1])))
-            players = [self.matchmaker.seatings[copy] for copy, _ in ended]
-            for before, (result, following) in zip(players, self.matchmaker.episodes_ended(ended)):
+                finished.append((rank * num_envs + step.envs.start + i, (returns[0], returns[1])))
+            players = [self.matchmaker.seatings[copy] for copy, _ in finished]
+            for before, (result, following) in zip(players, self.matchmaker.episodes_ended(finished)):
                 if result is not None and before is not None:
                     self._iteration_results.setdefault(before.player_id, []).append(result)
                 seatings.append(following)
