@@ -101,6 +101,10 @@ def test_recipe_fits_and_validates_through_the_cli(recipe, tmp_path, monkeypatch
         assert f"collect/{binding}/episode_return" in header
     assert list(tmp_path.rglob("events.out.tfevents.*")), "TensorBoard events are written"
     main(["validate", "--config", str(recipe), "--ckpt_path", "last", *tiny])
+    if "evaluation" in yaml.safe_load(recipe.read_text()):
+        # The recipe's evaluation scenarios, two episodes per mix, on the last checkpoint.
+        main(["evaluate", "--config", str(recipe), *tiny, "--evaluation.episodes=2"])
+        assert list(tmp_path.rglob("evaluation/report.json")), "lightmarl evaluate writes the report"
     # The checkpoint alone rebuilds the population for inference, shared modules still shared.
     policies = PolicyDict.load(checkpoints[0])
     for name, spec in checkpoint["lightmarl"]["shared_modules"].items():

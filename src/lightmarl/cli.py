@@ -3,7 +3,11 @@
 ``lightmarl fit --config recipes/quickstart.yaml`` trains, ``lightmarl validate`` /
 ``lightmarl test`` play evaluation episodes; ``--print_config`` shows the resolved recipe
 and any ``--model.x.y=value`` / ``--trainer.x=value`` overrides it. ``lightmarl export``
-writes a run's policies for inference (:mod:`lightmarl.policies.exported`).
+writes a run's policies for inference (:mod:`lightmarl.policies.exported`). A recipe's
+``evaluation:`` section (:class:`~lightmarl.evaluation.scenarios.EvaluationConfig`) names
+evaluation scenarios: ``lightmarl evaluate --config recipe.yaml --ckpt_path last`` plays them and
+writes a report, its plots and videos, and ``evaluation.every_n_frames`` makes ``fit`` play them
+periodically (:mod:`lightmarl.training.periodic_evaluation`).
 
 A recipe carries only what differs from the defaults every run shares: the Trainer settings of
 :data:`TRAINER_DEFAULTS`, and a run directory ``runs/<run_name>`` (:func:`apply_run_defaults`)
@@ -21,10 +25,12 @@ import argparse
 import itertools
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path, PurePath
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
+import torch
 from jsonargparse import set_parsing_settings
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -33,9 +39,13 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightmarl.errors import ConfigError
 from lightmarl.evaluation import plot_cli
+from lightmarl.evaluation.report import markdown_summary
+from lightmarl.evaluation.scenarios import EvaluationConfig
+from lightmarl.evaluation.suite import write_outputs
 from lightmarl.policies.loading import load_torch_file
 from lightmarl.policies.policy_dict import PolicyDict
 from lightmarl.training.module import MARLModule
+from lightmarl.training.periodic_evaluation import PeriodicEvaluation, run_suite, suite_for
 from lightmarl.training.preemption import PREEMPTED_EXIT_CODES, Preemption
 
 TRAINER_DEFAULTS = {
@@ -114,6 +124,13 @@ class LightmarlCLI(LightningCLI):
             default=None,
             help="Run directory name under runs/ (default: the recipe's path under recipes/, without .yaml).",
         )
+        parser.add_argument(
+            "--evaluation",
+            type=EvaluationConfig | None,
+            default=None,
+            help="Evaluation scenarios, played by `lightmarl evaluate` and, with every_n_frames, during fit "
+            "(docs/evaluation.md); `--evaluation.help` lists the fields.",
+        )
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -126,6 +143,15 @@ class LightmarlCLI(LightningCLI):
             super().instantiate_classes()
         except (ValueError, TypeError) as err:
             raise ConfigError(readable(str(err))) from err
+        evaluation = self._config_init().get("evaluation")
+        if evaluation is not None:
+            suite_for(cast(MARLModule, self.model), evaluation)  # a bad scenario fails every subcommand now
+        if self.subcommand == "fit" and evaluation is not None and evaluation.every_n_frames is not None:
+            # Before the checkpoint callbacks, so that a monitored eval/... metric is fresh when they run.
+            self.trainer.callbacks.insert(0, PeriodicEvaluation(evaluation))  # type: ignore[attr-defined]
+
+    def _config_init(self) -> Any:
+        return self.config_init[self.subcommand] if self.subcommand else self.config_init
 
     def _parse_ckpt_path(self) -> None:
         # LightningCLI reads a --ckpt_path file's hyper-parameters while parsing: check the file first.
@@ -237,14 +263,72 @@ def apply_run_defaults(config: Any, run_name: str) -> None:
     trainer.callbacks = callbacks
 
 
-def _read_checkpoint(path: str) -> None:
-    """Fail in one line on a missing, truncated, crafted or non-Lightning checkpoint file."""
+class EvaluateCLI(LightmarlCLI):
+    """``lightmarl evaluate``: the recipe's parser (no subcommand) plus ``--ckpt_path`` and ``--out``."""
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        super().add_arguments_to_parser(parser)
+        parser.add_argument(
+            "--ckpt_path",
+            type=str | None,
+            default="last",
+            help="Checkpoint whose policies are evaluated: a file, `last` (the run's last.ckpt, the default) "
+            "or null (the recipe's untrained policies).",
+        )
+        parser.add_argument(
+            "--out",
+            type=str | None,
+            default=None,
+            help="Folder for report.json, summary.md, PNGs and videos (default: evaluation.out_dir, "
+            "else <run dir>/evaluation).",
+        )
+
+    def evaluate(self) -> None:
+        """Load the checkpoint, play every scenario, write the outputs, log the metrics, print the table."""
+        config = self.config_init
+        evaluation = config.get("evaluation")
+        if evaluation is None:
+            raise ConfigError(
+                "evaluation: the recipe has no `evaluation:` section; add one (docs/evaluation.md) "
+                "or pass --evaluation.scenarios / --evaluation.head_to_head"
+            )
+        module = cast(MARLModule, self.model)
+        suite = suite_for(module, evaluation)  # a bad scenario fails before the checkpoint is read
+        ckpt_path = config.get("ckpt_path")
+        if ckpt_path == "last":
+            last = self._last_checkpoints()
+            if not last:
+                where = self._checkpoint_dirs() or ["(no ModelCheckpoint callback in this recipe)"]
+                raise ConfigError(
+                    f"--ckpt_path last: no last checkpoint in {', '.join(where)}; "
+                    "train first with `lightmarl fit`, pass a checkpoint file, or --ckpt_path null"
+                )
+            ckpt_path = max(last, key=os.path.getmtime)
+        if ckpt_path is not None:
+            checkpoint = _read_checkpoint(ckpt_path)
+            module.load_state_dict(checkpoint["state_dict"])
+            module.on_load_checkpoint(checkpoint)
+        if module.cpu_threads is not None:
+            torch.set_num_threads(module.cpu_threads)
+        out = Path(config.get("out") or evaluation.out_dir or Path(self.trainer.default_root_dir) / "evaluation")
+        result = run_suite(suite, module, out / "videos", checkpoint=ckpt_path)
+        written = write_outputs(result, out) + list(result.videos.values())
+        for logger in self.trainer.loggers:
+            logger.log_metrics(result.logs, step=module.iterations)
+            logger.finalize("success")
+        print(markdown_summary(result.report))  # noqa: T201 - the command's output
+        print("\n".join(f"lightmarl: wrote {path}" for path in written))  # noqa: T201
+
+
+def _read_checkpoint(path: str) -> dict[str, Any]:
+    """A checkpoint read weights-only; fails in one line on a missing, truncated, crafted or non-Lightning file."""
     try:
         checkpoint = load_torch_file(path, field="--ckpt_path")
     except ValueError as err:
         raise ConfigError(str(err)) from err
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise ConfigError(f"--ckpt_path: {str(path)!r} is not a Lightning checkpoint (no 'state_dict')")
+    return checkpoint
 
 
 def _check_config_files(args: list[str]) -> None:
@@ -288,6 +372,22 @@ def main(args: list[str] | None = None) -> None:
             except ValueError as err:
                 raise ConfigError(str(err)) from err
         _check_config_files(argv)
+        if argv[:1] == ["evaluate"]:
+            # Not a Trainer method, so not a LightningCLI subcommand: the recipe is parsed without one,
+            # from the arguments after `evaluate` (LightningCLI warns when args and sys.argv both exist).
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*args parameter is intended.*")
+                cli = EvaluateCLI(
+                    MARLModule,
+                    trainer_defaults=TRAINER_DEFAULTS,
+                    seed_everything_default=0,
+                    auto_configure_optimizers=False,
+                    parser_class=LightmarlArgumentParser,
+                    args=argv[1:],
+                    run=False,
+                )
+            cli.evaluate()
+            return
         LightmarlCLI(
             MARLModule,
             trainer_defaults={**TRAINER_DEFAULTS, "callbacks": [preemption]},

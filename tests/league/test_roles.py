@@ -16,9 +16,12 @@ from lightmarl.league import (
     MainExploiter,
     MainPlayer,
     MainPlayerSettings,
+    PopulationBasedPlayer,
+    PopulationBasedSettings,
     SelfPlayPlayer,
     SelfPlaySettings,
     SoloActivePlayer,
+    SoloSharedPayoff,
     pfsp,
 )
 
@@ -189,3 +192,24 @@ def test_alphastar_snapshot_rule():
         MainPlayerSettings(one_phase_step=100, force_after_step=50)
     with pytest.raises(ValueError, match="pfsp_prob \\+ verification_prob"):
         MainPlayerSettings(pfsp_prob=0.9, verification_prob=0.2)
+
+
+def test_population_based_player_copies_the_best_newest_snapshot_when_it_ranks_last():
+    settings = PopulationBasedSettings(one_phase_step=1, min_results=3)
+    players = [PopulationBasedPlayer(name, settings=settings) for name in ("a", "b", "c")]
+    payoff = SoloSharedPayoff(buffer_size=4)
+    for player in players:
+        payoff.add_player(player)
+    rng = random.Random(0)
+    payoff.update("a", [1.0, 2.0])
+    payoff.update("b", [5.0, 5.0, 5.0])
+    payoff.update("c", [3.0, 3.0, 3.0])
+    assert players[0].mutate(rng) is None  # "a" has 2 results < min_results: nobody is compared yet
+    payoff.update("a", [0.0])
+    assert players[0].mutate(rng) is None  # "a" ranks last but "b" has no snapshot to copy
+    for step, path in ((10, "b_10.pt"), (20, "b_20.pt")):
+        payoff.add_player(HistoricalPlayer(f"b_{step}", checkpoint_path=path, total_agent_step=step, parent_id="b"))
+    assert players[0].mutate(rng) == "b_20.pt"  # the best player's newest snapshot
+    assert players[1].mutate(rng) is None and players[2].mutate(rng) is None  # best, and not in the bottom 25%
+    with pytest.raises(ValueError, match="bottom_fraction"):
+        PopulationBasedSettings(bottom_fraction=1.5)

@@ -9,6 +9,8 @@ test fails.
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import shutil
 import subprocess
@@ -41,11 +43,13 @@ def _lightmarl() -> str:
     return found
 
 
-def run_ddp(recipe: Path, tmp_path: Path) -> str:
-    """``lightmarl fit`` of ``recipe`` on 2 CPU ranks; returns the log after checking both ranks stayed in sync."""
+def run_ddp(recipe: Path, tmp_path: Path, extra: str = "") -> str:
+    """``lightmarl fit`` of ``recipe`` (plus the ``extra`` YAML) on 2 CPU ranks; returns the log after
+    checking both ranks stayed in sync."""
     overrides = tmp_path / "overrides.yaml"
     overrides.write_text(
-        textwrap.dedent(
+        extra
+        + textwrap.dedent(
             f"""\
             trainer:
               default_root_dir: {tmp_path}
@@ -98,7 +102,16 @@ def run_ddp(recipe: Path, tmp_path: Path) -> str:
 
 @pytest.mark.timeout(300)
 def test_quickstart_ddp_two_cpu_ranks_stay_in_sync(tmp_path: Path) -> None:
-    run_ddp(RECIPE, tmp_path)
+    # Periodic evaluation with sampled actions on rank 0 only: the ranks must still stay in sync.
+    evaluation = textwrap.dedent(
+        f"""\
+        evaluation:
+          scenarios:
+            - {{name: sampled, agent_binding_map: [main, main, main], episodes: 2, deterministic: false}}
+          every_n_frames: {FRAMES // 2}
+        """
+    )
+    run_ddp(RECIPE, tmp_path, evaluation)
     ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     state = ckpt["lightmarl"]
     assert state["iterations"] == ITERATIONS
@@ -111,6 +124,8 @@ def test_quickstart_ddp_two_cpu_ranks_stay_in_sync(tmp_path: Path) -> None:
     # Validation ran under DDP too (metrics reduced across ranks with sync_dist).
     metrics = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text()
     assert "eval/main/episode_return" in metrics.splitlines()[0]
+    # Rank 0's periodic evaluation, broadcast and logged at half and at the whole budget.
+    assert sum(bool(row["eval/sampled/main/episode_return"]) for row in csv.DictReader(io.StringIO(metrics))) == 2
 
 
 @pytest.mark.timeout(300)

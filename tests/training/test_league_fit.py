@@ -12,7 +12,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightmarl import keys
 from lightmarl.algorithms import PPO
+from lightmarl.algorithms.dqn import DQN
 from lightmarl.envs import PettingZooEnvConfig
+from lightmarl.league import PayoffSettings
 from lightmarl.training.league import SLOT_PREFIX, LeagueConfig, LeagueRole, LeagueTraining
 from lightmarl.training.module import MARLModule
 
@@ -226,3 +228,102 @@ def test_a_main_exploiter_resets_to_its_initial_weights_and_a_fresh_optimizer(tm
     assert "exploiter_default_0" in resets and "main_default_0" not in resets
     parents = {p.parent_id for p in module.league.manager.historical_players}
     assert parents == {"main_default_0", "exploiter_default_0"}
+
+
+def test_a_solo_league_records_returns_and_the_last_player_copies_the_best(tmp_path):
+    """Two PopulationBasedPlayers on a cooperative task: each copy is the worse player loading the better one's newest snapshot."""
+    league = LeagueConfig(
+        roles=[
+            LeagueRole(
+                class_path="lightmarl.league.PopulationBasedPlayer",
+                binding=binding,
+                settings={"one_phase_step": 32, "min_results": 2},
+            )
+            for binding in ("fast", "slow")
+        ],
+        payoff=PayoffSettings(kind="solo", buffer_size=8),
+        snapshot_dir=str(tmp_path / "league"),
+    )
+    spec = {"class_path": "lightmarl.policies.MLPActorCritic", "policy_kwargs": {"hidden_sizes": [8]}}
+    module = MARLModule(
+        env=PettingZooEnvConfig(
+            env_fn="lightmarl.envs.testing.match.parallel_env",
+            env_kwargs={"num_agents": 2, "nvec": [2], "action_mask": False, "max_cycles": 4},
+            num_envs=4,
+        ),
+        policy_bindings=[{"id": "fast", **spec}, {"id": "slow", **spec}],
+        algorithm=PPO(minibatch_size=8, epochs=1, lr=0.05),
+        algorithms={"slow": PPO(minibatch_size=8, epochs=1, lr=1e-5)},
+        rollout_steps=8,
+        max_frames=4 * 8 * 12,
+        iterations_per_epoch=4,
+        league=league,
+    )
+    assert module.league is not None and module.league.slot_ids == []  # nothing to hold: no opponents
+    copies: list[tuple[str, str]] = []
+    load_live = module.league._load_live
+
+    def checked_load_live(player_id: str, path: str) -> None:
+        payoff = module.league.manager.payoff  # type: ignore[union-attr]
+        means = {p: sum(payoff.results(p)) / len(payoff.results(p)) for p in ("fast_default_0", "slow_default_0")}
+        other = "slow_default_0" if player_id == "fast_default_0" else "fast_default_0"
+        assert means[player_id] <= means[other]  # only the last-ranked player copies
+        assert Path(path).name.startswith(other)  # a snapshot of the other player, never its own
+        load_live(player_id, path)
+        binding = module.league.binding_of(player_id)  # type: ignore[union-attr]
+        copied = torch.load(path, weights_only=True)
+        assert all(torch.equal(module.get_weights(binding)[k], v) for k, v in copied.items())
+        copies.append((player_id, path))
+
+    module.league._load_live = checked_load_live  # type: ignore[method-assign]
+    _trainer(tmp_path).fit(module)
+    assert copies
+    payoff = module.league.manager.payoff
+    for player in ("fast_default_0", "slow_default_0"):
+        returns = payoff.results(player)  # type: ignore[union-attr]
+        assert len(returns) == 8 and all(0.0 <= r <= 8.0 for r in returns)  # 2 agents x 4 steps x at most 1
+    logs = module.league.metrics()
+    assert logs["league/fast_default_0/resets"] + logs["league/slow_default_0/resets"] == len(copies)
+
+
+def test_a_reset_off_policy_player_restarts_its_targets_and_replay(tmp_path):
+    """A main exploiter learning with DQN: after each reset its target network equals the loaded weights and its replay is empty."""
+    league = LeagueConfig(
+        roles=[
+            LeagueRole(class_path="lightmarl.league.MainPlayer", binding="main", settings={"one_phase_step": 24}),
+            LeagueRole(
+                class_path="lightmarl.league.MainExploiter", binding="exploiter", settings={"one_phase_step": 24}
+            ),
+        ],
+        max_resident=2,
+        snapshot_dir=str(tmp_path / "league"),
+        heatmap=False,
+    )
+    spec = {"class_path": "lightmarl.policies.qnet.QNetworkPolicy", "policy_kwargs": {"hidden_sizes": [8]}}
+    module = MARLModule(
+        env=PettingZooEnvConfig(
+            env_fn=ONE_HOT, env_kwargs={"env_fn": "pettingzoo.classic.rps_v2.parallel_env", "max_cycles": 1}, num_envs=4
+        ),
+        policy_bindings=[{"id": "main", **spec}, {"id": "exploiter", **spec}],
+        algorithm=DQN(batch_size=8, learning_starts=8, buffer_size=1000),
+        rollout_steps=4,
+        max_frames=16 * 12,
+        iterations_per_epoch=4,
+        league=league,
+    )
+    assert module.league is not None
+    restarts: list[int] = []
+    load_live = module.league._load_live
+
+    def checked_load_live(player_id: str, path: str) -> None:
+        unit = module.marl_trainer.unit_trainers[module.league.binding_of(player_id)]  # type: ignore[union-attr]
+        assert len(unit.replay) > 0  # it had learned from transitions before the reset
+        load_live(player_id, path)
+        assert len(unit.replay) == 0
+        online = [p.detach() for p in unit.loss.value_network_params.values(True, True)]
+        assert all(torch.equal(t, o) for t, o in zip(unit.target_parameters(), online, strict=True))
+        restarts.append(len(online))
+
+    module.league._load_live = checked_load_live  # type: ignore[method-assign]
+    _trainer(tmp_path).fit(module)
+    assert restarts and restarts[0] > 0

@@ -224,6 +224,13 @@ class UnitTrainer(ABC):
         """Move loss buffers (the policy moves with the LightningModule)."""
         return self
 
+    def restart(self) -> None:  # noqa: B027 - an optional hook: learners without such state keep nothing
+        """Forget learner state tied to the binding's previous weights, which were just replaced.
+
+        Called after a league reset or a population-based copy loaded new weights into the
+        binding (its optimizer state is cleared by the caller). Counters and schedules go on.
+        """
+
     def state_dict(self) -> dict:
         """Trainer state beyond the policy and optimizer (schedules, counters, target networks)."""
         return {}

@@ -232,6 +232,15 @@ class OffPolicyUnitTrainer(UnitTrainer):
     def _make_target_updater(self) -> SoftUpdate | HardUpdate:
         return SoftUpdate(self.loss, tau=self.config.tau)
 
+    def restart(self) -> None:
+        """New weights: the target networks restart as copies of them and the replay buffer empties.
+
+        The old transitions came from the previous weights' behaviour, and targets of the
+        previous weights would bootstrap the new ones from another policy's values.
+        """
+        self.target_updater = self._make_target_updater()  # copies the online networks into the targets
+        self.replay = self._make_replay()
+
     def exploration(self) -> tuple[str, torch.Tensor, float] | None:
         """``(metric name, the policy's exploration buffer, its scheduled value now)``, or ``None`` (no schedule)."""
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -58,6 +59,55 @@ def evaluate_episodes(
         ``winner`` rule, ``win_rate`` and ``draw_rate``: the fractions of the seats the binding
         played (one per agent per episode) that it won or drew.
     """
+    scorer = _play(policy, env_config, num_episodes, seed, num_envs, deterministic, device, winner)
+    results, outcomes = scorer.results, scorer.outcomes
+    summary = {}
+    for binding, episodes in results.items():
+        if not episodes:  # plays only in env copies that finished no counted episode
+            continue
+        r = torch.tensor([x[0] for x in episodes])
+        summary[binding] = {
+            "episode_return": float(r.mean()),
+            "episode_return_std": float(r.std()) if len(r) > 1 else 0.0,
+            "episode_length": float(sum(x[1] for x in episodes) / len(episodes)),
+            "episodes": float(len(episodes)),
+        }
+        if winner != "none":
+            played = outcomes[binding]
+            summary[binding]["win_rate"] = played.count("win") / len(played)
+            summary[binding]["draw_rate"] = played.count("draw") / len(played)
+    return summary
+
+
+@torch.no_grad()
+def play_episodes(
+    policy: MultiAgentPolicy,
+    env_config: EnvConfig,
+    num_episodes: int,
+    seed: int,
+    num_envs: int | None = None,
+    deterministic: bool = True,
+    device: torch.device | str = "cpu",
+    winner: WinRule = "none",
+) -> list[EpisodeRecord]:
+    """Play ``num_episodes`` episodes like :func:`evaluate_episodes` and return each one's record.
+
+    Same arguments as :func:`evaluate_episodes`; the records come in the order the episodes
+    finished (env copy order within a step).
+    """
+    return _play(policy, env_config, num_episodes, seed, num_envs, deterministic, device, winner).episodes
+
+
+def _play(
+    policy: MultiAgentPolicy,
+    env_config: EnvConfig,
+    num_episodes: int,
+    seed: int,
+    num_envs: int | None,
+    deterministic: bool,
+    device: torch.device | str,
+    winner: WinRule,
+) -> EpisodeScorer:
     if winner not in ("none", "highest_return", "positive_return"):
         raise ValueError(f"winner: {winner!r} is not one of ['none', 'highest_return', 'positive_return']")
     count = num_envs or min(num_episodes, env_config.num_envs)
@@ -77,23 +127,30 @@ def evaluate_episodes(
         loop.run(scorer)
     finally:
         loop.close()
-    results, outcomes = scorer.results, scorer.outcomes
-    summary = {}
-    for binding, episodes in results.items():
-        if not episodes:  # plays only in env copies that finished no counted episode
-            continue
-        r = torch.tensor([x[0] for x in episodes])
-        summary[binding] = {
-            "episode_return": float(r.mean()),
-            "episode_return_std": float(r.std()) if len(r) > 1 else 0.0,
-            "episode_length": float(sum(x[1] for x in episodes) / len(episodes)),
-            "episodes": float(len(episodes)),
-        }
-        if winner != "none":
-            played = outcomes[binding]
-            summary[binding]["win_rate"] = played.count("win") / len(played)
-            summary[binding]["draw_rate"] = played.count("draw") / len(played)
-    return summary
+    return scorer
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    """One counted evaluation episode.
+
+    Attributes:
+        env_index: the env copy that played it.
+        returns: binding id -> the mean return of the agents it controlled.
+        lengths: binding id -> steps its agents acted (the longest of them).
+        agent_returns: agent name -> its return.
+        seats: binding id -> the agents it controlled, in ``possible_agents`` order.
+        outcomes: binding id -> ``win`` / ``draw`` / ``loss`` where the ``winner`` rule gives
+            all of the binding's seats the same outcome (absent with ``winner="none"``, and for
+            a binding that won one seat and lost another, e.g. against itself).
+    """
+
+    env_index: int
+    returns: dict[str, float]
+    lengths: dict[str, int]
+    agent_returns: dict[str, float]
+    seats: dict[str, list[str]]
+    outcomes: dict[str, str]
 
 
 class EpisodeScorer:
@@ -123,6 +180,9 @@ class EpisodeScorer:
         self.results: dict[str, list[tuple[float, int]]] = {b: [] for b in table.active_ids}
         #: binding id -> ``win`` / ``draw`` / ``loss`` per seat it played in a counted episode (with a ``winner`` rule).
         self.outcomes: dict[str, list[str]] = {b: [] for b in table.active_ids}
+        #: every counted episode, in the order they finished.
+        self.episodes: list[EpisodeRecord] = []
+        self.agent_names = table.env_spec.possible_agents
         self.finished = 0
 
     @property
@@ -142,13 +202,19 @@ class EpisodeScorer:
                 break
             self.finished += 1
             seats: list[tuple[str, float]] = []
+            record = EpisodeRecord(e, {}, {}, {}, {}, {})
             for g in self.groups:
                 returns, lengths = self.returns[g.name], self.lengths[g.name]
                 binding_of = self.table.bindings_of_envs(g.name, self.num_envs)[e]
                 for index in binding_of.unique().tolist():
                     agents = binding_of == index
                     binding_id = self.table.ids[index]
-                    self.results[binding_id].append((float(returns[e, agents].mean()), int(lengths[e, agents].max())))
+                    result = (float(returns[e, agents].mean()), int(lengths[e, agents].max()))
+                    self.results[binding_id].append(result)
+                    record.returns[binding_id], record.lengths[binding_id] = result
+                for agent_id, b, r in zip(g.agent_ids, binding_of.tolist(), returns[e].tolist()):
+                    record.agent_returns[self.agent_names[agent_id]] = r
+                    record.seats.setdefault(self.table.ids[b], []).append(self.agent_names[agent_id])
                 # A seat is an agent that acted or was paid in the episode (a turn-based game can
                 # end before the second player's first turn).
                 seats += [
@@ -158,8 +224,14 @@ class EpisodeScorer:
                 ]
                 returns[e] = 0
                 lengths[e] = 0
+            per_binding: dict[str, set[str]] = {}
             for binding_id, outcome in seat_outcomes(seats, self.winner):
                 self.outcomes[binding_id].append(outcome)
+                per_binding.setdefault(binding_id, set()).add(outcome)
+            record.outcomes.update({b: next(iter(o)) for b, o in per_binding.items() if len(o) == 1})
+            for agents in record.seats.values():
+                agents.sort(key=self.agent_names.index)
+            self.episodes.append(record)
 
 
 def seat_outcomes(seats: list[tuple[str, float]], winner: WinRule) -> list[tuple[str, str]]:

@@ -102,7 +102,8 @@ def plot_return_distributions(
     if not returns:
         raise ValueError("plot_return_distributions: no scenarios")
     figure = Figure(figsize=(max(4.0, 3.2 * len(returns)), 4.0))
-    panels = figure.subplots(1, len(returns), squeeze=False)[0]
+    # One env, one return scale: a shared y axis lets the panels be compared by eye.
+    panels = figure.subplots(1, len(returns), squeeze=False, sharey=True)[0]
     for axes, (scenario, by_binding) in zip(panels, returns.items()):
         labels = list(by_binding)
         data = [np.asarray(by_binding[label], dtype=np.float64) for label in labels]
@@ -111,7 +112,8 @@ def plot_return_distributions(
         else:
             axes.violinplot(data, showmeans=True)
             axes.set_xticks(range(1, len(labels) + 1), labels)
-        axes.set_title(scenario)
+        # Generated names are long (swap/agent_1_by_scripted): one line per part keeps panels apart.
+        axes.set_title(scenario.replace("/", "/\n"), fontsize="medium")
         axes.grid(alpha=0.3, axis="y")
     panels[0].set_ylabel("episode return")
     return _save(figure, out)

@@ -41,7 +41,7 @@ from lightmarl.evaluation.statistics import (
 )
 
 #: version of the report layout; raised when a field is removed or changes meaning.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 #: step key of the one evaluation a report holds, in the marl-eval layout.
 MARL_EVAL_STEP = "step_0"
@@ -106,6 +106,8 @@ def build_report(
     seed: int = 0,
     resamples: int = BOOTSTRAP_RESAMPLES,
     metadata: Mapping[str, Any] | None = None,
+    setups: Mapping[str, Mapping[str, Any]] | None = None,
+    teams: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Report:
     """Summarise every scenario into a report (a plain, JSON-ready dict).
 
@@ -122,12 +124,16 @@ def build_report(
         seed: bootstrap seed.
         resamples: bootstrap resamples.
         metadata: free-form context stored as is (recipe, checkpoint, commit).
+        setups: scenario name -> how it was played (kind, maps, episodes, seed, ...), stored as is.
+        teams: scenario name -> its team block (replace-one-agent scenarios:
+            :func:`lightmarl.evaluation.suite.team_summary`), stored as is.
     """
     if not scenarios:
         raise ValueError("build_report: no scenarios; give scenario name -> ScenarioEpisodes")
-    unknown = sorted(set(head_to_head_games or {}) - set(scenarios))
-    if unknown:
-        raise ValueError(f"head_to_head_games: scenarios {unknown} are not in scenarios {sorted(scenarios)}")
+    for what, given in (("head_to_head_games", head_to_head_games), ("setups", setups), ("teams", teams)):
+        unknown = sorted(set(given or {}) - set(scenarios))
+        if unknown:
+            raise ValueError(f"{what}: scenarios {unknown} are not in scenarios {sorted(scenarios)}")
     body: dict[str, Any] = {}
     marl_eval: dict[str, Any] = {}
     for name, episodes in scenarios.items():
@@ -137,7 +143,10 @@ def build_report(
             "bindings": {binding: summary.to_dict() for binding, summary in summaries.items()},
             "episodes": {binding: _episodes_dict(episodes, binding) for binding in episodes.bindings},
             "head_to_head": None,
+            "team": None if name not in (teams or {}) else dict((teams or {})[name]),
         }
+        if name in (setups or {}):
+            scenario["setup"] = dict((setups or {})[name])
         if games is not None:
             scenario["head_to_head"] = {
                 **summarize_games(games).to_dict(),
@@ -314,4 +323,21 @@ def markdown_summary(report: Mapping[str, Any], digits: int = 2) -> str:
         for i, player in enumerate(players):
             cells = [_number(value, digits + 1) for value in h2h["score"][i]]
             lines.append(f"| {player} | " + " | ".join(cells) + f" | {h2h['elo'][player]:.0f} |")
+    changed = {name: s["team"] for name, s in report["scenarios"].items() if s["team"] and s["team"]["change"]}
+    if changed:
+        lines += [
+            "",
+            f"Replace one agent: the team's return (mean of its agents) and its change against the unchanged "
+            f"team (Welch {level}% CI).",
+            "",
+            "| scenario | replaced | team return | change [CI] | episodes |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for name, team in changed.items():
+            change = team["change"]
+            interval = f"[{_number(change['ci_low'], digits)}, {_number(change['ci_high'], digits)}]"
+            lines.append(
+                f"| {name} | {team['replaced']} | {_number(team['episode_return']['mean'], digits)} | "
+                f"{_number(change['difference'], digits)} {interval} | {change['n']} |"
+            )
     return "\n".join(lines) + "\n"

@@ -31,14 +31,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from lightmarl._imports import import_object
 from lightmarl.league.jobs import Job
 from lightmarl.league.manager import LeagueManager
+from lightmarl.league.payoff import SoloSharedPayoff
 from lightmarl.league.player import HistoricalPlayer
 
 Result = Literal["win", "draw", "loss"]
+#: what an episode gives the league: a battle result, or a solo player's episode return.
+EpisodeResult = Result | float
 #: ``fn(own_return, opponent_return) -> "win" | "draw" | "loss"``, from the job's player's side.
 OutcomeFn = Callable[[float, float], str]
 
@@ -119,7 +122,9 @@ class Matchmaker:
                 f"league: {num_copies} env copies (over every process) for {len(active)} active players; "
                 "each player needs at least one copy to play its jobs in"
             )
-        if not slot_bindings:
+        #: solo league (no opponents): one seat, every result an episode return.
+        self.solo = isinstance(manager.payoff, SoloSharedPayoff)
+        if not slot_bindings and not self.solo:
             raise ValueError("league.max_resident: need at least one opponent slot")
         self.manager = manager
         self.player_bindings = dict(player_bindings)
@@ -144,20 +149,23 @@ class Matchmaker:
         """A seating for every copy that has none (all of them at the start of a run)."""
         return [self._next(g) for g in range(self.num_copies) if self.seatings[g] is None]
 
-    def episode_ended(self, copy: int, seat_returns: tuple[float, float]) -> tuple[str | None, Seating]:
+    def episode_ended(self, copy: int, seat_returns: Sequence[float]) -> tuple[EpisodeResult | None, Seating]:
         """Record the episode copy ``copy`` just finished and give it the next seating.
 
         Args:
             copy: the copy.
-            seat_returns: the episode's return of each seat (summed over the seat's agents).
+            seat_returns: the episode's return of each seat (summed over the seat's agents; one
+                seat in a solo league).
 
         Returns:
-            ``(result, seating)``: the result from the player's side (``None`` for an unrecorded
-            fallback episode), and what the copy plays next.
+            ``(result, seating)``: the result from the player's side (its episode return in a
+            solo league; ``None`` for an unrecorded fallback episode), and what the copy plays next.
         """
         return self.episodes_ended([(copy, seat_returns)])[0]
 
-    def episodes_ended(self, ended: Sequence[tuple[int, tuple[float, float]]]) -> list[tuple[str | None, Seating]]:
+    def episodes_ended(
+        self, ended: Sequence[tuple[int, Sequence[float]]]
+    ) -> list[tuple[EpisodeResult | None, Seating]]:
         """:meth:`episode_ended` for every copy whose episode ended at the same step.
 
         All of them are recorded and released before any is seated again, so the slots their
@@ -167,24 +175,28 @@ class Matchmaker:
         results = [self._record(copy, seat_returns) for copy, seat_returns in ended]
         return [(result, self._next(copy)) for result, (copy, _) in zip(results, ended)]
 
-    def _record(self, copy: int, seat_returns: tuple[float, float]) -> str | None:
+    def _record(self, copy: int, seat_returns: Sequence[float]) -> EpisodeResult | None:
         seating = self.seatings[copy]
         if seating is None:
             raise ValueError(f"env copy {copy} has no job: call start() first")
-        result = None
-        if seating.job_id >= 0:
-            own, other = seat_returns[seating.seat], seat_returns[1 - seating.seat]
-            result = self.outcome(float(own), float(other))
-            if result not in RESULTS:
-                raise ValueError(f"league.outcome returned {result!r}; expected one of {list(RESULTS)}")
+        result: EpisodeResult | None = None
+        if self.solo:
+            result = float(seat_returns[0])
             self.manager.finish_job(seating.job_id, [result])
-            self.seat_results[seating.player_id][seating.seat][result] += 1
+        elif seating.job_id >= 0:
+            own, other = seat_returns[seating.seat], seat_returns[1 - seating.seat]
+            outcome = self.outcome(float(own), float(other))
+            if outcome not in RESULTS:
+                raise ValueError(f"league.outcome returned {outcome!r}; expected one of {list(RESULTS)}")
+            self.manager.finish_job(seating.job_id, [outcome])
+            self.seat_results[seating.player_id][seating.seat][outcome] += 1
+            result = cast(Result, outcome)
         self.seatings[copy] = None
         return result
 
     def _next(self, copy: int) -> Seating:
         player_id = self.launcher[copy]
-        seat = (copy + self.jobs_started[copy]) % 2
+        seat = 0 if self.solo else (copy + self.jobs_started[copy]) % 2
         self.jobs_started[copy] += 1
         for _ in range(1 + self.max_redraws):
             job = self.manager.get_job(player_id)
@@ -201,13 +213,15 @@ class Matchmaker:
         return seating
 
     def _seat(self, copy: int, job: Job, seat: int) -> Seating | None:
+        binding = self.player_bindings[job.player_id]
+        if self.solo and not job.opponent_ids:
+            return Seating(copy, job.job_id, job.player_id, job.player_id, seat, binding, binding)
         if len(job.opponent_ids) != 1:
             raise ValueError(
                 f"league: job {job.job_id} of {job.player_id!r} has opponents {list(job.opponent_ids)}; "
                 "league training in an env plays one opponent per job"
             )
         (opponent_id,) = job.opponent_ids
-        binding = self.player_bindings[job.player_id]
         if opponent_id in self.player_bindings:
             return Seating(
                 copy, job.job_id, job.player_id, opponent_id, seat, binding, self.player_bindings[opponent_id]

@@ -18,8 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
+
 from lightmarl.league.jobs import EpsilonSchedule, Job, JobSettings
-from lightmarl.league.payoff import BattleSharedPayoff, SharedPayoff
+from lightmarl.league.payoff import BattleSharedPayoff, SharedPayoff, SoloSharedPayoff
 from lightmarl.league.pfsp import PFSPWeighting, pfsp
 
 
@@ -286,6 +288,61 @@ class SoloActivePlayer(ActivePlayer):
 
     def _get_job_opponents(self, rng: random.Random) -> tuple[list[Player], str]:
         return [], "solo"
+
+
+@dataclass
+class PopulationBasedSettings(ActivePlayerSettings):
+    """Settings of :class:`PopulationBasedPlayer`.
+
+    Attributes:
+        bottom_fraction: a player whose mean recent result ranks in this bottom share of the
+            solo players (at least the last one) copies the best player at its next snapshot.
+        min_results: recent results every compared player needs before any copy happens.
+    """
+
+    bottom_fraction: float = 0.25
+    min_results: int = 10
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_probability("bottom_fraction", self.bottom_fraction)
+        if self.min_results < 1:
+            raise ValueError(f"min_results must be >= 1, got {self.min_results}")
+
+
+class PopulationBasedPlayer(SoloActivePlayer):
+    """A solo player that copies the best player's weights when it falls behind (PBT's exploit step).
+
+    Jaderberg et al. 2017, "Population Based Training of Neural Networks": at each of its
+    snapshots the player compares the mean of every solo player's recent results (episode
+    returns, from the solo payoff); if it ranks in the bottom ``bottom_fraction``, :meth:`mutate`
+    returns the newest snapshot of the best player, which the training loop loads into this
+    player's binding (its optimizer state restarts; its own algorithm and hyper-parameters stay,
+    so the copy goes on learning its own way).
+    """
+
+    settings_class = PopulationBasedSettings
+    settings: PopulationBasedSettings
+
+    def __init__(self, player_id: str, settings: PopulationBasedSettings | None = None, **kwargs: Any) -> None:
+        """Args as :class:`ActivePlayer`; ``settings`` typed here so that ``class_path`` configs can name its fields."""
+        super().__init__(player_id, settings=settings, **kwargs)
+
+    def mutate(self, rng: random.Random) -> str | None:
+        payoff = self.payoff
+        if not isinstance(payoff, SoloSharedPayoff):
+            raise TypeError(f"{type(self).__name__} needs a solo payoff, got {type(payoff).__name__}")
+        players = [p for p in payoff.players if isinstance(p, SoloActivePlayer)]
+        results = {p.player_id: [float(r) for r in payoff.results(p.player_id)] for p in players}
+        if len(players) < 2 or any(len(r) < self.settings.min_results for r in results.values()):
+            return None
+        ranked = sorted(players, key=lambda p: float(np.mean(results[p.player_id])))  # worst first
+        bottom = max(1, int(len(ranked) * self.settings.bottom_fraction))
+        best = ranked[-1]
+        if self not in ranked[:bottom] or best is self:
+            return None
+        snapshots = [h for h in payoff.players if isinstance(h, HistoricalPlayer) and h.parent_id == best.player_id]
+        return max(snapshots, key=lambda h: h.total_agent_step).checkpoint_path if snapshots else None
 
 
 class BattleActivePlayer(ActivePlayer):

@@ -46,6 +46,7 @@ from lightmarl.population import PolicyBindingConfig
 from lightmarl.population.bindings import as_binding
 
 if TYPE_CHECKING:
+    from lightmarl.algorithms.marl_trainer import MARLTrainer
     from lightmarl.data.collector import RolloutCollector
     from lightmarl.envs.config import EnvConfig
     from lightmarl.population import BindingTable
@@ -70,6 +71,9 @@ class LeagueHost(Protocol):
     def set_weights(self, binding_id: str, weights: dict[str, torch.Tensor]) -> None: ...
 
     def named_optimizers(self) -> dict[str, torch.optim.Optimizer]: ...
+
+    @property
+    def marl_trainer(self) -> MARLTrainer | None: ...
 
 
 #: checkpoint entry of the league's state.
@@ -97,17 +101,18 @@ class LeagueRole:
 
 @dataclass
 class LeagueConfig:
-    """A league of players over a two-seat game (AlphaStar; see ``docs/league.md``).
+    """A league of players over a two-seat game (AlphaStar), or of solo players (``payoff.kind: solo``; see ``docs/league.md``).
 
     Attributes:
         roles: the active players, one per entry, each bound to its own trainable binding.
         seats: the env's agents of each of the two seats (e.g. ``[[player_0], [player_1]]``);
             default: the first half of the agents and the second half. Every agent sits in one
             seat; all of them belong to one agent group. Each env copy alternates the player's
-            seat from one job to the next; results are counted per seat.
+            seat from one job to the next; results are counted per seat. A solo league has one
+            seat of every agent (the default): the player controls the whole team.
         max_resident: opponent slots: historical players whose weights are in memory at once
             (frozen bindings ``league_opponent_<k>``, swapped in from snapshot files). A league
-            of hundreds of snapshots holds this many.
+            of hundreds of snapshots holds this many. A solo league has no opponent slots.
         snapshot_dir: folder of the snapshot files (default: ``<trainer.default_root_dir>/league``).
         outcome: import path of ``fn(own_return, opponent_return) -> "win" | "draw" | "loss"``,
             the result of an episode from the player's side; the default compares the seats'
@@ -151,8 +156,8 @@ class LeagueTraining:
             raise ValueError("league.roles: give at least one role")
         if config.max_resident < 1:
             raise ValueError(f"league.max_resident: expected an integer >= 1, got {config.max_resident!r}")
-        if config.payoff.kind != "battle":
-            raise ValueError("league.payoff.kind: league training in an env plays two seats ('battle')")
+        #: a solo league (``payoff.kind: solo``): players without opponents, results are episode returns.
+        self.solo = config.payoff.kind == "solo"
         bindings = [as_binding(b) for b in policy_bindings or []]
         by_id = {b.id: b for b in bindings}
         self.player_binding_ids = [role.binding for role in config.roles]
@@ -173,16 +178,17 @@ class LeagueTraining:
                     f"league.roles: binding {binding_id!r} differs from {template.id!r} in class_path or "
                     "policy_kwargs; every player's snapshots load into the same opponent slots"
                 )
-        self.seats = self._check_seats(config.seats, env_spec)
+        self.seats = self._check_seats(config.seats, env_spec, self.solo)
         self.group = env_spec.group_of(self.seats[0][0]).name
         agents = env_spec.groups[self.group].agents
-        # Seat of each agent of the group, as a [agents, 2] one-hot: rewards @ it = seat returns.
-        self.seat_matrix = torch.zeros(len(agents), 2, dtype=torch.float64)
+        # Seat of each agent of the group, as a [agents, seats] one-hot: rewards @ it = seat returns.
+        self.seat_matrix = torch.zeros(len(agents), len(self.seats), dtype=torch.float64)
         for seat, names in enumerate(self.seats):
             for name in names:
                 self.seat_matrix[agents.index(name), seat] = 1.0
         self.agents = list(env_spec.possible_agents)
-        self.slot_ids = [f"{SLOT_PREFIX}{k}" for k in range(config.max_resident)]
+        # A solo league has no opponents to hold: its snapshots are only written (and copied by PBT).
+        self.slot_ids = [] if self.solo else [f"{SLOT_PREFIX}{k}" for k in range(config.max_resident)]
         taken = [s for s in self.slot_ids if s in by_id]
         if taken:
             raise ValueError(f"policy_bindings: ids {taken} are reserved for the league's opponent slots")
@@ -197,18 +203,24 @@ class LeagueTraining:
         self.matchmaker: Matchmaker | None = None
         self.module: LeagueHost | None = None
         self.collector: RolloutCollector | None = None
-        self._returns = torch.zeros(0, 2, dtype=torch.float64)
-        self._iteration_results: dict[str, list[str]] = {}
+        self._returns = torch.zeros(0, len(self.seats), dtype=torch.float64)
+        self._iteration_results: dict[str, list[Any]] = {}
+        #: player id -> weight loads after its snapshots (resets, or a PBT copy of another player).
+        self._resets: dict[str, int] = {}
 
     @staticmethod
-    def _check_seats(seats: list[list[str]] | None, env_spec: EnvSpec) -> list[list[str]]:
+    def _check_seats(seats: list[list[str]] | None, env_spec: EnvSpec, solo: bool) -> list[list[str]]:
         agents = list(env_spec.possible_agents)
+        if solo:
+            seats = seats or [agents]
+            if len(seats) != 1 or sorted(seats[0]) != sorted(agents):
+                raise ValueError(f"league.seats: a solo league has one seat holding every agent {agents}, got {seats}")
         if seats is None:
             if len(agents) < 2 or len(agents) % 2:
                 raise ValueError(f"league.seats: give the agents of each seat; the env's agents are {agents}")
             seats = [agents[: len(agents) // 2], agents[len(agents) // 2 :]]
         seated = [a for seat in seats for a in seat]
-        if len(seats) != 2 or not all(seats) or sorted(seated) != sorted(agents):
+        if len(seats) != (1 if solo else 2) or not all(seats) or sorted(seated) != sorted(agents):
             raise ValueError(
                 f"league.seats: expected two non-empty lists that seat each of the env's agents {agents} once, "
                 f"got {seats}"
@@ -258,7 +270,7 @@ class LeagueTraining:
             outcome=self.config.outcome,
             max_redraws=self.config.max_redraws,
         )
-        self._returns = torch.zeros(module.env_config.num_envs, 2, dtype=torch.float64)
+        self._returns = torch.zeros(module.env_config.num_envs, len(self.seats), dtype=torch.float64)
 
     @property
     def manager(self) -> LeagueManager:
@@ -291,9 +303,11 @@ class LeagueTraining:
         rewards = nxt.get(keys.ENV_REWARD, nxt[keys.REWARD])
         self._returns[step.envs] += rewards.to(torch.float64) @ self.seat_matrix
         ended = step.ended.to(torch.float64).unsqueeze(-1)
-        local = torch.cat([ended, self._returns[step.envs]], dim=-1)  # [lane copies, 1 + 2]
+        local = torch.cat([ended, self._returns[step.envs]], dim=-1)  # [lane copies, 1 + seats]
         self._returns[step.envs] *= 1.0 - ended  # a new episode starts from 0
-        gathered = _all_gather(local, self.module.device if self.module is not None else None)  # [ranks, copies, 3]
+        gathered = _all_gather(
+            local, self.module.device if self.module is not None else None
+        )  # [ranks, copies, 1 + seats]
         if not bool(gathered[..., 0].any()):
             return
         assert self.module is not None
@@ -301,10 +315,9 @@ class LeagueTraining:
         seatings: list[Seating] = []
         if _rank() == 0:
             assert self.matchmaker is not None
-            finished: list[tuple[int, tuple[float, float]]] = []
+            finished: list[tuple[int, list[float]]] = []
             for rank, i in gathered[..., 0].nonzero().tolist():
-                returns = gathered[rank, i, 1:].tolist()
-                finished.append((rank * num_envs + step.envs.start + i, (returns[0], returns[1])))
+                finished.append((rank * num_envs + step.envs.start + i, gathered[rank, i, 1:].tolist()))
             players = [self.matchmaker.seatings[copy] for copy, _ in finished]
             for before, (result, following) in zip(players, self.matchmaker.episodes_ended(finished)):
                 if result is not None and before is not None:
@@ -364,6 +377,8 @@ class LeagueTraining:
             for player, count in zip(self.manager.active_players, steps.tolist()):
                 self.manager.update_active_player(player.player_id, int(count))
             events = [(e.player_id, e.reset_to) for e in self.manager.snapshot_due_players()]
+            for player_id, reset_to in events:
+                self._resets[player_id] = self._resets.get(player_id, 0) + (reset_to is not None)
             metrics = self.metrics()
         events, metrics = _broadcast((events, metrics))
         if _rank() != 0:
@@ -387,6 +402,8 @@ class LeagueTraining:
         optimizer = self.module.named_optimizers().get(binding)
         if optimizer is not None:
             getattr(optimizer, "optimizer", optimizer).state.clear()
+        assert self.module.marl_trainer is not None
+        self.module.marl_trainer.unit_trainers[binding].restart()
 
     def metrics(self) -> dict[str, float]:
         """``league/<player>/...`` per active player and the league's size (rank 0's view)."""
@@ -397,6 +414,18 @@ class LeagueTraining:
             pid = player.player_id
             results = self._iteration_results.get(pid, [])
             prefix = f"league/{pid}"
+            logs[f"{prefix}/historical_players"] = float(
+                sum(1 for h in manager.historical_players if h.parent_id == pid)
+            )
+            logs[f"{prefix}/agent_steps"] = float(player.total_agent_step)
+            logs[f"{prefix}/resets"] = float(self._resets.get(pid, 0))
+            if self.solo:
+                recent = [float(r) for r in manager.payoff.results(pid)]  # type: ignore[union-attr]
+                if results:
+                    logs[f"{prefix}/episode_return"] = sum(results) / len(results)
+                if recent:
+                    logs[f"{prefix}/recent_return"] = sum(recent) / len(recent)
+                continue
             if results:
                 logs[f"{prefix}/win_rate"] = (results.count("win") + 0.5 * results.count("draw")) / len(results)
             logs[f"{prefix}/elo"] = float(manager.elo[pid])
@@ -405,17 +434,13 @@ class LeagueTraining:
             for seat, rate in enumerate(self.matchmaker.win_rates_by_seat(pid)):
                 if rate == rate:  # not NaN: the seat has played
                     logs[f"{prefix}/win_rate_seat{seat}"] = rate
-            logs[f"{prefix}/historical_players"] = float(
-                sum(1 for h in manager.historical_players if h.parent_id == pid)
-            )
-            logs[f"{prefix}/agent_steps"] = float(player.total_agent_step)
         self._iteration_results = {}
         return logs
 
     # -- epoch ends -----------------------------------------------------------------------
     def on_epoch_end(self, log_dir: str, epoch: int) -> str | None:
         """Rank 0 writes the payoff heatmap; returns its path (``None`` on other ranks or with ``heatmap: false``)."""
-        if _rank() != 0 or not self.config.heatmap or self.matchmaker is None:
+        if _rank() != 0 or not self.config.heatmap or self.matchmaker is None or self.solo:
             return None
         path = os.path.join(log_dir, "league", f"payoff_epoch{epoch}.png")
         payoff = self.manager.payoff
@@ -427,11 +452,16 @@ class LeagueTraining:
     # -- checkpoints ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         assert self.matchmaker is not None
-        return {"matchmaker": self.matchmaker.state_dict(), "returns": self._returns.tolist()}
+        return {
+            "matchmaker": self.matchmaker.state_dict(),
+            "returns": self._returns.tolist(),
+            "resets": dict(self._resets),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         assert self.matchmaker is not None
         self.matchmaker.load_state_dict(state["matchmaker"])
+        self._resets = {str(k): int(v) for k, v in state.get("resets", {}).items()}
         returns = torch.tensor(state["returns"], dtype=torch.float64)
         if returns.shape == self._returns.shape:
             self._returns = returns
