@@ -22,6 +22,7 @@ import contextlib
 import glob
 import io
 import os
+import threading
 from typing import Any
 
 import torch
@@ -121,23 +122,21 @@ def check_run_directories(trainer: Trainer) -> None:
 
 
 def _probe(path: str) -> None:
-    """Create ``path``, write and remove a file in it, and remove the directories it created (a run
-    that then fails on a bad recipe leaves nothing behind)."""
-    created = []
-    missing = os.path.abspath(path)
-    while not os.path.isdir(missing) and not os.path.exists(missing):
-        created.append(missing)
-        parent = os.path.dirname(missing)
-        if parent == missing:
-            break
-        missing = parent
+    """Create ``path``, write and remove a file in it, and remove ``path`` again if it created it.
+
+    Only the run's own directory is removed (a run that then fails on a bad recipe leaves no
+    empty run directory behind), never a parent it created: runs started side by side (e.g.
+    ``examples/two_trainers.py``) share parents, and removing one under another run's ``mkdir``
+    made that run fail.
+    """
+    created = not os.path.exists(path)
     try:
         os.makedirs(path, exist_ok=True)
-        probe = os.path.join(path, f".lightmarl-write-test-{os.getpid()}")
+        probe = os.path.join(path, f".lightmarl-write-test-{os.getpid()}-{threading.get_ident()}")
         with open(probe, "wb") as file:
             file.write(b"ok")
         os.remove(probe)
     finally:
-        for directory in created:  # deepest first
+        if created:
             with contextlib.suppress(OSError):
-                os.rmdir(directory)
+                os.rmdir(path)
