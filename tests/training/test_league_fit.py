@@ -194,7 +194,8 @@ def test_resume_continues_the_league_exactly(tmp_path, cycles):
     assert all(torch.equal(weights_whole[k], weights_split[k]) for k in weights_whole)
 
 
-def test_a_main_exploiter_resets_to_its_initial_weights_and_a_fresh_optimizer(tmp_path):
+def _main_and_exploiter(tmp_path: Path, spec: dict[str, Any], algorithm: Any) -> MARLModule:
+    """A MainPlayer ("main") and a MainExploiter ("exploiter") on one-round rock-paper-scissors."""
     league = LeagueConfig(
         roles=[
             LeagueRole(class_path="lightmarl.league.MainPlayer", binding="main", settings={"one_phase_step": 24}),
@@ -206,18 +207,22 @@ def test_a_main_exploiter_resets_to_its_initial_weights_and_a_fresh_optimizer(tm
         snapshot_dir=str(tmp_path / "league"),
         heatmap=False,
     )
-    spec = {"class_path": "lightmarl.policies.MLPActorCritic", "policy_kwargs": {"hidden_sizes": [8]}}
-    module = MARLModule(
+    return MARLModule(
         env=PettingZooEnvConfig(
             env_fn=ONE_HOT, env_kwargs={"env_fn": "pettingzoo.classic.rps_v2.parallel_env", "max_cycles": 1}, num_envs=4
         ),
         policy_bindings=[{"id": "main", **spec}, {"id": "exploiter", **spec}],
-        algorithm=PPO(minibatch_size=8, epochs=1, lr=0.05),
+        algorithm=algorithm,
         rollout_steps=4,
         max_frames=16 * 12,
         iterations_per_epoch=4,
         league=league,
     )
+
+
+def test_a_main_exploiter_resets_to_its_initial_weights_and_a_fresh_optimizer(tmp_path):
+    spec = {"class_path": "lightmarl.policies.MLPActorCritic", "policy_kwargs": {"hidden_sizes": [8]}}
+    module = _main_and_exploiter(tmp_path, spec, PPO(minibatch_size=8, epochs=1, lr=0.05))
     assert module.league is not None
     resets: list[str] = []
     load_live = module.league._load_live
@@ -297,29 +302,8 @@ def test_a_solo_league_records_returns_and_the_last_player_copies_the_best(tmp_p
 
 def test_a_reset_off_policy_player_restarts_its_targets_and_replay(tmp_path):
     """A main exploiter learning with DQN: after each reset its target network equals the loaded weights and its replay is empty."""
-    league = LeagueConfig(
-        roles=[
-            LeagueRole(class_path="lightmarl.league.MainPlayer", binding="main", settings={"one_phase_step": 24}),
-            LeagueRole(
-                class_path="lightmarl.league.MainExploiter", binding="exploiter", settings={"one_phase_step": 24}
-            ),
-        ],
-        max_resident=2,
-        snapshot_dir=str(tmp_path / "league"),
-        heatmap=False,
-    )
     spec = {"class_path": "lightmarl.policies.qnet.QNetworkPolicy", "policy_kwargs": {"hidden_sizes": [8]}}
-    module = MARLModule(
-        env=PettingZooEnvConfig(
-            env_fn=ONE_HOT, env_kwargs={"env_fn": "pettingzoo.classic.rps_v2.parallel_env", "max_cycles": 1}, num_envs=4
-        ),
-        policy_bindings=[{"id": "main", **spec}, {"id": "exploiter", **spec}],
-        algorithm=DQN(batch_size=8, learning_starts=8, buffer_size=1000),
-        rollout_steps=4,
-        max_frames=16 * 12,
-        iterations_per_epoch=4,
-        league=league,
-    )
+    module = _main_and_exploiter(tmp_path, spec, DQN(batch_size=8, learning_starts=8, buffer_size=1000))
     assert module.league is not None
     restarts: list[int] = []
     load_live = module.league._load_live
