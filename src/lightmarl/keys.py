@@ -29,6 +29,16 @@ STATE = "state"
 #: A step result beside ``reward`` where a transform rescaled the rewards (``RewardNorm``): the
 #: env's own reward, which the collector's episode statistics report.
 ENV_REWARD = "env_reward"
+#: Prefix of the step results that carry a numeric field of the env's per-agent ``infos``
+#: (``info/score``), where the env config names the field (``info_fields``); NaN where the
+#: agent's info did not report it at that step. Evaluation reports them; experience omits them.
+INFO_PREFIX = "info/"
+
+
+def info_key(field: str) -> str:
+    """The step-result key of the env info field ``field`` (``"score"`` -> ``"info/score"``)."""
+    return INFO_PREFIX + field
+
 
 # -- what policies write ---------------------------------------------------------------------
 ACTION_LOG_PROB = "action_log_prob"

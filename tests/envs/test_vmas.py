@@ -173,3 +173,16 @@ def test_render_failures_name_the_env(monkeypatch):
     monkeypatch.setattr(env._env, "render", no_opengl)
     with pytest.raises(RuntimeError, match=r"env 'balance': VMAS cannot render RGB frames here \(ImportError: Library"):
         env.render(0)
+
+
+def test_info_fields_come_from_the_scenarios_info_per_agent_and_copy():
+    config = VmasEnvConfig(
+        scenario="navigation", scenario_kwargs={"n_agents": 2}, num_envs=3, max_steps=4, info_fields=["pos_rew", "nope"]
+    )
+    vector = config.make_vector(seed=0)
+    vector.reset()
+    nxt, _ = vector.step(random_actions(vector.spec, vector.current, torch.Generator().manual_seed(0)))
+    shaping, missing = nxt["agent"]["info/pos_rew"], nxt["agent"]["info/nope"]
+    assert shaping.shape == missing.shape == (3, 2)
+    assert torch.isfinite(shaping).all() and shaping.abs().sum() > 0  # navigation reports its shaping every step
+    assert missing.isnan().all()  # a field the scenario does not report

@@ -26,7 +26,7 @@ def run_blocks(text: str) -> list[tuple[str, str]]:
 
 def test_doc_examples_print_what_the_doc_shows():
     results = run_blocks(DOC.read_text())
-    assert len(results) == 3
+    assert len(results) == 4
     for shown, printed in results:
         assert printed.rstrip("\n") == shown.rstrip("\n")
 

@@ -303,7 +303,12 @@ class RolloutCollector:
         for g in self._groups:
             name = g.name
             A = g.num_agents
-            stacked = {k: over_time([[s.next[name][k] for s in lane] for lane in steps]) for k in first.next[name]}
+            # Env info fields (keys.INFO_PREFIX) are evaluation's: experience leaves them out.
+            stacked = {
+                k: over_time([[s.next[name][k] for s in lane] for lane in steps])
+                for k in first.next[name]
+                if not k.startswith(keys.INFO_PREFIX)
+            }
             next_groups[name] = TensorDict(
                 {
                     keys.OBSERVATION: stacked[keys.OBSERVATION],

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from lightmarl.envs.base import VecEnv
@@ -24,16 +25,22 @@ from lightmarl.envs.transforms import TransformedVecEnv, VecTransform, transform
 class EnvConfig(ABC):
     """An env recipe: builds the vectors of env copies that training and evaluation step.
 
-    Subclasses are dataclasses with (at least) the fields ``num_envs`` and ``transforms``.
+    Subclasses are dataclasses with (at least) the fields ``num_envs``, ``transforms`` and
+    ``info_fields``, and build their vectors' specs with :meth:`with_info_fields`.
 
     Attributes:
         num_envs: env copies stepped together by each training process.
         transforms: :class:`~lightmarl.envs.transforms.VecTransform` objects applied, in order,
             to every vector's outputs.
+        info_fields: numeric fields of the env's per-agent ``infos`` (e.g. ``[score]``) that the
+            vectors record at every step (``EnvSpec.info_fields``); evaluation reports each
+            one per binding (the value an agent's info held at the last step of the episode
+            that reported it). Empty (the default): infos are not read.
     """
 
     num_envs: int
     transforms: list[VecTransform]
+    info_fields: list[str]
 
     @property
     @abstractmethod
@@ -96,6 +103,19 @@ class EnvConfig(ABC):
     def make_base_recording_vector(self, seed: int, record: Callable[[Any, Callable[[Any], Any]], Any]) -> VecEnv:
         """:meth:`make_recording_vector` without the transforms; env families that render override it."""
         raise ValueError(f"evaluation video: env {self.name!r} ({type(self).__name__}) cannot record RGB frames")
+
+    def with_info_fields(self, spec: EnvSpec) -> EnvSpec:
+        """``spec`` with this config's :attr:`info_fields`, so that vectors built on it record them."""
+        return replace(spec, info_fields=tuple(self.info_fields))
+
+    def check_info_fields(self) -> None:
+        """Fail clearly when ``info_fields`` is not a list of distinct, non-empty names."""
+        fields = self.info_fields
+        if not isinstance(fields, (list, tuple)) or not all(isinstance(f, str) and f for f in fields):
+            raise ValueError(f"env.info_fields: expected a list of info field names (e.g. [score]), got {fields!r}")
+        repeated = sorted({f for f in fields if list(fields).count(f) > 1})
+        if repeated:
+            raise ValueError(f"env.info_fields: {repeated} named more than once")
 
     def check_transforms(self) -> None:
         """Fail clearly when ``transforms`` holds something that is not a transform."""

@@ -42,6 +42,7 @@ class GroupLayout:
     num_actions: int
     action_shape: tuple[int, ...]
     action_dtype: str  # NumPy dtype name
+    info_fields: tuple[str, ...] = ()  # EnvSpec.info_fields
 
     @classmethod
     def of(cls, spec: EnvSpec) -> list[GroupLayout]:
@@ -54,6 +55,7 @@ class GroupLayout:
                 num_actions=g.num_actions,
                 action_shape=tuple(g.action_shape),
                 action_dtype="float32" if g.action_kind == "continuous" else "int64",
+                info_fields=tuple(spec.info_fields),
             )
             for g in spec.groups.values()
         ]
@@ -74,10 +76,49 @@ class GroupLayout:
             fields.append((keys.ACTION_MASK, "bool", (*rows, self.num_actions)))
         fields += [(keys.REWARD, "float32", rows), (keys.TERMINATED, "bool", rows), (keys.TRUNCATED, "bool", rows)]
         fields.append((keys.DONE, "bool", rows))
+        fields += [(keys.info_key(name), "float32", rows) for name in self.info_fields]
         return fields
 
     def action_field(self, num_envs: int) -> tuple[str, tuple[int, ...]]:
         return self.action_dtype, (num_envs, len(self.agents), *self.action_shape)
+
+
+def write_infos(
+    arrays: Arrays, e: int, slot: dict[Hashable, tuple[str, int]], infos: Any, fields: Sequence[str], where: str
+) -> None:
+    """Write the numeric ``fields`` of an env's per-agent ``infos`` into row ``e`` of ``arrays``.
+
+    Every agent's entry of every field is written: the value where the agent's info holds a
+    number (``bool``, ``int``, ``float`` or a one-element array), NaN otherwise, so a stale
+    value never outlives its step.
+
+    Raises:
+        RuntimeError: a field holds something that is not one number, naming ``where`` (the
+            env copy), the agent and the value.
+    """
+    for entries in arrays.values():
+        for name in fields:
+            key = keys.info_key(name)
+            if key in entries:
+                entries[key][e] = np.nan
+    if not isinstance(infos, dict):
+        return
+    for agent, info in infos.items():
+        position = slot.get(agent)
+        if position is None or not isinstance(info, dict):
+            continue
+        group, i = position
+        for name in fields:
+            value = info.get(name)
+            if value is None:
+                continue
+            try:
+                arrays[group][keys.info_key(name)][e, i] = float(np.asarray(value, dtype=np.float64).reshape(()))
+            except (TypeError, ValueError):
+                raise RuntimeError(
+                    f"{where}: info field {name!r} of agent {agent!r} is {value!r}, not one number; "
+                    "env info_fields must name numeric fields"
+                ) from None
 
 
 def root_fields(num_envs: int, state_shape: tuple[int, ...] | None) -> list[tuple[str, str, tuple[int, ...]]]:

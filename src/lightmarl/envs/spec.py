@@ -87,6 +87,10 @@ class EnvSpec:
             ``possible_agents``).
         turn_based: one agent acts per step (a PettingZoo AEC env): each copy has exactly one
             valid row, and rewards and ends may arrive in rows of agents that did not act.
+        info_fields: numeric fields of the env's per-agent ``infos`` that every step's results
+            carry per group, as ``info/<field>`` ``[num_envs, agents_in_group]`` float32 (NaN where
+            the agent's info did not report the field at that step); the env config's
+            ``info_fields``.
     """
 
     name: str
@@ -95,6 +99,7 @@ class EnvSpec:
     state_shape: tuple[int, ...] | None = None
     env_agents: tuple[Hashable, ...] = ()
     turn_based: bool = False
+    info_fields: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _default_env_agents(self)

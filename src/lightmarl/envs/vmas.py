@@ -81,6 +81,9 @@ class VmasEnvConfig(EnvConfig):
         device: where VMAS simulates (``cpu``, ``cuda``, ``cuda:1``).
         transforms: optional :mod:`~lightmarl.envs.transforms` applied, in order, to the
             vector's outputs.
+        info_fields: fields of the scenario's per-agent ``info()`` (one number per env copy,
+            e.g. navigation's ``final_rew``) that evaluation reports per binding (see
+            :class:`~lightmarl.envs.config.EnvConfig`).
     """
 
     scenario: str = "balance"
@@ -90,11 +93,13 @@ class VmasEnvConfig(EnvConfig):
     continuous_actions: bool = False
     device: str = "cpu"
     transforms: list[VecTransform] = field(default_factory=list)
+    info_fields: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not HAS_VMAS:
             raise ImportError(INSTALL_HINT)
         self.check_transforms()
+        self.check_info_fields()
         if isinstance(self.num_envs, bool) or not isinstance(self.num_envs, int) or self.num_envs < 1:
             raise ValueError(f"env.num_envs: expected a positive integer, got {self.num_envs!r}")
         if self.max_steps is not None and (
@@ -164,7 +169,7 @@ class VmasEnvConfig(EnvConfig):
             if "passed but not used by the scenario" in str(warning.message):
                 raise ValueError(f"env.scenario_kwargs: VMAS scenario {self.scenario!r}: {warning.message}")
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-        return VmasVecEnv(env, vmas_spec_of(env, self.name), seed, random_state)
+        return VmasVecEnv(env, self.with_info_fields(vmas_spec_of(env, self.name)), seed, random_state)
 
     def base_spec(self) -> EnvSpec:
         """The scenario's groups and spaces, after a reset and two random steps of two copies
@@ -333,7 +338,7 @@ class VmasVecEnv:
                 # VMAS wants [num_envs, 1] discrete actions and [num_envs, size] forces.
                 per_agent[i] = group_actions[:, j].unsqueeze(-1) if self._discrete[g.name] else group_actions[:, j]
         with self._random_state.active():
-            observations, rewards, terminated, truncated, _ = self._env.step(per_agent)
+            observations, rewards, terminated, truncated, infos = self._env.step(per_agent)
             ended_on_device = terminated | truncated
             reset_observations = None
             if bool(ended_on_device.any()):
@@ -360,6 +365,7 @@ class VmasVecEnv:
                 keys.TERMINATED: team_terminated,
                 keys.TRUNCATED: team_truncated,
                 keys.DONE: team_terminated | team_truncated,
+                **self._info_fields(g, infos),
             }
             observation = final[g.name].clone()
             if restarted is not None:
@@ -367,6 +373,26 @@ class VmasVecEnv:
             current[g.name] = {keys.OBSERVATION: observation, keys.VALID: self._valid(g)}
         self.current = current
         return nxt, ended
+
+    def _info_fields(self, group: GroupSpec, infos: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """``info/<field>`` ``[num_envs, agents_in_group]`` of the spec's info fields (NaN where an agent's info lacks one)."""
+        out = {}
+        for name in self.spec.info_fields:
+            values = torch.full((self.num_envs, group.num_agents), float("nan"))
+            for j, i in enumerate(group.agent_ids):
+                value = infos[i].get(name)
+                if value is None:
+                    continue
+                value = torch.as_tensor(value).to("cpu", torch.float32)
+                if value.numel() not in (1, self.num_envs):
+                    raise RuntimeError(
+                        f"VMAS scenario {self.spec.name!r}: info field {name!r} of agent "
+                        f"{self.spec.possible_agents[i]!r} has shape {tuple(value.shape)}, not one number per env "
+                        "copy; env info_fields must name numeric per-copy fields"
+                    )
+                values[:, j] = value.reshape(-1)
+            out[keys.info_key(name)] = values
+        return out
 
     def observation_td(self) -> TensorDict:
         """As :func:`~lightmarl.envs.base.observation_td`: per group ``observation``, ``valid``, ``agent_id``."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -55,9 +56,11 @@ def evaluate_episodes(
 
     Returns:
         binding id -> ``episode_return`` (mean over episodes of the mean over the binding's
-        agents), ``episode_return_std``, ``episode_length``, ``episodes`` and, with a
-        ``winner`` rule, ``win_rate`` and ``draw_rate``: the fractions of the seats the binding
-        played (one per agent per episode) that it won or drew.
+        agents), ``episode_return_std``, ``episode_length``, ``episodes``; with a ``winner``
+        rule, ``win_rate`` and ``draw_rate``: the fractions of the seats the binding played
+        (one per agent per episode) that it won or drew; and ``info/<field>`` for each of the
+        env config's ``info_fields`` (:attr:`EpisodeRecord.info`) that the binding's agents
+        reported, its mean over the episodes that reported it.
     """
     scorer = _play(policy, env_config, num_episodes, seed, num_envs, deterministic, device, winner)
     results, outcomes = scorer.results, scorer.outcomes
@@ -76,6 +79,10 @@ def evaluate_episodes(
             played = outcomes[binding]
             summary[binding]["win_rate"] = played.count("win") / len(played)
             summary[binding]["draw_rate"] = played.count("draw") / len(played)
+        for name, values in scorer.info[binding].items():
+            reported = [v for v in values if not math.isnan(v)]
+            if reported:
+                summary[binding][f"info/{name}"] = sum(reported) / len(reported)
     return summary
 
 
@@ -121,7 +128,9 @@ def _play(
             unplayed,
         )
     mode = ExplorationType.DETERMINISTIC if deterministic else ExplorationType.RANDOM
-    scorer = EpisodeScorer(table, list(env.spec.groups.values()), count, num_episodes, winner)
+    scorer = EpisodeScorer(
+        table, list(env.spec.groups.values()), count, num_episodes, winner, info_fields=env.spec.info_fields
+    )
     loop = RolloutLoop(env, policy, mode, device)
     try:
         loop.run(scorer)
@@ -143,6 +152,9 @@ class EpisodeRecord:
         outcomes: binding id -> ``win`` / ``draw`` / ``loss`` where the ``winner`` rule gives
             all of the binding's seats the same outcome (absent with ``winner="none"``, and for
             a binding that won one seat and lost another, e.g. against itself).
+        info: binding id -> env info field (``EnvSpec.info_fields``) -> the mean over the
+            binding's agents of the value each one's info held at the last step of the episode
+            that reported the field (NaN where none of them reported it).
     """
 
     env_index: int
@@ -151,6 +163,7 @@ class EpisodeRecord:
     agent_returns: dict[str, float]
     seats: dict[str, list[str]]
     outcomes: dict[str, str]
+    info: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 class EpisodeScorer:
@@ -164,10 +177,17 @@ class EpisodeScorer:
         num_envs: env copies stepped.
         num_episodes: episodes to count.
         winner: the win rule of :func:`evaluate_episodes`.
+        info_fields: the env's info fields (``EnvSpec.info_fields``) to report per binding.
     """
 
     def __init__(
-        self, table: BindingTable, groups: list[GroupSpec], num_envs: int, num_episodes: int, winner: WinRule
+        self,
+        table: BindingTable,
+        groups: list[GroupSpec],
+        num_envs: int,
+        num_episodes: int,
+        winner: WinRule,
+        info_fields: tuple[str, ...] = (),
     ) -> None:
         self.table = table
         self.groups = groups
@@ -182,6 +202,16 @@ class EpisodeScorer:
         self.outcomes: dict[str, list[str]] = {b: [] for b in table.active_ids}
         #: every counted episode, in the order they finished.
         self.episodes: list[EpisodeRecord] = []
+        self.info_fields = tuple(info_fields)
+        #: group -> info field -> the last value each (env copy, agent) reported in its episode so far.
+        self.info_last = {
+            g.name: {name: torch.full((num_envs, g.num_agents), float("nan")) for name in self.info_fields}
+            for g in groups
+        }
+        #: binding id -> info field -> :attr:`EpisodeRecord.info` value per counted episode it played.
+        self.info: dict[str, dict[str, list[float]]] = {
+            b: {name: [] for name in self.info_fields} for b in table.active_ids
+        }
         self.agent_names = table.env_spec.possible_agents
         self.finished = 0
 
@@ -197,6 +227,9 @@ class EpisodeScorer:
             # game's loss lands on the winner's turn); absent agents of parallel envs get 0.
             self.returns[g.name][envs] += step.next[g.name][keys.REWARD]
             self.lengths[g.name][envs] += valid.long()
+            for name, last in self.info_last[g.name].items():
+                reported = step.next[g.name][keys.info_key(name)]
+                last[envs] = torch.where(reported.isnan(), last[envs], reported)
         for e in (torch.nonzero(step.ended).flatten() + envs.start).tolist():
             if self.done:
                 break
@@ -212,6 +245,13 @@ class EpisodeScorer:
                     result = (float(returns[e, agents].mean()), int(lengths[e, agents].max()))
                     self.results[binding_id].append(result)
                     record.returns[binding_id], record.lengths[binding_id] = result
+                    if self.info_fields:
+                        values = {
+                            name: float(last[e, agents].nanmean()) for name, last in self.info_last[g.name].items()
+                        }
+                        record.info[binding_id] = values
+                        for name, value in values.items():
+                            self.info[binding_id][name].append(value)
                 for agent_id, b, r in zip(g.agent_ids, binding_of.tolist(), returns[e].tolist()):
                     record.agent_returns[self.agent_names[agent_id]] = r
                     record.seats.setdefault(self.table.ids[b], []).append(self.agent_names[agent_id])
@@ -224,6 +264,8 @@ class EpisodeScorer:
                 ]
                 returns[e] = 0
                 lengths[e] = 0
+                for last in self.info_last[g.name].values():
+                    last[e] = float("nan")
             per_binding: dict[str, set[str]] = {}
             for binding_id, outcome in seat_outcomes(seats, self.winner):
                 self.outcomes[binding_id].append(outcome)

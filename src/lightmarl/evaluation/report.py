@@ -288,7 +288,8 @@ def markdown_summary(report: Mapping[str, Any], digits: int = 2) -> str:
     """A Markdown table, one row per scenario and binding, then each head-to-head payoff matrix.
 
     Columns: mean return with its interval, mean episode length, win / draw / loss rates (``–``
-    where the scenario has no winner) and episodes.
+    where the scenario has no winner) and episodes. Env info fields, where reported, get a
+    table of their own.
     """
     level = round(100 * report["statistics"]["confidence"])
     lines = [
@@ -323,6 +324,25 @@ def markdown_summary(report: Mapping[str, Any], digits: int = 2) -> str:
         for i, player in enumerate(players):
             cells = [_number(value, digits + 1) for value in h2h["score"][i]]
             lines.append(f"| {player} | " + " | ".join(cells) + f" | {h2h['elo'][player]:.0f} |")
+    info_rows = [
+        (name, binding, field_name, value)
+        for name, scenario in report["scenarios"].items()
+        for binding, summary in scenario["bindings"].items()
+        for field_name, value in summary["info"].items()
+    ]
+    if info_rows:
+        lines += [
+            "",
+            f"Env info fields: mean [{level}% CI] over the episodes that reported the field.",
+            "",
+            "| scenario | binding | field | mean [CI] | episodes |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for name, binding, field_name, value in info_rows:
+            interval = f"[{_number(value['ci_low'], digits)}, {_number(value['ci_high'], digits)}]"
+            lines.append(
+                f"| {name} | {binding} | {field_name} | {_number(value['mean'], digits)} {interval} | {value['n']} |"
+            )
     changed = {name: s["team"] for name, s in report["scenarios"].items() if s["team"] and s["team"]["change"]}
     if changed:
         lines += [

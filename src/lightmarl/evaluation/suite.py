@@ -253,16 +253,19 @@ def scenario_episodes(scenario: PlannedScenario, records: Sequence[EpisodeRecord
     lengths: dict[str, list[float]] = {}
     outcomes: dict[str, list[str | None]] = {}
     seats: dict[str, list[str]] = {}
+    info: dict[str, dict[str, list[float]]] = {}
     for record in records:
         for binding_id, value in record.returns.items():
             returns.setdefault(binding_id, []).append(value)
             lengths.setdefault(binding_id, []).append(float(record.lengths[binding_id]))
             outcomes.setdefault(binding_id, []).append(record.outcomes.get(binding_id))
             seats.setdefault(binding_id, []).append("+".join(record.seats[binding_id]))
+            for name, field_value in record.info.get(binding_id, {}).items():
+                info.setdefault(binding_id, {}).setdefault(name, []).append(field_value)
     decided = {b: [str(o) for o in o_list] for b, o_list in outcomes.items() if all(o is not None for o in o_list)}
     if scenario.winner == "none" or not decided:
-        return ScenarioEpisodes(returns, lengths)
-    return ScenarioEpisodes(returns, lengths, decided, {b: seats[b] for b in decided})
+        return ScenarioEpisodes(returns, lengths, info=info or None)
+    return ScenarioEpisodes(returns, lengths, decided, {b: seats[b] for b in decided}, info=info or None)
 
 
 def head_to_head_games(scenario: PlannedScenario, records: Sequence[tuple[int, EpisodeRecord]]) -> list[Game]:
@@ -305,6 +308,8 @@ def report_logs(report: Mapping[str, Any]) -> dict[str, float]:
             if summary["outcomes"] is not None:
                 for outcome in ("win", "draw", "loss"):
                     logs[f"{prefix}/{binding}/{outcome}_rate"] = summary["outcomes"][outcome]["rate"]
+            for field_name, value in summary["info"].items():
+                logs[f"{prefix}/{binding}/info/{field_name}"] = value["mean"]
         if scenario["head_to_head"] is not None:
             for binding, elo in scenario["head_to_head"]["elo"].items():
                 logs[f"{prefix}/{binding}/elo"] = elo

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from lightmarl import keys
-from lightmarl.envs.layout import ROOT, Arrays, episode_seed
+from lightmarl.envs.layout import ROOT, Arrays, episode_seed, write_infos
 from lightmarl.envs.pettingzoo.checks import call_checked, first_legal_action
 from lightmarl.envs.pettingzoo.parallel import ParallelSlice
 from lightmarl.envs.pettingzoo.spec import env_spec_of
@@ -198,6 +198,8 @@ class AECSlice(ParallelSlice):
                 f"{self.where(e)} raised in step() of agent {agent!r} (action {action!r}): {type(err).__name__}: {err}"
             ) from err
         self._add_rewards(e, env, nxt)
+        if self.info_fields:
+            write_infos(nxt, e, self.slot, getattr(env, "infos", None), self.info_fields, self.where(e))
         self._record_ends(e, j, env, nxt)
         # The turn's final observations, before done agents leave env.agents.
         following = env.agent_selection

@@ -66,6 +66,9 @@ class PettingZooEnvConfig(EnvConfig):
             and the last observation repeated; a warning names them; training goes on).
         max_worker_restarts: restarts allowed over a run (per training process); the next
             failure stops the run.
+        info_fields: numeric fields of the env's per-agent ``infos`` that evaluation reports
+            per binding (see :class:`~lightmarl.envs.config.EnvConfig`); for turn-based envs the
+            ``infos`` after each turn.
     """
 
     env_fn: str = "mpe2.simple_spread_v3.parallel_env"
@@ -78,9 +81,11 @@ class PettingZooEnvConfig(EnvConfig):
     worker_timeout: float = 300.0
     worker_failure: WorkerFailure = "stop"
     max_worker_restarts: int = 3
+    info_fields: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.check_transforms()
+        self.check_info_fields()
         if (
             isinstance(self.worker_timeout, bool)
             or not isinstance(self.worker_timeout, (int, float))
@@ -139,10 +144,10 @@ class PettingZooEnvConfig(EnvConfig):
         env = self.make_one()
         try:
             if is_aec_env(env):  # turn-based: checked by playing one turn
-                return aec_env_spec(env, name=self.name, state=self.state)
+                return self.with_info_fields(aec_env_spec(env, name=self.name, state=self.state))
             spec = env_spec_of(env, name=self.name, state=self.state)
             check_parallel_env(env, spec)
-            return spec
+            return self.with_info_fields(spec)
         finally:
             env.close()
 
@@ -157,7 +162,8 @@ class PettingZooEnvConfig(EnvConfig):
     def make_base_recording_vector(self, seed: int, record: Callable[[Any, Callable[[Any], Any]], Any]) -> VecEnv:
         """One in-process copy of :meth:`make_rendering_one`, drawn by its ``render()``."""
         recorder = record(self.make_rendering_one(), lambda env: env.render())
-        return ParallelVecEnv([recorder], env_spec_of(recorder, name=self.name, state=self.state), seeds=[seed])
+        spec = self.with_info_fields(env_spec_of(recorder, name=self.name, state=self.state))
+        return ParallelVecEnv([recorder], spec, seeds=[seed])
 
     def make_base_vector(self, seed: int, num_envs: int, evaluation: bool = False) -> VecEnv:
         """``num_envs`` copies, copy ``i`` reset with ``seed + i``: in this process, or in
@@ -188,6 +194,6 @@ class PettingZooEnvConfig(EnvConfig):
         for _ in range(count):
             envs.append(self.make_one() if not envs else make())
         first = envs[0]
-        if is_aec_env(first):
-            return ParallelVecEnv(envs, aec_env_spec(first, name=self.name, state=self.state), seeds=seeds)
-        return ParallelVecEnv(envs, env_spec_of(first, name=self.name, state=self.state), seeds=seeds)
+        spec_of = aec_env_spec if is_aec_env(first) else env_spec_of
+        spec = spec_of(first, name=self.name, state=self.state)
+        return ParallelVecEnv(envs, self.with_info_fields(spec), seeds=seeds)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from lightmarl import keys
-from lightmarl.envs.layout import ROOT, Arrays, GroupLayout, empty_current, empty_next, episode_seed
+from lightmarl.envs.layout import ROOT, Arrays, GroupLayout, empty_current, empty_next, episode_seed, write_infos
 from lightmarl.envs.runners.worker import close_envs
 
 
@@ -54,6 +54,8 @@ class ParallelSlice:
         self.groups = list(groups)
         # the env's agent id -> (group name, position in group)
         self.slot = {a: (g.name, i) for g in groups for i, a in enumerate(g.agents)}
+        #: the env info fields every step records (``EnvSpec.info_fields``)
+        self.info_fields = self.groups[0].info_fields if self.groups else ()
         #: each copy's episode number: episode k is reset with ``episode_seed(seed, k)``.
         self.episodes = [0] * len(self.envs)
         self._start_state()
@@ -141,10 +143,12 @@ class ParallelSlice:
             value = actions[group][e, i]
             joint[agent] = value.item() if value.ndim == 0 else value
         try:
-            observations, rewards, terminations, truncations, _ = env.step(joint)
+            observations, rewards, terminations, truncations, infos = env.step(joint)
         except Exception as err:
             raise RuntimeError(f"{self.where(e)} raised in step(): {type(err).__name__}: {err}") from err
         self.write_obs(nxt, e, observations, ())
+        if self.info_fields:
+            write_infos(nxt, e, self.slot, infos, self.info_fields, self.where(e))
         if ROOT in nxt:
             self.write_state(nxt, e, env)  # the final state where the episode ended
         for agent in acting:

@@ -7,6 +7,10 @@ mask fails loudly. It exists to exercise the parts of the env layer the mpe2 tas
 ``MultiDiscrete`` (or ``Discrete``) actions, ``Dict`` observations with an ``action_mask``,
 and agents leaving before the episode ends. A policy that reads its observation scores 1 per
 step; uniformly random legal play scores about ``mean(1 / legal choices)``.
+
+Each agent's ``infos`` report ``t`` (the steps played so far) at every step, ``score`` (its
+return so far) only at its last step, and ``label`` (a string), so that env info fields can be
+checked against returns and lengths.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ class MatchTargetEnv(ParallelEnv):
         self._targets: dict[str, np.ndarray] = {}
         self._legal: dict[str, np.ndarray] = {}
         self._t = 0
+        self._scores: dict[str, float] = {}
 
     def observation_space(self, agent: str) -> spaces.Space:
         return self._observation_space
@@ -101,6 +106,7 @@ class MatchTargetEnv(ParallelEnv):
             self._rng = np.random.default_rng(seed)
         self.agents = list(self.possible_agents)
         self._t = 0
+        self._scores = dict.fromkeys(self.agents, 0.0)
         return self._draw(), {a: {} for a in self.agents}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
@@ -110,13 +116,17 @@ class MatchTargetEnv(ParallelEnv):
             if choice.shape != (len(self.nvec),) or not self._legal[agent][self._offsets + choice].all():
                 raise ValueError(f"{agent}: illegal action {actions[agent]!r} (legal choices {self._legal[agent]})")
             rewards[agent] = float((choice == self._targets[agent]).mean())
+            self._scores[agent] += rewards[agent]
         self._t += 1
         truncated = self._t >= self.max_cycles
         leaving = {a: bool(self._rng.random() < self.leave_probability) for a in self.agents}
         terminations = {a: leaving[a] for a in self.agents}
         truncations = dict.fromkeys(self.agents, truncated)
         observations = self._draw()
-        infos: dict[str, dict] = {a: {} for a in self.agents}
+        infos: dict[str, dict] = {
+            a: {"t": self._t, "label": "match", **({"score": self._scores[a]} if truncated or leaving[a] else {})}
+            for a in self.agents
+        }
         self.agents = [] if truncated else [a for a in self.agents if not leaving[a]]
         return observations, rewards, terminations, truncations, infos
 
