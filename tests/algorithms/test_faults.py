@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from test_algorithm_contract import CASES, make_module
 from lightmarl import keys
 from lightmarl.algorithms import PPO, PlainStepper, optimize
 from lightmarl.algorithms.faults import BASELINE_UPDATES, DivergenceWatch, NonFiniteGuard
+from lightmarl.algorithms.off_policy import OffPolicyUnitTrainer
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.errors import TrainingFault
 
@@ -130,31 +132,67 @@ def test_divergence_and_nonfinite_settings_are_checked():
         PPO(max_kl=-1)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_every_algorithm_skips_an_update_on_nan_rewards_and_keeps_its_weights(name, caplog):
-    """A NaN reward (through advantages or TD targets) makes the loss NaN: nothing may move."""
+def _nan_reward_updates(name: str, on_nonfinite: str = "skip"):
+    """The contract case ``name`` updated on rollouts where env copy 0's rewards are all NaN."""
     torch.manual_seed(0)
     case = CASES[name]
     module = make_module(case)
     module.setup("fit")
     trainer = module.marl_trainer
     unit = trainer.unit_trainers["learner"]
+    unit.guard.policy = on_nonfinite
     collector = RolloutCollector(module.env_config.make_vector(seed=0), module.population, rollout_steps=10)
     optimizers = trainer.make_optimizers()
     params = dict(module.policies.named_parameters())
     before = {n: p.detach().clone() for n, p in params.items()}
+    metrics: dict[str, float] = {}
     try:
-        with caplog.at_level(logging.WARNING):
-            for _ in range(case.updates):
-                experience = collector.collect()
-                reward = experience.get(("next", "adversary", keys.REWARD))
-                reward[..., 0, :] = NAN  # one env copy's rows, all of its steps
-                metrics = trainer.update(experience, optimizers, PlainStepper())["learner"]
+        for _ in range(case.updates):
+            experience = collector.collect()
+            reward = experience.get(("next", "adversary", keys.REWARD))
+            reward[0] = NAN  # env copy 0: every step, every agent
+            metrics = trainer.update(experience, optimizers, PlainStepper())["learner"]
     finally:
         collector.close()
+    return unit, metrics, optimizers["learner"], before, params
+
+
+OFF_POLICY = sorted(n for n in CASES if issubclass(type(CASES[n].algorithm()).trainer_class, OffPolicyUnitTrainer))
+ON_POLICY = sorted(set(CASES) - set(OFF_POLICY))
+
+
+@pytest.mark.parametrize("name", ON_POLICY)
+def test_on_policy_algorithms_skip_an_update_on_nan_rewards_and_keep_their_weights(name, caplog):
+    """A NaN reward (through the advantages) makes the loss NaN: nothing may move."""
+    with caplog.at_level(logging.WARNING):
+        unit, metrics, optimizer, before, params = _nan_reward_updates(name)
     assert metrics["skipped_steps"] >= 1, metrics
     assert any(k.startswith("loss") and math.isnan(v) for k, v in metrics.items()), metrics  # logged as NaN
     assert all(torch.equal(before[n], p.detach()) for n, p in params.items()), "weights moved"
-    assert not optimizers["learner"].state, "the optimizer took a step"
+    assert not optimizer.state, "the optimizer took a step"
     assert unit.guard.total_skipped >= 1
     assert "binding 'learner': non-finite loss" in caplog.text
+
+
+@pytest.mark.parametrize("name", OFF_POLICY)
+def test_off_policy_algorithms_keep_nan_transitions_out_of_replay_and_learn_from_the_rest(name, caplog):
+    """A NaN reward in replay would make every later sampled loss NaN: such transitions never get in."""
+    with caplog.at_level(logging.WARNING):
+        unit, metrics, _, before, params = _nan_reward_updates(name)
+    assert unit.guard.total_dropped > 0 and metrics["dropped_transitions"] > 0, metrics
+    stored = unit.replay.storage[: len(unit.replay)]
+    assert len(unit.replay) > 0
+    assert all(bool(torch.isfinite(v).all()) for v in stored.values(True, True) if v.is_floating_point())
+    assert metrics["skipped_steps"] == 0 and unit.grad_steps > 0, metrics
+    assert any(not torch.equal(before[n], p.detach()) for n, p in params.items()), (
+        "the finite transitions taught nothing"
+    )
+    assert re.search(
+        r"binding 'learner': \d+ of \d+ transitions hold non-finite values \(in next/\S*reward\)", caplog.text
+    )
+
+
+def test_stop_refuses_a_nan_transition_before_it_reaches_replay():
+    name = OFF_POLICY[0]
+    with pytest.raises(TrainingFault, match=r"binding 'learner': \d+ of \d+ transitions hold non-finite values"):
+        _nan_reward_updates(name, on_nonfinite="stop")

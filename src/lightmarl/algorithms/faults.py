@@ -14,6 +14,13 @@ algorithm's ``on_nonfinite``, ``on_divergence``, ``divergence_patience`` and ``m
   (logged as ``train/<binding>/skipped_steps``) and warns once per update, naming the binding and
   the terms; ``stop`` raises :class:`~lightmarl.errors.TrainingFault` at the first one. The
   update's loss metrics keep the non-finite values, so they show in the logs.
+* **Non-finite transitions.** An off-policy learner hands each rollout's transitions to the
+  guard before they enter its replay buffer (:meth:`NonFiniteGuard.finite_transitions`): one
+  with a NaN or an infinity in any floating entry (a reward, an observation) would be sampled
+  again and again and make every later loss non-finite. ``skip`` drops such transitions (counted
+  as ``train/<binding>/dropped_transitions``, warned once per update); ``stop`` raises
+  :class:`~lightmarl.errors.TrainingFault`. On-policy rollouts are used once: their non-finite
+  values show up as a non-finite loss, handled above.
 * **Divergence.** After each update the watch compares the binding's metrics with limits: PPO's
   approximate KL above ``max_kl``, or a critic loss (:data:`~lightmarl.keys.CRITIC_LOSS_TERMS`)
   above ``max_loss_growth`` times its mean over the binding's first learning updates. When that
@@ -29,6 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Literal
 
 import torch
+from tensordict import TensorDictBase
 
 from lightmarl import keys
 from lightmarl.errors import TrainingFault
@@ -65,10 +73,48 @@ class NonFiniteGuard:
         self.skipped = 0  # of which skipped
         self.total_skipped = 0  # over the run (this process)
         self._first: str | None = None
+        self.dropped: int | None = None  # transitions dropped in the current update (None: none checked)
+        self.total_dropped = 0
+        self._first_dropped: str | None = None
 
     def begin_update(self) -> None:
         self.steps = self.skipped = 0
         self._first = None
+        self.dropped = None
+        self._first_dropped = None
+
+    def finite_transitions(self, transitions: TensorDictBase) -> TensorDictBase:
+        """``transitions`` (batch ``[N, ...]``) without those holding a non-finite floating entry.
+
+        Raises:
+            TrainingFault: with ``stop``, at the first such transition, naming the binding and the entries.
+        """
+        self.dropped = self.dropped or 0
+        n = transitions.shape[0] if transitions.batch_dims else 0
+        if not n:
+            return transitions
+        finite: torch.Tensor | None = None
+        bad_entries = []
+        for key, value in transitions.items(include_nested=True, leaves_only=True):
+            if not value.is_floating_point():
+                continue
+            rows = torch.isfinite(value.reshape(n, -1)).all(-1)
+            finite = rows if finite is None else finite & rows
+            if not bool(rows.all()):
+                bad_entries.append("/".join(key) if isinstance(key, tuple) else key)
+        if finite is None or not bad_entries:
+            return transitions
+        count = int((~finite).sum())
+        where = (
+            f"binding {self.binding_id!r}: {count} of {n} transitions hold non-finite values "
+            f"(in {', '.join(bad_entries)})"
+        )
+        if self.policy == "stop":
+            raise TrainingFault(f"{where}; stopping (algorithm.on_nonfinite: stop)")
+        self.dropped += count
+        self.total_dropped += count
+        self._first_dropped = self._first_dropped or where
+        return transitions[finite]
 
     def losses_finite(self, terms: Mapping[str, torch.Tensor], agree_min: AgreeMin) -> bool:
         """Whether every process's ``loss*`` terms are finite (a collective under DDP: every process calls it)."""
@@ -95,7 +141,17 @@ class NonFiniteGuard:
         self._first = self._first or where
 
     def end_update(self) -> dict[str, float]:
-        """The update's ``skipped_steps`` metric; warns once if any step was skipped."""
+        """The update's ``skipped_steps`` (and, where transitions were checked, ``dropped_transitions``)
+        metrics; warns once if any step was skipped or transition dropped."""
+        metrics = {"skipped_steps": float(self.skipped)}
+        if self.dropped:
+            log.warning(
+                "lightmarl: %s; dropped them before the replay buffer (%d in this run; algorithm.on_nonfinite: skip)",
+                self._first_dropped,
+                self.total_dropped,
+            )
+        if self.dropped is not None:
+            metrics["dropped_transitions"] = float(self.dropped)
         if self.skipped:
             log.warning(
                 "lightmarl: %s; skipped %d of %d gradient steps (%d in this run), the binding's weights and "
@@ -105,7 +161,7 @@ class NonFiniteGuard:
                 self.steps,
                 self.total_skipped,
             )
-        return {"skipped_steps": float(self.skipped)}
+        return metrics
 
 
 def _describe(value: torch.Tensor) -> str:

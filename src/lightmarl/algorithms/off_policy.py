@@ -314,7 +314,8 @@ class OffPolicyUnitTrainer(UnitTrainer):
     def update(
         self, experience: TensorDictBase, optimizer: torch.optim.Optimizer, stepper: GradientStepper
     ) -> dict[str, float]:
-        transitions = self.transitions(experience)
+        # A NaN reward or observation in replay would poison every later sample: it never gets in.
+        transitions = self.guard.finite_transitions(self.transitions(experience))
         num_rows = transitions.shape[0]
         if num_rows:
             self.replay.extend(transitions.to(self.device))
