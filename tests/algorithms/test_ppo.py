@@ -150,3 +150,39 @@ def test_co_trained_bindings_step_on_their_own_schedules(spread_config):
         (["learner", "npc"], True),
         (["learner"], False),
     ]
+
+
+def test_diagnostics_describe_the_bindings_own_rows_only(spread_config):
+    """kl_approx, clip_fraction, entropy and the ratios are over the rows the loss learns from:
+    the npc's rows (another policy's log-probs) must not show as a policy change of the learner."""
+    table, policies = population(spread_config)
+    exp = RolloutCollector(spread_config.make_vector(0), MultiAgentPolicy(policies, table), 5).collect()
+    # The npc's stored log-probs far from what the learner's policy gives them: unmasked, a huge "KL".
+    exp["agent", "action_log_prob"][..., 1] -= 3.0
+
+    def first_step_metrics(experience):
+        # One epoch of one minibatch: the loss is computed once, before any step, by the collecting policy.
+        trainer = IndependentMARLTrainer(table, policies, {"learner": PPO(minibatch_size=1000, epochs=1)})
+
+        class Measure(PlainStepper):
+            def step(self, optimizer, parameters, max_grad_norm):
+                optimizer.zero_grad()
+                return 0.0
+
+        return trainer.update(experience, trainer.make_optimizers(), Measure())["learner"]
+
+    metrics = first_step_metrics(exp)
+    assert abs(metrics["kl_approx"]) < 1e-6 and metrics["clip_fraction"] == 0.0
+    assert metrics["max_ratio"] == pytest.approx(1.0, abs=1e-5) and metrics["mean_ratio"] == pytest.approx(
+        1.0, abs=1e-5
+    )
+    # The npc's observations moved far away: the learner's policy on them (entropy included) must not count.
+    scrambled = exp.clone()
+    scrambled["agent", keys.OBSERVATION][..., 1, :] *= 1000.0
+    moved = first_step_metrics(scrambled)
+    for name in ("entropy", "kl_approx", "clip_fraction", "ESS", "max_ratio", "mean_ratio"):
+        assert moved[name] == pytest.approx(metrics[name], abs=1e-6), name
+    # Moving the learner's own stored log-probs does show.
+    shifted = exp.clone()
+    shifted["agent", "action_log_prob"][..., 0] += 0.5
+    assert first_step_metrics(shifted)["kl_approx"] == pytest.approx(0.25, rel=1e-4)  # half its rows moved by 0.5

@@ -2,7 +2,8 @@
 
 Schulman et al. 2017 (PPO); Yu et al. 2022 (MAPPO); de Witt et al. 2020 (IPPO).
 The losses are TorchRL's :class:`~torchrl.objectives.multiagent.MAPPOLoss` /
-:class:`~torchrl.objectives.multiagent.IPPOLoss`; the loop (advantages over each agent's
+:class:`~torchrl.objectives.multiagent.IPPOLoss` (their diagnostics, such as ``kl_approx``, taken
+over the binding's own rows: :mod:`lightmarl.algorithms.masked_ppo_loss`); the loop (advantages over each agent's
 valid rows, epochs x minibatches) is the on-policy one of :mod:`lightmarl.algorithms.on_policy`.
 """
 
@@ -14,11 +15,11 @@ from typing import Literal, cast
 import torch
 from tensordict import TensorDictBase
 from torchrl.objectives import LossModule
-from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
 from lightmarl import keys
 from lightmarl.algorithms.base import loss_row_mask
 from lightmarl.algorithms.distillation import CLONE_LOSS, Distillation, KickstarterLoss, SlicedClonerLoss
+from lightmarl.algorithms.masked_ppo_loss import MaskedIPPOLoss, MaskedMAPPOLoss
 from lightmarl.algorithms.on_policy import OnPolicyAlgorithm, OnPolicyUnitTrainer
 from lightmarl.policies.contracts import StochasticActor, ValueCritic
 
@@ -43,7 +44,7 @@ class PPOUnitTrainer(OnPolicyUnitTrainer):
         config, policy = self.config, self.policy
         critic = cast(ValueCritic, policy)
         centralized = critic.critic_kind == "centralized"
-        loss_class = MAPPOLoss if centralized else IPPOLoss
+        loss_class = MaskedMAPPOLoss if centralized else MaskedIPPOLoss
         self.flavour = "MAPPO" if centralized else "IPPO"
         g = self.group.name
         loss = loss_class(
