@@ -186,3 +186,32 @@ def test_diagnostics_describe_the_bindings_own_rows_only(spread_config):
     shifted = exp.clone()
     shifted["agent", "action_log_prob"][..., 0] += 0.5
     assert first_step_metrics(shifted)["kl_approx"] == pytest.approx(0.25, rel=1e-4)  # half its rows moved by 0.5
+
+
+def test_minibatches_hold_only_env_steps_where_the_binding_has_rows(spread_config):
+    """A binding that plays two of four env copies learns from minibatches of its own steps only."""
+    spec = spread_config.spec()
+    group = spec.groups["agent"]
+    agent_map = {"default": ["learner"] * 3, "per_env": {2: ["npc"] * 3, 3: ["npc"] * 3}}
+    table = BindingTable(
+        [PolicyBinding("learner", class_path="x.y"), PolicyBinding("npc", class_path="x.y", trainable=False)],
+        spec,
+        agent_map,
+        num_envs=4,
+    )
+    policies = {"learner": MLPActorCritic(group), "npc": MLPActorCritic(group).requires_grad_(False)}
+    experience = RolloutCollector(spread_config.make_vector(0), MultiAgentPolicy(policies, table), 5).collect()
+    trainer = IndependentMARLTrainer(table, policies, {"learner": PPO(minibatch_size=4, epochs=2)})
+    unit = trainer.unit_trainers["learner"]
+    seen = []
+    losses = unit.minibatch_losses
+
+    def record(batch, main):
+        seen.append(batch.get(("agent", keys.LOSS_MASK)).clone())
+        return losses(batch, main)
+
+    unit.minibatch_losses = record
+    metrics = trainer.update(experience, trainer.make_optimizers(), PlainStepper())["learner"]
+    assert metrics["rows"] == 2 * 5 * 3  # two copies, five steps, three agents
+    # 10 env steps of its own per epoch, 4 per minibatch: 2 minibatches x 2 epochs, each step with its rows.
+    assert len(seen) == 4 and all(mask.shape == (4, 3) and bool(mask.any(-1).all()) for mask in seen)

@@ -48,7 +48,9 @@ class OnPolicyAlgorithm(Algorithm):
     epochs: int = 4
     """Passes over each rollout."""
     minibatch_size: int = 400
-    """Env steps (all agents of the group at one step of one env) per minibatch."""
+    """Env steps (all agents of the group at one step of one env) per minibatch, among the steps in
+    which the binding has rows to learn from: steps where only other bindings acted (env copies it
+    does not play, the other seat's turns) stay out of its minibatches."""
     gamma: float = 0.99
     """Discount factor."""
     lmbda: float = 0.95
@@ -164,9 +166,13 @@ class OnPolicyUnitTrainer(UnitTrainer):
             return {}
         if num_rows:
             self._set_advantages(data, mask, num_rows)
+        # Env steps with rows some loss of this binding learns from: the others would only cost.
+        steps = mask.any(-1)
+        for extra_mask in self.extra_row_masks(data):
+            steps = steps | extra_mask.any(-1)
         means = MetricMeans()
         params = self.parameters()
-        for batch, replay in self._minibatches(data):
+        for batch, replay in self._minibatches(data, steps):
             with replay:
                 terms = self.minibatch_losses(batch, main=num_rows > 0)
             optimize(terms, optimizer, stepper, params, self.config.max_grad_norm, guard=self.guard)
@@ -194,14 +200,24 @@ class OnPolicyUnitTrainer(UnitTrainer):
         rows.set(keys.VALUE_TARGET, torch.where(keep, rows.get(keys.VALUE_TARGET), 0.0))
         rows.set(keys.LOSS_MASK, mask)
 
-    def _minibatches(self, data: TensorDictBase) -> Iterator[tuple[TensorDictBase, AbstractContextManager[None]]]:
-        """``epochs`` shuffled passes of minibatches, each with the context its losses run in."""
+    def extra_row_masks(self, data: TensorDictBase) -> list[torch.Tensor]:
+        """The row masks (``[envs, time, agents]``) of the losses next to the main one, written by :meth:`extra_rows`."""
+        del data
+        return []
+
+    def _minibatches(
+        self, data: TensorDictBase, steps: torch.Tensor
+    ) -> Iterator[tuple[TensorDictBase, AbstractContextManager[None]]]:
+        """``epochs`` shuffled passes of minibatches over the env ``steps`` (``[envs, time]`` bool) that
+        hold the binding's rows, each with the context its losses run in."""
         if self.recurrent:
             # Whole env sequences [envs, time]: the actor replays each one from its stored state.
-            samples = data
-            size = max(1, min(self.config.minibatch_size // data.shape[1], data.shape[0]))
+            played = steps.any(-1)
+            samples = data if bool(played.all()) else data[played]
+            size = max(1, min(self.config.minibatch_size // data.shape[1], samples.shape[0]))
         else:
-            samples = data.reshape(-1)
+            flat = steps.reshape(-1)
+            samples = data.reshape(-1) if bool(flat.all()) else data.reshape(-1)[flat]
             size = min(self.config.minibatch_size, samples.shape[0])
         count = samples.shape[0]
         for _ in range(self.config.epochs):

@@ -87,6 +87,9 @@ class PPOUnitTrainer(OnPolicyUnitTrainer):
         self.distill_loss.coeff = self.distillation_coeff()
         return {f"{self.distill_loss.loss_name}_rows": int(distill_mask.sum())}
 
+    def extra_row_masks(self, data: TensorDictBase) -> list[torch.Tensor]:
+        return [] if self.distill_loss is None else [data.get(self.distill_loss.tensor_keys.mask)]
+
     def minibatch_losses(self, batch: TensorDictBase, main: bool) -> dict[str, torch.Tensor]:
         # No PPO rows (e.g. a profile that only clones): the PPO loss would average over nothing.
         terms = super().minibatch_losses(batch, main)
