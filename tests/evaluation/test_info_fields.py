@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -214,3 +216,26 @@ def test_turn_based_envs_report_info_fields_after_each_turn():
         # Each binding plays one seat: the moves its player reported are the turns it took.
         assert record.info["x"]["moves"] == record.lengths["x"] >= 3
         assert record.info["o"]["moves"] == record.lengths["o"]
+
+
+def test_validate_logs_the_info_fields_of_the_recipes_env(tmp_path, monkeypatch, capsys):
+    from lightmarl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    main(
+        [
+            "validate",
+            "--config",
+            str(Path(__file__).resolve().parents[2] / "recipes/quickstart.yaml"),
+            "--model.env.env_fn=lightmarl.envs.testing.match.parallel_env",
+            "--model.env.env_kwargs={num_agents: 3, nvec: [2], action_mask: false, max_cycles: 4}",
+            "--model.env.info_fields=[score, never_reported]",
+            f"--model.policy_bindings=[{{id: hit, class_path: {HERE}.Hit}}]",
+            "--model.eval_episodes=4",
+            "--trainer.logger=false",
+        ]
+    )
+    out = capsys.readouterr().out
+    score = re.search(r"eval/hit/info/score\s+([-\d.]+)", out)
+    assert score and float(score.group(1)) == pytest.approx(4.0)  # hits every step: 4 steps, 1 each
+    assert re.search(r"eval/hit/info/never_reported\s+nan", out)

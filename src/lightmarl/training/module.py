@@ -403,6 +403,10 @@ class MARLModule(LightningModule):
             winner=self.eval_winner,
             device=self.device,
         )
+        for stats in results.values():
+            # Every process logs the same keys (sync_dist): a field no episode reported is NaN.
+            for name in self.env_spec.info_fields:
+                stats.setdefault(f"info/{name}", float("nan"))
         logs = {f"{prefix}/{b}/{name}": value for b, stats in results.items() for name, value in stats.items()}
         self.log_dict(logs, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
         if self.eval_video_episodes and rank == 0:
