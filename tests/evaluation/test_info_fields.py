@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_suite import Hit, Miss  # scripted: always name the target / never
 from torchrl.envs.utils import ExplorationType
 
 from lightmarl import keys
@@ -21,10 +22,11 @@ from lightmarl.evaluation.episodes import play_episodes
 from lightmarl.evaluation.report import markdown_summary, validate_report
 from lightmarl.evaluation.scenarios import EvaluationConfig, ScenarioConfig
 from lightmarl.evaluation.suite import EvaluationSuite
-from lightmarl.policies import MultiAgentPolicy, ScriptedPolicy, UniformRandomPolicy
+from lightmarl.policies import MultiAgentPolicy, UniformRandomPolicy
 from lightmarl.population import BindingTable, PolicyBinding
 
 HERE = __name__
+SCRIPTS = Hit.__module__
 # MatchTarget, two choices, no mask: each agent reports `t` every step, `score` (its return so far) at
 # its last step, and a string `label`; agents leave early with probability 0.3 per step.
 MATCH = PettingZooEnvConfig(
@@ -33,16 +35,6 @@ MATCH = PettingZooEnvConfig(
     num_envs=4,
     info_fields=["t", "score"],
 )
-
-
-class Hit(ScriptedPolicy):
-    def act(self, observation, action_mask=None, agent_id=None):
-        return observation.argmax(-1)
-
-
-class Miss(ScriptedPolicy):
-    def act(self, observation, action_mask=None, agent_id=None):
-        return 1 - observation.argmax(-1)
 
 
 def population(config: PettingZooEnvConfig, agent_map: list[str]) -> MultiAgentPolicy:
@@ -164,8 +156,8 @@ def test_the_report_carries_info_fields_in_json_markdown_and_logs():
         scenarios=[ScenarioConfig(name="mixed", episodes=6, agent_binding_map=["hit", "miss", "hit"])]
     )
     bindings = [
-        PolicyBinding("hit", class_path=f"{HERE}.Hit", trainable=False),
-        PolicyBinding("miss", class_path=f"{HERE}.Miss", trainable=False),
+        PolicyBinding("hit", class_path=f"{SCRIPTS}.Hit", trainable=False),
+        PolicyBinding("miss", class_path=f"{SCRIPTS}.Miss", trainable=False),
     ]
     result = EvaluationSuite(config, MATCH, bindings, ["hit", "miss", "hit"]).run({})
     validate_report(result.report)
@@ -230,7 +222,7 @@ def test_validate_logs_the_info_fields_of_the_recipes_env(tmp_path, monkeypatch,
             "--model.env.env_fn=lightmarl.envs.testing.match.parallel_env",
             "--model.env.env_kwargs={num_agents: 3, nvec: [2], action_mask: false, max_cycles: 4}",
             "--model.env.info_fields=[score, never_reported]",
-            f"--model.policy_bindings=[{{id: hit, class_path: {HERE}.Hit}}]",
+            f"--model.policy_bindings=[{{id: hit, class_path: {SCRIPTS}.Hit}}]",
             "--model.eval_episodes=4",
             "--trainer.logger=false",
         ]
