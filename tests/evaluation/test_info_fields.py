@@ -17,6 +17,7 @@ from torchrl.envs.utils import ExplorationType
 from lightmarl import keys
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig
+from lightmarl.envs.checks import check_vec_env
 from lightmarl.evaluation import evaluate_episodes
 from lightmarl.evaluation.episodes import play_episodes
 from lightmarl.evaluation.report import markdown_summary, validate_report
@@ -109,6 +110,11 @@ def test_worker_processes_record_the_same_info_fields_as_the_training_process():
             np.testing.assert_array_equal(a[key], b[key])  # NaN where not reported, in both
     scores = np.stack([step["info/score"] for step in in_process])
     assert np.isnan(scores).any() and not np.isnan(scores).all()
+
+
+def test_vectors_with_info_fields_keep_the_env_contract():
+    for config in (MATCH, dataclasses.replace(MATCH, num_workers=2)):
+        check_vec_env(config.make_vector(seed=0), num_steps=12)
 
 
 def test_a_field_that_is_not_a_number_fails_naming_it():

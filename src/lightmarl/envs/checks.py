@@ -206,6 +206,10 @@ def _check_layout(spec: EnvSpec, num_envs: int, data: Any, section: str, where: 
         entries = data[g.name]
         if section != "current" and keys.ENV_REWARD in entries:  # the env's own reward beside a rescaled one
             expected[keys.ENV_REWARD] = expected[keys.REWARD]
+        if section != "current":  # the env info fields the spec declares (NaN where not reported)
+            expected.update(
+                {keys.info_key(name): (torch.float32, (num_envs, g.num_agents)) for name in spec.info_fields}
+            )
         if set(entries) != set(expected):
             raise EnvContractError(
                 f"env {spec.name!r}, {where}: group {g.name!r} has entries {sorted(entries)}, expected {sorted(expected)}"
