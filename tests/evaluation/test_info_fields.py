@@ -114,7 +114,11 @@ def test_worker_processes_record_the_same_info_fields_as_the_training_process():
 
 def test_vectors_with_info_fields_keep_the_env_contract():
     for config in (MATCH, dataclasses.replace(MATCH, num_workers=2)):
-        check_vec_env(config.make_vector(seed=0), num_steps=12)
+        vector = config.make_vector(seed=0)
+        try:
+            check_vec_env(vector, num_steps=12)
+        finally:
+            vector.close()
 
 
 def test_a_field_that_is_not_a_number_fails_naming_it():
