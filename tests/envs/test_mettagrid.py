@@ -95,7 +95,7 @@ def test_the_recipe_trains_briefly_and_validates_through_the_cli(tmp_path, monke
         "--trainer.logger=false",
     ]
     recipe = str(ROOT / "recipes/mettagrid_mines.yaml")
-    main(["fit", "--config", recipe, *tiny, "--trainer.default_root_dir", str(tmp_path)])
+    main(["fit", "--config", recipe, *tiny])
     (checkpoint,) = tmp_path.rglob("last.ckpt")
     state = torch.load(checkpoint, map_location="cpu", weights_only=False)
     assert state["lightmarl"]["frames"] == 20
