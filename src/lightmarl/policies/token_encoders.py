@@ -41,8 +41,9 @@ class TokenEncoder(nn.Module):
     the column of its location (a global token's ``0xFE`` is row 15, column 14, which no cell of
     a view of at most 15 rows has). A sum of embeddings is a linear layer on their
     concatenation, at the cost of a lookup. After ``activation``, a linear layer and
-    ``activation`` again give each token's features; rows whose location is ``0xFF`` are not
-    computed at all, and pooling reads only the others; a linear layer and ``activation`` make
+    ``activation`` again give each token's features. Rows whose location is ``0xFF`` are left
+    out of the pooling (and not even computed, except with attention pooling and under
+    ``torch.vmap``, where they are computed and masked); a linear layer and ``activation`` make
     ``out_features``. An observation with no token pools to zeros.
 
     The output depends on the set of tokens only: reordering rows, or adding or removing
@@ -53,7 +54,8 @@ class TokenEncoder(nn.Module):
         hidden_size: per-token features (and the pooled size).
         out_features: feature size it makes.
         pooling: ``max`` (default), ``mean``, or ``attention`` (one learned query attends over
-            the tokens with ``num_heads`` heads; about twice the cost of ``max``).
+            the tokens with ``num_heads`` heads; a forward and backward of 400 observations of
+            22 tokens took about four times as long as with ``max`` here).
         num_heads: attention heads for ``pooling: attention`` (must divide ``hidden_size``).
         activation: ``tanh``, ``relu``, ``elu`` or ``gelu``.
 
