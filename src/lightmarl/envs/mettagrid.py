@@ -17,9 +17,9 @@ that walks to the nearest mine that still holds ore and keeps mining it collects
 Observations are MettaGrid's **tokens**: ``[num_tokens, 3]`` uint8 rows ``(location, feature
 id, value)``; ``location`` packs the cell of the agent's ``view x view`` window as
 ``row << 4 | column`` (``0xFE`` for global tokens such as the last action or reward), and rows
-past the last token are padding, ``0xFF`` in every byte. The order of tokens carries no meaning
-a policy should rely on: read them with :class:`~lightmarl.policies.token_encoders.TokenEncoder`
-rather than flattening them.
+past the last token are padding, ``0xFF`` in every byte. What a token says is in its three
+bytes, not in its row number: read them with
+:class:`~lightmarl.policies.token_encoders.TokenEncoder` rather than flattening them.
 
 The module imports ``mettagrid`` only when an env is built (env worker processes build it), and
 raises an ``ImportError`` with the install command when it is missing.
@@ -32,10 +32,6 @@ from typing import Any
 
 HAS_METTAGRID = importlib.util.find_spec("mettagrid") is not None
 INSTALL_HINT = "MettaGrid tasks need the mettagrid package: pip install 'lightmarl[mettagrid]'"
-#: the ``location`` byte of padding tokens (every byte of a padding row is 0xFF).
-PADDING = 0xFF
-#: the ``location`` byte of global tokens (not tied to a cell of the view).
-GLOBAL_LOCATION = 0xFE
 
 
 def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
