@@ -119,6 +119,13 @@ def run_check_vec_env(workdir: Path, capsys) -> None:
     assert "VecEnvCheck(steps=200" in capsys.readouterr().out
 
 
+def run_mettagrid(workdir: Path) -> None:
+    pytest.importorskip("mettagrid")
+    code = snippet("MettaGrid: token observations", "yaml")
+    checkpoint = fit_yaml(code, workdir, "--model.max_frames=32", "--model.env.env_kwargs.max_steps=4")
+    assert any(".encoder.feature_embedding." in k for k in checkpoint["state_dict"]), "the policy has no TokenEncoder"
+
+
 RUNNERS: dict[tuple[str, str], Callable[..., None]] = {
     ("Bring your own env", "yaml"): run_bring_your_own_env,
     ("Large observations", "python"): run_large_observations,  # with the yaml below it
@@ -126,6 +133,7 @@ RUNNERS: dict[tuple[str, str], Callable[..., None]] = {
     ("`MultiDiscrete` actions", "python"): run_multi_discrete,
     ("Worker processes", "yaml"): run_worker_processes,
     ("Checking an env: `check_vec_env`", "python"): run_check_vec_env,
+    ("MettaGrid: token observations", "yaml"): run_mettagrid,
 }
 #: snippets other test modules run, parsed from this page too.
 ELSEWHERE = {("Image observations: `CNNEncoder`", "yaml"): "tests/test_encoder_from_yaml.py"}

@@ -89,6 +89,12 @@ FAMILIES = {
         requires=("pygame",),
         deterministic=True,
     ),
+    "mettagrid mines (int agent ids 0..3, 48x3 uint8 tokens)": Family(
+        "lightmarl.envs.mettagrid.mines_env",
+        {"num_agents": 4, "size": 7, "num_mines": 2, "num_walls": 2, "max_steps": 10},
+        {"agent": (4, (48, 3), "discrete")},
+        requires=("mettagrid",),
+    ),
     "sisl pursuit (7x7x3 images)": Family(
         "pettingzoo.sisl.pursuit_v5.parallel_env",
         {"max_cycles": 10, "x_size": 8, "y_size": 8, "n_evaders": 4, "n_pursuers": 3},

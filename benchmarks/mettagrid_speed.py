@@ -1,0 +1,107 @@
+"""Collection speed on the MettaGrid mines task of ``recipes/mettagrid_mines.yaml``, against the raw env.
+
+Compares, on the same env settings, seeds and number of env copies (16, as in the recipe):
+
+* ``raw``: ``lightmarl.envs.mettagrid.mines_env`` copies stepped by a minimal Python loop
+  (uniform random actions, reset when ``env.agents`` is empty): the ceiling for collection;
+* ``lightmarl collector, TokenEncoder``: :class:`~lightmarl.data.collector.RolloutCollector`
+  with the recipe's policy (``MLPActorCritic`` on a ``TokenEncoder``);
+* ``lightmarl collector, flatten MLP``: the same with the default flattening encoder
+  (``hidden_sizes: [64, 64]``).
+
+Paths take turns, one unit of 25 steps per env copy each, for ``--seconds`` per repeat (as
+``collector_speed.py`` does, so load from other processes hits them alike); the best repeat is
+reported with the median of same-repeat ratios to raw. Run from the repository root::
+
+    python benchmarks/mettagrid_speed.py --seconds 5 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+from collector_speed import ROLLOUT_STEPS, Runner, interleaved_rates
+
+from lightmarl.data.collector import RolloutCollector
+from lightmarl.envs import PettingZooEnvConfig
+from lightmarl.policies import MultiAgentPolicy, PolicyRegistry
+from lightmarl.population import BindingTable, PolicyBinding
+
+RECIPE = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "recipes", "mettagrid_mines.yaml")))
+ENV = RECIPE["model"]["env"]
+TOKEN_POLICY = RECIPE["model"]["policy_bindings"][0]
+FLATTEN_POLICY = {"class_path": "lightmarl.policies.MLPActorCritic", "policy_kwargs": {"hidden_sizes": [64, 64]}}
+
+
+def config(num_envs: int) -> PettingZooEnvConfig:
+    return PettingZooEnvConfig(ENV["env_fn"], dict(ENV["env_kwargs"]), num_envs=num_envs)
+
+
+def raw_runner(num_envs: int, seed: int) -> Runner:
+    envs = [config(num_envs).make_one() for _ in range(num_envs)]
+    for i, env in enumerate(envs):
+        env.reset(seed=seed + i)
+    rng = np.random.default_rng(seed)
+
+    def run() -> int:
+        for _ in range(ROLLOUT_STEPS):
+            for env in envs:
+                if not env.agents:
+                    env.reset()
+                agents = env.agents
+                env.step(dict(zip(agents, rng.integers(5, size=len(agents)).tolist())))
+        return ROLLOUT_STEPS * num_envs
+
+    return Runner("raw mines_env loop", run, lambda: None)
+
+
+def collector_runner(num_envs: int, seed: int, name: str, policy: dict[str, Any]) -> Runner:
+    vec = config(num_envs).make_vector(seed)
+    table = BindingTable(
+        [PolicyBinding(id="main", class_path=policy["class_path"], policy_kwargs=policy["policy_kwargs"])], vec.spec
+    )
+    (group,) = vec.spec.groups.values()
+    policies = {"main": PolicyRegistry().get(table.binding("main"), group)}
+    collector = RolloutCollector(vec, MultiAgentPolicy(policies, table), rollout_steps=ROLLOUT_STEPS)
+
+    def run() -> int:
+        collector.collect()
+        return ROLLOUT_STEPS * num_envs
+
+    return Runner(name, run, collector.close)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--num-envs", type=int, default=ENV["num_envs"])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    runners = [
+        raw_runner(args.num_envs, 0),
+        collector_runner(args.num_envs, 0, "lightmarl collector, TokenEncoder", TOKEN_POLICY),
+        collector_runner(args.num_envs, 0, "lightmarl collector, flatten MLP", FLATTEN_POLICY),
+    ]
+    repeats = [interleaved_rates(runners, args.seconds) for _ in range(args.repeats)]
+    agents = ENV["env_kwargs"]["num_agents"]
+    print(f"load average after: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("| path | env steps/s (best) | agent steps/s | × raw (median) |")
+    print("| --- | ---: | ---: | ---: |")
+    for i, runner in enumerate(runners):
+        best = max(r[i] for r in repeats)
+        ratio = statistics.median(r[i] / r[0] for r in repeats)
+        print(f"| {runner.name} | {best:,.0f} | {best * agents:,.0f} | {ratio:.2f} |")
+    for runner in runners:
+        runner.close()
+
+
+if __name__ == "__main__":
+    main()
