@@ -44,13 +44,15 @@ TINY_EPISODES = {
     "knights_archers_zombies.yaml": ["--model.env.env_kwargs.max_cycles=20"],
     "pursuit.yaml": ["--model.env.env_kwargs.max_cycles=20"],
     "vmas_balance.yaml": ["--model.env.max_steps=10"],
+    "vmas_navigation.yaml": ["--model.env.max_steps=10"],
+    "mappo_simple_spread_continuous.yaml": ["--model.env.env_kwargs.max_cycles=20"],
     # Connect four has no turn limit. Each league player has one of the 4 copies; with seed 0 the
     # main exploiter's copy plays a game of sampled untrained moves longer than 30 turns, with
     # seed 1 every player's copy ends a game (seeded: the same games every run).
     "league_connect_four.yaml": ["--seed_everything=1"],
 }
 # Recipes of optional env families: skipped where the package is not installed (CI has no vmas).
-NEEDS = {"vmas_balance.yaml": "vmas"}
+NEEDS = {"vmas_balance.yaml": "vmas", "vmas_navigation.yaml": "vmas"}
 
 
 def lightmarl_script() -> str:
