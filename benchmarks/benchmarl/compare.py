@@ -225,7 +225,6 @@ def run_benchmarl(python: Path, task: Task, seed: int, frames: int, run_dir: Pat
         f"experiment.max_n_frames={frames}",
         "experiment.loggers=[csv]",
         "experiment.render=false",
-        "experiment.create_json=false",
         f"experiment.evaluation_interval={BENCHMARL_BATCH_FRAMES}",
         f"experiment.save_folder={run_dir}",
         f"hydra.run.dir={run_dir / 'hydra'}",
