@@ -45,13 +45,15 @@ TINY_EPISODES = {
     "pursuit.yaml": ["--model.env.env_kwargs.max_cycles=20"],
     "vmas_balance.yaml": ["--model.env.max_steps=10"],
     "mettagrid_mines.yaml": ["--model.env.env_kwargs.max_steps=20"],
+    "vmas_navigation.yaml": ["--model.env.max_steps=10"],
+    "mappo_simple_spread_continuous.yaml": ["--model.env.env_kwargs.max_cycles=20"],
     # Connect four has no turn limit. Each league player has one of the 4 copies; with seed 0 the
     # main exploiter's copy plays a game of sampled untrained moves longer than 30 turns, with
     # seed 1 every player's copy ends a game (seeded: the same games every run).
     "league_connect_four.yaml": ["--seed_everything=1"],
 }
 # Recipes of optional env families: skipped where the package is not installed (CI has no vmas).
-NEEDS = {"vmas_balance.yaml": "vmas", "mettagrid_mines.yaml": "mettagrid"}
+NEEDS = {"vmas_balance.yaml": "vmas", "vmas_navigation.yaml": "vmas", "mettagrid_mines.yaml": "mettagrid"}
 
 
 def lightmarl_script() -> str:

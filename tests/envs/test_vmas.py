@@ -186,3 +186,13 @@ def test_info_fields_come_from_the_scenarios_info_per_agent_and_copy():
     assert shaping.shape == missing.shape == (3, 2)
     assert torch.isfinite(shaping).all() and shaping.abs().sum() > 0  # navigation reports its shaping every step
     assert missing.isnan().all()  # a field the scenario does not report
+
+
+def test_info_fields_pass_the_specs_check_and_reach_the_spec():
+    # base_spec (the path of a recipe's fit) checks the scenario's own layout, then adds the info fields.
+    config = VmasEnvConfig(scenario="navigation", scenario_kwargs={"n_agents": 2}, num_envs=2, info_fields=["pos_rew"])
+    assert config.base_spec().info_fields == ("pos_rew",)
+    vector = config.make_vector(seed=0)
+    vector.reset()
+    nxt, _ = vector.step(random_actions(vector.spec, vector.current, torch.Generator().manual_seed(0)))
+    assert nxt["agent"]["info/pos_rew"].shape == (2, 2)

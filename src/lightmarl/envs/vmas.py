@@ -141,7 +141,7 @@ class VmasEnvConfig(EnvConfig):
             return scenario()
         raise ValueError(f"env.scenario: {self.scenario!r} is not a vmas BaseScenario subclass")
 
-    def _make(self, num_envs: int, seed: int) -> VmasVecEnv:
+    def _make(self, num_envs: int, seed: int, info_fields: bool = True) -> VmasVecEnv:
         import vmas
 
         scenario = self._scenario()
@@ -169,15 +169,17 @@ class VmasEnvConfig(EnvConfig):
             if "passed but not used by the scenario" in str(warning.message):
                 raise ValueError(f"env.scenario_kwargs: VMAS scenario {self.scenario!r}: {warning.message}")
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-        return VmasVecEnv(env, self.with_info_fields(vmas_spec_of(env, self.name)), seed, random_state)
+        spec = vmas_spec_of(env, self.name)
+        return VmasVecEnv(env, self.with_info_fields(spec) if info_fields else spec, seed, random_state)
 
     def base_spec(self) -> EnvSpec:
         """The scenario's groups and spaces, after a reset and two random steps of two copies
-        (:func:`~lightmarl.envs.checks.check_vec_env`): a broken scenario fails here."""
-        vector = self._make(2, seed=0)
+        (:func:`~lightmarl.envs.checks.check_vec_env`): a broken scenario fails here. The check
+        runs on the scenario's own layout; the ``info_fields`` are added to the spec after it."""
+        vector = self._make(2, seed=0, info_fields=False)
         try:
             check_vec_env(vector, num_steps=2)
-            return vector.spec
+            return self.with_info_fields(vector.spec)
         finally:
             vector.close()
 

@@ -1,0 +1,480 @@
+"""lightmarl and BenchMARL side by side: same task config, seed and frame budget, one machine.
+
+For each task and seed this script runs BenchMARL 1.5.2's own command line (``python -m
+benchmarl.run algorithm=mappo task=...``: its default MAPPO experiment, csv logger, no rendering,
+an evaluation after every 6,000-frame collection batch) in a separate virtualenv, then
+``lightmarl fit`` on a lightmarl recipe with the *same* task settings forced on the command line
+(agent count, continuous actions, episode length, scenario kwargs; see :data:`TASKS`), one after
+the other, never two trainings at once. It then writes ``results.md`` (a table per task), a
+``<task>.png`` learning-curve plot per task (evaluation return against training seconds, both
+frameworks) and ``results.json`` into ``--out``.
+
+Units. Both frameworks report the same quantity, so nothing is rescaled:
+
+* BenchMARL's ``eval/agents/reward/episode_reward_mean`` (``Logger.log_evaluation``) is, per
+  evaluation episode, ``reward.sum(0).mean()`` over the ``(time, agents, 1)`` reward of its
+  group: the undiscounted episode return of each agent, averaged over the group's agents, then
+  averaged over the episodes (10, with deterministic actions; episodes cut at the first done).
+* lightmarl's ``eval/<binding>/episode_return`` (``lightmarl.evaluation.episodes``) is the mean
+  over episodes of the mean over the binding's agents of each agent's undiscounted return
+  (greedy actions, ``model.eval_episodes`` episodes).
+
+A per-agent reward that a scenario shares (VMAS balance) is therefore the team reward in both;
+a summed team return would be ``n_agents`` times these numbers.
+
+Wall time. "train s" is each framework's own timer of collection plus updates, summed up to the
+evaluation: BenchMARL's ``timers/collection_time + timers/training_time``, lightmarl's
+``time/collect_s + time/update_s``. Evaluation and start-up are left out on both sides
+(BenchMARL evaluates 10 episodes, lightmarl its recipe's ``eval_episodes``); the whole process's
+wall time is reported next to it ("process s").
+
+Usage, from the repository root with lightmarl's virtualenv (the ``vmas`` extra and
+``matplotlib`` installed)::
+
+    python benchmarks/benchmarl/compare.py --setup          # once: BenchMARL's virtualenv
+    python benchmarks/benchmarl/compare.py --tasks vmas_navigation vmas_balance --seeds 0 1
+
+``--setup`` creates ``benchmarks/benchmarl/venv`` (ignored by git) with exactly
+:data:`BENCHMARL_REQUIREMENTS`; ``--benchmarl-python`` uses another interpreter that has them.
+Finished runs are kept under ``--out`` and reused (``--rerun`` runs them again), so a table can
+be completed one task at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+DEFAULT_VENV = HERE / "venv"
+DEFAULT_OUT = HERE / "runs"
+#: BenchMARL pins an older TorchRL than lightmarl; torch is pinned in the same pip command so
+#: that pip takes the CPU wheel instead of resolving a multi-GB CUDA build.
+BENCHMARL_REQUIREMENTS = (
+    "torch==2.13.0",
+    "benchmarl==1.5.2",
+    "torchrl==0.11.1",
+    "tensordict==0.11.0",
+    "vmas==1.5.2",
+    "pettingzoo[mpe]==1.25.0",
+)
+#: BenchMARL evaluates only at multiples of its collection batch (6,000 frames by default).
+BENCHMARL_BATCH_FRAMES = 6000
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task as both frameworks are told to build it.
+
+    Attributes:
+        benchmarl_task: BenchMARL's task config name (``vmas/navigation``).
+        recipe: the lightmarl recipe trained on it.
+        settings: the task's settings, passed to BenchMARL as ``task.<key>=<value>`` and to
+            lightmarl as its env's scenario / env kwargs (see :meth:`lightmarl_overrides`).
+        max_steps_key: the name of the episode length among ``settings``.
+    """
+
+    benchmarl_task: str
+    recipe: str
+    settings: dict[str, Any]
+    max_steps_key: str = "max_steps"
+    lightmarl_env: str = "vmas"
+    extra_lightmarl_args: tuple[str, ...] = field(default=())
+
+    def benchmarl_overrides(self) -> list[str]:
+        return [f"task.{key}={_hydra_value(value)}" for key, value in self.settings.items()]
+
+    def lightmarl_overrides(self) -> list[str]:
+        """Force the task settings on the recipe: whatever the recipe says, lightmarl plays BenchMARL's task.
+
+        BenchMARL prefers continuous actions (``experiment.prefer_continuous_actions: true``)
+        wherever a task has both, so lightmarl is given continuous actions too."""
+        settings = dict(self.settings)
+        episode = settings.pop(self.max_steps_key)
+        if self.lightmarl_env == "vmas":
+            return [
+                f"--model.env.init_args.scenario_kwargs={json.dumps(settings)}",
+                f"--model.env.init_args.max_steps={episode}",
+                "--model.env.init_args.continuous_actions=true",
+                *self.extra_lightmarl_args,
+            ]
+        kwargs = {**settings, self.max_steps_key: episode, "continuous_actions": True}
+        return [f"--model.env.env_kwargs={json.dumps(kwargs)}", *self.extra_lightmarl_args]
+
+
+def _hydra_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+#: BenchMARL 1.5.2's own task configs (``benchmarl/conf/task/...``), written out so that both
+#: frameworks get them from here.
+TASKS = {
+    "vmas_balance": Task(
+        benchmarl_task="vmas/balance",
+        recipe="recipes/vmas_balance.yaml",
+        settings={"max_steps": 100, "n_agents": 4, "random_package_pos_on_line": True, "package_mass": 5},
+    ),
+    "vmas_navigation": Task(
+        benchmarl_task="vmas/navigation",
+        recipe="recipes/vmas_navigation.yaml",
+        settings={
+            "max_steps": 100,
+            "n_agents": 3,
+            "collisions": True,
+            "agents_with_same_goal": 1,
+            "split_goals": False,
+            "observe_all_goals": False,
+            "shared_rew": False,
+            "lidar_range": 0.35,
+            "agent_radius": 0.1,
+        },
+    ),
+    "simple_spread": Task(
+        benchmarl_task="pettingzoo/simple_spread",
+        recipe="recipes/mappo_simple_spread_continuous.yaml",
+        settings={"max_cycles": 100, "N": 3, "local_ratio": 0.5},
+        max_steps_key="max_cycles",
+        lightmarl_env="pettingzoo",
+    ),
+}
+
+
+@dataclass
+class Curve:
+    """Evaluation points of one run: frames, training seconds, return (same length)."""
+
+    frames: list[float]
+    train_s: list[float]
+    returns: list[float]
+    process_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"frames": self.frames, "train_s": self.train_s, "returns": self.returns, "process_s": self.process_s}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Curve:
+        return cls(data["frames"], data["train_s"], data["returns"], data["process_s"])
+
+
+# -- setup ----------------------------------------------------------------------------------------
+def setup_venv(venv: Path) -> Path:
+    """Create ``venv`` with BenchMARL's pinned requirements; its python."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--disable-pip-version-check", *BENCHMARL_REQUIREMENTS], check=True
+    )
+    check_benchmarl(python)
+    return python
+
+
+def check_benchmarl(python: Path) -> None:
+    """Fail early, naming the fix, when ``python`` lacks the pinned BenchMARL stack."""
+    if not python.exists():
+        raise SystemExit(f"{python}: no such interpreter; run `{Path(__file__).name} --setup` first")
+    probe = "import benchmarl, torchrl, vmas, pettingzoo.mpe; print(benchmarl.__version__, torchrl.__version__)"
+    result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"{python} cannot import BenchMARL's stack: {result.stderr.strip().splitlines()[-1:]}")
+    found = result.stdout.split()
+    if found != ["1.5.2", "0.11.1"]:
+        raise SystemExit(f"{python}: expected benchmarl 1.5.2 and torchrl 0.11.1, found {found}")
+
+
+# -- running --------------------------------------------------------------------------------------
+def single_thread_env() -> dict[str, str]:
+    # Small MLPs step fastest on one thread; more threads spin-wait on a shared machine.
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def run_logged(command: Sequence[str], cwd: Path, log: Path) -> float:
+    """Run ``command`` in ``cwd`` with output to ``log``; its wall seconds. Raises on failure."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    print("+", shlex.join(command), flush=True)
+    started = time.perf_counter()
+    with open(log, "w") as out:
+        result = subprocess.run(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=single_thread_env())
+    seconds = time.perf_counter() - started
+    if result.returncode != 0:
+        tail = log.read_text().splitlines()[-15:]
+        raise SystemExit(f"{command[0]} failed (exit {result.returncode}); the end of {log}:\n" + "\n".join(tail))
+    return seconds
+
+
+def run_benchmarl(python: Path, task: Task, seed: int, frames: int, run_dir: Path) -> Curve:
+    command = [
+        str(python),
+        "-m",
+        "benchmarl.run",
+        "algorithm=mappo",
+        f"task={task.benchmarl_task}",
+        f"seed={seed}",
+        f"experiment.max_n_frames={frames}",
+        "experiment.loggers=[csv]",
+        "experiment.render=false",
+        f"experiment.evaluation_interval={BENCHMARL_BATCH_FRAMES}",
+        f"experiment.save_folder={run_dir}",
+        f"hydra.run.dir={run_dir / 'hydra'}",
+        *task.benchmarl_overrides(),
+    ]
+    seconds = run_logged(command, run_dir, run_dir / "log.txt")
+    return read_benchmarl_curve(run_dir, seconds)
+
+
+def read_benchmarl_curve(run_dir: Path, process_s: float) -> Curve:
+    """The evaluation curve in BenchMARL's csv scalars (``<name>.csv``: ``step,value`` rows, step = iteration)."""
+    found = sorted(run_dir.glob("*/*/scalars/eval_reward_episode_reward_mean.csv"))
+    if not found:
+        raise SystemExit(f"{run_dir}: no BenchMARL eval_reward_episode_reward_mean.csv")
+    scalars = found[-1].parent
+
+    def series(name: str) -> dict[int, float]:
+        with open(scalars / f"{name}.csv") as f:
+            return {int(float(row[0])): float(row[1]) for row in csv.reader(f) if row}
+
+    evals = series("eval_reward_episode_reward_mean")
+    frames = series("counters_total_frames")
+    spent = {k: v + series("timers_training_time")[k] for k, v in series("timers_collection_time").items()}
+    cumulative, total = {}, 0.0
+    for step in sorted(spent):
+        total += spent[step]
+        cumulative[step] = total
+    steps = sorted(evals)
+    return Curve([frames[s] for s in steps], [cumulative[s] for s in steps], [evals[s] for s in steps], process_s)
+
+
+def run_lightmarl(task: Task, seed: int, frames: int, run_dir: Path, recipe: str | None) -> Curve:
+    lightmarl = Path(sys.executable).with_name("lightmarl")
+    command = [
+        str(lightmarl),
+        "fit",
+        "--config",
+        str(ROOT / (recipe or task.recipe)),
+        f"--seed_everything={seed}",
+        f"--model.max_frames={frames}",
+        "--trainer.enable_checkpointing=false",
+        f"--trainer.default_root_dir={run_dir}",
+        *task.lightmarl_overrides(),
+    ]
+    seconds = run_logged(command, run_dir, run_dir / "log.txt")
+    return read_lightmarl_curve(run_dir, seconds)
+
+
+def run_random(task: Task, run_dir: Path) -> float:
+    """lightmarl's evaluation of uniformly random actions on the task (same episodes as its other evaluations)."""
+    lightmarl = Path(sys.executable).with_name("lightmarl")
+    command = [
+        str(lightmarl),
+        "validate",
+        "--config",
+        str(ROOT / task.recipe),
+        "--model.policy_bindings=[{id: main, class_path: lightmarl.policies.UniformRandomPolicy}]",
+        f"--trainer.default_root_dir={run_dir}",
+        *task.lightmarl_overrides(),
+    ]
+    run_logged(command, run_dir, run_dir / "log.txt")
+    return read_lightmarl_curve(run_dir, 0.0, evaluation_only=True).returns[-1]
+
+
+def read_lightmarl_curve(run_dir: Path, process_s: float, evaluation_only: bool = False) -> Curve:
+    """The evaluation curve in lightmarl's CSV log: each ``eval/*/episode_return`` row at the frames and
+    the collection + update seconds of the training rows before it (file order)."""
+    found = sorted(run_dir.glob("csv/version_*/metrics.csv"))
+    if not found:
+        raise SystemExit(f"{run_dir}: no csv/version_*/metrics.csv")
+    curve = Curve([], [], [], process_s)
+    frames, spent = 0.0, 0.0
+    with open(found[-1]) as f:
+        for row in csv.DictReader(f):
+            if row.get("counters/frames"):
+                frames = float(row["counters/frames"])
+                spent += float(row["time/collect_s"]) + float(row["time/update_s"])
+            returns = [
+                float(v) for k, v in row.items() if k.startswith("eval/") and k.endswith("/episode_return") and v
+            ]
+            if returns and (frames or evaluation_only):
+                curve.frames.append(frames)
+                curve.train_s.append(spent)
+                curve.returns.append(sum(returns) / len(returns))
+    if not curve.returns:
+        raise SystemExit(f"{found[-1]}: no eval/<binding>/episode_return rows")
+    return curve
+
+
+# -- summary --------------------------------------------------------------------------------------
+def first_reaching(curve: Curve, target: float) -> tuple[float, float] | None:
+    """(frames, train seconds) of the first evaluation at or above ``target``; None if never."""
+    for frames, seconds, value in zip(curve.frames, curve.train_s, curve.returns):
+        if value >= target:
+            return frames, seconds
+    return None
+
+
+def value_at(curve: Curve, xs: list[float], x: float) -> float | None:
+    """The latest evaluation at or before ``x`` (frames or seconds); None before the first one."""
+    best = None
+    for xi, value in zip(xs, curve.returns):
+        if xi <= x + 1e-9:
+            best = value
+    return best
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def task_table(name: str, runs: dict[str, dict[int, Curve]]) -> list[str]:
+    """Markdown rows: per seed, both frameworks' final return, lightmarl's time to BenchMARL's final
+    return and lightmarl's return at BenchMARL's training seconds."""
+    lines = [
+        f"### {name}",
+        "",
+        "| seed | framework | eval return at 30k / final frames | final frames | train s | process s "
+        "| reaches BenchMARL's final return at (frames, train s) | return at BenchMARL's final train s |",
+        "| ---: | --- | --- | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for seed in sorted(runs.get("benchmarl", {})):
+        reference = runs["benchmarl"][seed]
+        target, budget = reference.returns[-1], reference.train_s[-1]
+        for framework in ("benchmarl", "lightmarl"):
+            curve = runs.get(framework, {}).get(seed)
+            if curve is None:
+                continue
+            reached = first_reaching(curve, target)
+            lines.append(
+                f"| {seed} | {framework} | {_fmt(value_at(curve, curve.frames, 30_000))} / "
+                f"{_fmt(curve.returns[-1])} | {curve.frames[-1]:,.0f} | {curve.train_s[-1]:.0f} | "
+                f"{curve.process_s:.0f} | "
+                + ("never" if reached is None else f"{reached[0]:,.0f}, {reached[1]:.0f} s")
+                + f" | {_fmt(value_at(curve, curve.train_s, budget))} |"
+            )
+    return lines
+
+
+def plot_task(name: str, runs: dict[str, dict[int, Curve]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    colors = {"benchmarl": "tab:orange", "lightmarl": "tab:blue"}
+    for framework, curves in runs.items():
+        for i, (seed, curve) in enumerate(sorted(curves.items())):
+            ax.plot(
+                curve.train_s,
+                curve.returns,
+                marker="o",
+                markersize=3,
+                color=colors[framework],
+                alpha=0.5 + 0.5 / (i + 1),
+                label=f"{framework} seed {seed}",
+            )
+    ax.set_xlabel("training seconds (collection + updates)")
+    ax.set_ylabel("eval return (mean per agent)")
+    ax.set_title(name)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def load_average() -> str:
+    try:
+        return " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--setup", action="store_true", help=f"create {DEFAULT_VENV} with BenchMARL and exit")
+    parser.add_argument("--benchmarl-python", type=Path, default=DEFAULT_VENV / "bin" / "python")
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    parser.add_argument("--frames", type=int, default=60_000, help="frame budget of every run (env steps)")
+    parser.add_argument(
+        "--lightmarl-frames",
+        type=int,
+        help="lightmarl's frame budget (default: --frames); larger budgets compare at equal wall time",
+    )
+    parser.add_argument(
+        "--frameworks", nargs="+", default=["benchmarl", "lightmarl"], choices=["benchmarl", "lightmarl"]
+    )
+    parser.add_argument("--recipe", help="a lightmarl recipe to use instead of the task's (one task only)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--rerun", action="store_true", help="run again runs that already have results")
+    args = parser.parse_args(argv)
+    if args.setup:
+        print("BenchMARL ready:", setup_venv(DEFAULT_VENV))
+        return
+    if args.frames < BENCHMARL_BATCH_FRAMES or args.frames % BENCHMARL_BATCH_FRAMES:
+        parser.error(f"--frames: BenchMARL collects {BENCHMARL_BATCH_FRAMES} frames per batch; give a multiple of it")
+    if args.recipe and len(args.tasks) != 1:
+        parser.error("--recipe: name exactly one task with --tasks")
+    if "benchmarl" in args.frameworks:
+        check_benchmarl(args.benchmarl_python)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results_path = args.out / "results.json"
+    results: dict[str, Any] = json.loads(results_path.read_text()) if results_path.exists() else {}
+
+    for name in args.tasks:
+        task = TASKS[name]
+        for seed in args.seeds:
+            for framework in args.frameworks:
+                key = f"{name}/{framework}/{seed}"
+                if key in results and not args.rerun:
+                    continue
+                run_dir = args.out / name / f"{framework}_seed{seed}"
+                if framework == "benchmarl":
+                    curve = run_benchmarl(args.benchmarl_python, task, seed, args.frames, run_dir)
+                else:
+                    curve = run_lightmarl(task, seed, args.lightmarl_frames or args.frames, run_dir, args.recipe)
+                results[key] = {**curve.to_json(), "load": load_average(), "date": time.strftime("%Y-%m-%d %H:%M")}
+                results_path.write_text(json.dumps(results, indent=1))
+                print(
+                    f"{key}: return {curve.returns[-1]:.3f} at {curve.frames[-1]:,.0f} frames, "
+                    f"{curve.train_s[-1]:.0f} train s, {curve.process_s:.0f} process s, load {load_average()}"
+                )
+
+    for name in args.tasks:
+        key = f"{name}/random"
+        if key not in results or args.rerun:
+            results[key] = {"return": run_random(TASKS[name], args.out / name / "random")}
+            results_path.write_text(json.dumps(results, indent=1))
+
+    lines = [f"Machine: {platform.machine()}, {os.cpu_count()} CPUs; load at the end {load_average()}.", ""]
+    for name in TASKS:
+        runs: dict[str, dict[int, Curve]] = {}
+        random_return = results.get(f"{name}/random", {}).get("return")
+        for key, data in results.items():
+            if key.count("/") != 2:
+                continue
+            task_name, framework, seed = key.split("/")
+            if task_name == name:
+                runs.setdefault(framework, {})[int(seed)] = Curve.from_json(data)
+        if not runs:
+            continue
+        lines += [*task_table(name, runs), "", f"Uniformly random actions: {_fmt(random_return)}.", ""]
+        lines += [f"![{name}]({name}.png)", ""]
+        plot_task(name, runs, args.out / f"{name}.png")
+    (args.out / "results.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
