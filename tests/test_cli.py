@@ -43,6 +43,7 @@ def tiny(recipe_name: str) -> list[str]:
 TINY_EPISODES = {
     "knights_archers_zombies.yaml": ["--model.env.env_kwargs.max_cycles=20"],
     "pursuit.yaml": ["--model.env.env_kwargs.max_cycles=20"],
+    "multiwalker.yaml": ["--model.env.env_kwargs.max_cycles=20"],
     "vmas_balance.yaml": ["--model.env.max_steps=10"],
     # Connect four has no turn limit. Each league player has one of the 4 copies; with seed 0 the
     # main exploiter's copy plays a game of sampled untrained moves longer than 30 turns, with
