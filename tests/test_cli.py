@@ -43,6 +43,7 @@ def tiny(recipe_name: str) -> list[str]:
 TINY_EPISODES = {
     "knights_archers_zombies.yaml": ["--model.env.env_kwargs.max_cycles=20"],
     "pursuit.yaml": ["--model.env.env_kwargs.max_cycles=20"],
+    "multiwalker.yaml": ["--model.env.env_kwargs.max_cycles=20"],
     "vmas_balance.yaml": ["--model.env.max_steps=10"],
     "mettagrid_mines.yaml": ["--model.env.env_kwargs.max_steps=20"],
     "vmas_navigation.yaml": ["--model.env.max_steps=10"],

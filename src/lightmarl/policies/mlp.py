@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModule
+from tensordict.nn import AddStateIndependentNormalScale, TensorDictModule
 from torch import nn
 from torch.nn import functional as F
 from torchrl.modules import MLP, MultiAgentMLP, ProbabilisticActor, TanhNormal
@@ -45,6 +45,14 @@ class MLPActorCritic(Policy):
             the observation read by the actor and a ``local`` critic. The actor's rows must then
             carry ``agent_id`` (env observations and stored experience do); the critic, which
             reads whole-group rows, takes the position from the agent dim.
+        action_std: continuous actions only: where the tanh-normal's standard deviation (before
+            the tanh) comes from. ``state``: a second output of the actor network, per
+            observation, ``softplus`` mapped so that a zero output gives ``init_action_std``.
+            ``learned``: one parameter per action dimension, independent of the observation
+            (``exp(log_std)``, as in Schulman et al.'s PPO for MuJoCo), so the network's whole
+            output is the mean.
+        init_action_std: the standard deviation at initialisation (continuous actions).
+        min_action_std: the lower bound of the standard deviation (continuous actions).
     """
 
     def __init__(
@@ -56,8 +64,23 @@ class MLPActorCritic(Policy):
         agent_id_input: bool = False,
         encoder: nn.Module | Mapping[str, Any] | None = None,
         value_network: nn.Module | None = None,
+        action_std: Literal["state", "learned"] = "state",
+        init_action_std: float = 1.0,
+        min_action_std: float = 0.01,
     ) -> None:
         super().__init__(group)
+        if action_std not in ("state", "learned"):
+            raise ValueError(f"policy_kwargs.action_std: {action_std!r} is not one of ['learned', 'state']")
+        if not 0 < min_action_std < init_action_std:
+            raise ValueError(
+                f"policy_kwargs: expected 0 < min_action_std < init_action_std, got min_action_std={min_action_std!r}, "
+                f"init_action_std={init_action_std!r}"
+            )
+        if action_std != "state" and group.action_kind != "continuous":
+            raise ValueError(
+                f"policy_kwargs.action_std: {action_std!r} applies to continuous actions; group {group.name!r} has "
+                f"{group.action_kind} actions"
+            )
         if activation not in ACTIVATIONS:
             raise ValueError(f"policy_kwargs.activation: {activation!r} is not one of {sorted(ACTIVATIONS)}")
         if critic not in ("centralized", "local", "none"):
@@ -101,12 +124,9 @@ class MLPActorCritic(Policy):
             )
         else:
             action_dim = int(torch.Size(group.action_shape).numel())
-            net = Encoded(
-                encoder_module,
-                _NormalParams(
-                    reads(MLP(in_dim, 2 * action_dim, num_cells=list(self.hidden_sizes), activation_class=act))
-                ),
-            )
+            outputs = 2 * action_dim if action_std == "state" else action_dim
+            mlp = reads(MLP(in_dim, outputs, num_cells=list(self.hidden_sizes), activation_class=act))
+            net = Encoded(encoder_module, _NormalParams(mlp, action_dim, action_std, init_action_std, min_action_std))
             loc, scale = self.key(keys.LOC), self.key(keys.SCALE)
             self.actor = ProbabilisticActor(
                 TensorDictModule(net, in_keys=in_keys, out_keys=[loc, scale]),
@@ -222,12 +242,24 @@ class AgentIdInput(nn.Module):
 
 
 class _NormalParams(nn.Module):
-    """``net`` then :class:`NormalParamExtractor`: (loc, scale) of a tanh-normal actor."""
+    """``net`` then (loc, scale) of a tanh-normal actor: see ``MLPActorCritic``'s ``action_std``.
 
-    def __init__(self, net: nn.Module) -> None:
+    ``state``: :class:`NormalParamExtractor` splits the output in two halves, the scale mapped by
+    a softplus biased to give ``init_std`` at zero and bounded below by ``min_std``. ``learned``:
+    the output is the loc; TensorDict's :class:`AddStateIndependentNormalScale` adds
+    ``exp(log_std)`` (clamped at ``min_std``) from one parameter per action dimension.
+    """
+
+    def __init__(
+        self, net: nn.Module, action_dim: int, action_std: str = "state", init_std: float = 1.0, min_std: float = 0.01
+    ) -> None:
         super().__init__()
         self.net = net
-        self.extract = NormalParamExtractor()
+        self.extract: nn.Module
+        if action_std == "state":
+            self.extract = NormalParamExtractor(f"biased_softplus_{init_std}_{min_std}", scale_lb=min_std)
+        else:
+            self.extract = AddStateIndependentNormalScale(action_dim, init_value=math.log(init_std), scale_lb=min_std)
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.extract(self.net(*inputs))

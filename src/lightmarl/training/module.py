@@ -67,7 +67,9 @@ class MARLModule(LightningModule):
         eval_episodes: episodes per validation / test run.
         eval_num_envs: env copies played at once during evaluation (default: ``env.num_envs``).
         eval_seed: base seed of evaluation env copies (same start states every evaluation).
-        eval_deterministic: evaluate the policies' mode actions instead of sampling.
+        eval_deterministic: evaluate the policies' mode actions instead of sampling. Bindings
+            of continuous-action groups are then also played with sampled actions, on the same
+            seeded episodes, logged with a ``_sampled`` suffix (``eval/<binding>/episode_return_sampled``).
         eval_winner: adds ``win_rate`` / ``draw_rate`` per binding: ``highest_return`` for
             head-to-head play (the binding with the strictly highest mean return wins),
             ``positive_return`` for games that pay a positive return for a win, zero for a draw and a
@@ -408,6 +410,23 @@ class MARLModule(LightningModule):
             for name in self.env_spec.info_fields:
                 stats.setdefault(f"info/{name}", float("nan"))
         logs = {f"{prefix}/{b}/{name}": value for b, stats in results.items() for name, value in stats.items()}
+        continuous = self._continuous_bindings()
+        if self.eval_deterministic and continuous:
+            # A continuous policy's mean action can look good while the sampled play it trains on
+            # falls over (or the reverse): report both, on the same seeded episodes.
+            sampled = evaluate_episodes(
+                self.population,
+                self.env_config,
+                num_episodes=self.eval_episodes,
+                seed=self.eval_seed + 1_000 * rank,
+                num_envs=self.eval_num_envs,
+                deterministic=False,
+                winner=self.eval_winner,
+                device=self.device,
+            )
+            for b in continuous:
+                for name, value in sampled.get(b, {}).items():
+                    logs[f"{prefix}/{b}/{name}_sampled"] = value
         self.log_dict(logs, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
         if self.eval_video_episodes and rank == 0:
             video = write_evaluation_video(
@@ -420,6 +439,15 @@ class MARLModule(LightningModule):
                 device=self.device,
             )
             rank_zero_info(f"lightmarl: evaluation video {video}")
+
+    def _continuous_bindings(self) -> list[str]:
+        """Active bindings that act for a group with continuous actions, in binding order."""
+        groups = self.env_spec.groups
+        return [
+            b
+            for b in self.table.active_ids
+            if b in self.table.group_of_binding and groups[self.table.group_of_binding[b]].action_kind == "continuous"
+        ]
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate("eval")
