@@ -139,3 +139,29 @@ def test_a_bad_scenario_fails_in_setup_before_any_env_step(spread_config, tmp_pa
     )
     with pytest.raises(ConfigError, match=r"evaluation.scenarios\[0\].agent_binding_map: unknown binding 'ghost'"):
         _fit(spread_config, tmp_path, [PeriodicEvaluation(bad)])
+
+
+def test_validation_during_fit_leaves_training_bit_identical(spread_config, tmp_path):
+    """lightmarl's own validation at epoch ends (sampled actions here) restores every random stream."""
+
+    def fit(validate: bool) -> dict[str, Any]:
+        seed_everything(0)
+        module = _module(spread_config)
+        module.eval_deterministic = False  # sampled evaluation draws from torch's RNG
+        module.eval_episodes = 3
+        trainer = Trainer(
+            max_epochs=-1,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+            limit_val_batches=1 if validate else 0,
+            num_sanity_val_steps=0,
+            default_root_dir=tmp_path,
+        )
+        trainer.fit(module)
+        if validate:
+            assert "eval/main/episode_return" in trainer.callback_metrics
+        return _state(module, trainer)
+
+    _assert_equal(fit(validate=False), fit(validate=True))

@@ -21,6 +21,7 @@ from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.transforms import load_transforms_state_dict, transforms_state_dict
 from lightmarl.errors import ConfigError
 from lightmarl.evaluation.episodes import WinRule, evaluate_episodes
+from lightmarl.evaluation.suite import preserved_rng
 from lightmarl.evaluation.video import check_renders, write_evaluation_video
 from lightmarl.policies.base import Policy
 from lightmarl.policies.multi_agent import MultiAgentPolicy
@@ -395,49 +396,52 @@ class MARLModule(LightningModule):
     def _evaluate(self, prefix: str) -> None:
         self.population.eval()
         rank = self.global_rank
-        results = evaluate_episodes(
-            self.population,
-            self.env_config,
-            num_episodes=self.eval_episodes,
-            seed=self.eval_seed + 1_000 * rank,
-            num_envs=self.eval_num_envs,
-            deterministic=self.eval_deterministic,
-            winner=self.eval_winner,
-            device=self.device,
-        )
-        for stats in results.values():
-            # Every process logs the same keys (sync_dist): a field no episode reported is NaN.
-            for name in self.env_spec.info_fields:
-                stats.setdefault(f"info/{name}", float("nan"))
-        logs = {f"{prefix}/{b}/{name}": value for b, stats in results.items() for name, value in stats.items()}
-        continuous = self._continuous_bindings()
-        if self.eval_deterministic and continuous:
-            # A continuous policy's mean action can look good while the sampled play it trains on
-            # falls over (or the reverse): report both, on the same seeded episodes.
-            sampled = evaluate_episodes(
+        seed = self.eval_seed + 1_000 * rank
+
+        def play(deterministic: bool) -> dict[str, dict[str, float]]:
+            # Sampled actions from a stream of their own: the same draws in every evaluation, in fit
+            # and in validate, and training's random streams untouched (restored by preserved_rng).
+            torch.manual_seed(seed)
+            return evaluate_episodes(
                 self.population,
                 self.env_config,
                 num_episodes=self.eval_episodes,
-                seed=self.eval_seed + 1_000 * rank,
+                seed=seed,
                 num_envs=self.eval_num_envs,
-                deterministic=False,
+                deterministic=deterministic,
                 winner=self.eval_winner,
                 device=self.device,
             )
-            for b in continuous:
-                for name, value in sampled.get(b, {}).items():
-                    logs[f"{prefix}/{b}/{name}_sampled"] = value
+
+        with preserved_rng([self.device]):
+            results = play(self.eval_deterministic)
+            for stats in results.values():
+                # Every process logs the same keys (sync_dist): a field no episode reported is NaN.
+                for name in self.env_spec.info_fields:
+                    stats.setdefault(f"info/{name}", float("nan"))
+            logs = {f"{prefix}/{b}/{name}": value for b, stats in results.items() for name, value in stats.items()}
+            continuous = self._continuous_bindings()
+            if self.eval_deterministic and continuous:
+                # A continuous policy's mean action can look good while the sampled play it trains on
+                # falls over (or the reverse): report both, on the same seeded episodes.
+                sampled = play(deterministic=False)
+                for b in continuous:
+                    for name, value in sampled.get(b, {}).items():
+                        logs[f"{prefix}/{b}/{name}_sampled"] = value
+            video = None
+            if self.eval_video_episodes and rank == 0:
+                torch.manual_seed(seed)
+                video = write_evaluation_video(
+                    self.population,
+                    self.env_config,
+                    os.path.join(self.trainer.log_dir or ".", "videos", f"{prefix}_iter{self.iterations}.gif"),
+                    num_episodes=self.eval_video_episodes,
+                    seed=self.eval_seed,
+                    deterministic=self.eval_deterministic,
+                    device=self.device,
+                )
         self.log_dict(logs, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
-        if self.eval_video_episodes and rank == 0:
-            video = write_evaluation_video(
-                self.population,
-                self.env_config,
-                os.path.join(self.trainer.log_dir or ".", "videos", f"{prefix}_iter{self.iterations}.gif"),
-                num_episodes=self.eval_video_episodes,
-                seed=self.eval_seed,
-                deterministic=self.eval_deterministic,
-                device=self.device,
-            )
+        if video is not None:
             rank_zero_info(f"lightmarl: evaluation video {video}")
 
     def _continuous_bindings(self) -> list[str]:
