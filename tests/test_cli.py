@@ -42,6 +42,7 @@ def tiny(recipe_name: str) -> list[str]:
 # Recipes whose episodes outlast the tiny run's 30 env steps would finish none: shorten them there.
 TINY_EPISODES = {
     "knights_archers_zombies.yaml": ["--model.env.env_kwargs.max_cycles=20"],
+    "pistonball.yaml": ["--model.env.env_kwargs.max_cycles=20"],
     "pursuit.yaml": ["--model.env.env_kwargs.max_cycles=20"],
     "vmas_balance.yaml": ["--model.env.max_steps=10"],
     # Connect four has no turn limit. Each league player has one of the 4 copies; with seed 0 the

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 from lightmarl.envs.base import VecEnv
 from lightmarl.envs.spec import EnvSpec
@@ -38,7 +38,7 @@ class EnvConfig(ABC):
     #: whether :meth:`make_base_vector` applies the leading image transforms (``Grayscale``,
     #: ``Resize``: :func:`~lightmarl.envs.transforms.split_frame_transforms`) where the env runs;
     #: families that cannot refuse them when the recipe is built.
-    applies_frame_transforms: ClassVar[bool] = False
+    applies_frame_transforms = False
 
     @property
     @abstractmethod
