@@ -203,7 +203,7 @@ def test_bad_image_transforms_fail_clearly():
         Resize(interpolation="cubic")
     with pytest.raises(ValueError, match=r"\['Resize'\] must come before FrameStack"):
         pistonball(transforms=[FrameStack(2), Resize(8, 8)])
-    with pytest.raises(ValueError, match="Grayscale.*group 'piston'.*RGB images"):
+    with pytest.raises(ValueError, match=r"Grayscale.*group 'piston'.*RGB images"):
         pistonball(transforms=[Grayscale(), Grayscale()]).spec()
-    with pytest.raises(ValueError, match="apply to parallel envs; this env is turn-based"):
+    with pytest.raises(ValueError, match=r"apply to parallel envs; this env is turn-based"):
         PettingZooEnvConfig("pettingzoo.classic.tictactoe_v3.env", transforms=[Resize(2, 2)]).spec()
