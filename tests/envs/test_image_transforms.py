@@ -207,3 +207,23 @@ def test_bad_image_transforms_fail_clearly():
         pistonball(transforms=[Grayscale(), Grayscale()]).spec()
     with pytest.raises(ValueError, match=r"apply to parallel envs; this env is turn-based"):
         PettingZooEnvConfig("pettingzoo.classic.tictactoe_v3.env", transforms=[Resize(2, 2)]).spec()
+
+
+def test_recording_vector_for_videos_sees_the_transformed_frames():
+    from lightmarl.envs.rendering import FrameRecorder
+
+    config = pistonball(num_envs=1, transforms=[Resize(8, 4, "nearest"), Grayscale(), FrameStack(num_frames=2)])
+    recorders = []
+
+    def record(env, render):
+        recorders.append(FrameRecorder(env, render=render))
+        return recorders[0]
+
+    vector = config.make_recording_vector(seed=0, record=record)
+    try:
+        assert vector.reset()["piston"]["observation"].shape == (1, 3, 8, 4, 2)
+        vector.step({"piston": torch.ones(1, 3, dtype=torch.int64)})
+        frames = recorders[0].episodes[0]
+        assert len(frames) == 2 and frames[0].ndim == 3 and frames[0].shape[-1] == 3  # full RGB frames for the video
+    finally:
+        vector.close()

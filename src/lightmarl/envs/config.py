@@ -18,7 +18,13 @@ from typing import Any
 
 from lightmarl.envs.base import VecEnv
 from lightmarl.envs.spec import EnvSpec
-from lightmarl.envs.transforms import TransformedVecEnv, VecTransform, split_frame_transforms, transformed_spec
+from lightmarl.envs.transforms import (
+    FrameTransform,
+    TransformedVecEnv,
+    VecTransform,
+    split_frame_transforms,
+    transformed_spec,
+)
 
 
 class EnvConfig(ABC):
@@ -122,9 +128,9 @@ class EnvConfig(ABC):
                 f"{type(self).__name__} does not support (PettingZoo envs do)"
             )
 
-    def frame_transforms(self) -> list[VecTransform]:
+    def frame_transforms(self) -> list[FrameTransform]:
         """The leading image transforms, applied where the env runs (by :meth:`make_base_vector`)."""
-        return list(split_frame_transforms(self.transforms)[0])
+        return split_frame_transforms(self.transforms)[0]
 
     def vector_transforms(self) -> list[VecTransform]:
         """The transforms applied to a vector's outputs in the training process (all but the leading image ones)."""

@@ -55,6 +55,8 @@ class FramedParallelEnv(BaseParallelWrapper):
         for agent, agent_ops in ops.items():
             space = env.observation_space(agent)
             box = space.spaces["observation"] if isinstance(space, spaces.Dict) else space
+            if not isinstance(box, spaces.Box):
+                raise ValueError(f"env.transforms: image transforms need Box observations; agent {agent!r} has {box!r}")
             ready, shape, dtype = fixed_ops(agent_ops, tuple(box.shape), np.dtype(box.dtype).name)
             ready = chains.setdefault((ready, tuple(box.shape), np.dtype(box.dtype).name), ready)
             low, high = (0, 255) if dtype == "uint8" else (float(np.min(box.low)), float(np.max(box.high)))
