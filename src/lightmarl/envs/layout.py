@@ -43,7 +43,7 @@ class GroupLayout:
     num_actions: int
     action_shape: tuple[int, ...]
     action_dtype: str  # NumPy dtype name
-    observation_dtype: str = "float32"  # NumPy dtype name: observation_storage_dtype of the env's
+    observation_dtype: str = "float32"  # NumPy dtype name observations are kept in (observation_storage_dtype)
 
     @classmethod
     def of(cls, spec: EnvSpec) -> list[GroupLayout]:
