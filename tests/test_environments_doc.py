@@ -2,8 +2,7 @@
 
 YAML snippets go through the real CLI on a tiny budget, Python snippets are executed. The
 placeholder package of the page (``my_package.envs.parallel_env``) is a small stand-in written
-here; ``my_envs`` is the page's own Python snippet. A snippet added to the page without a runner
-here fails :func:`test_every_snippet_of_the_page_is_run`.
+here. A snippet added to the page without a runner here fails :func:`test_every_snippet_of_the_page_is_run`.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import pytest
 import torch
 import yaml
 
+from lightmarl._imports import import_object
 from lightmarl.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +61,7 @@ def snippet(heading: str, language: str) -> str:
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch) -> Path:
-    """A working directory with the page's packages importable (``my_package``, ``my_envs``)."""
+    """A working directory with the page's placeholder package importable (``my_package``)."""
     monkeypatch.chdir(tmp_path)
     package = tmp_path / "my_package"
     package.mkdir()
@@ -69,7 +69,7 @@ def workdir(tmp_path, monkeypatch) -> Path:
     (package / "envs.py").write_text(MY_PACKAGE)
     monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path
-    for name in [m for m in sys.modules if m.split(".")[0] in ("my_package", "my_envs")]:
+    for name in [m for m in sys.modules if m.split(".")[0] == "my_package"]:
         del sys.modules[name]
 
 
@@ -88,15 +88,16 @@ def run_bring_your_own_env(workdir: Path) -> None:
 
 def run_large_observations(workdir: Path) -> None:
     pytest.importorskip("pettingzoo.butterfly.pistonball_v6")
-    (workdir / "my_envs.py").write_text(snippet("Large observations", "python"))
     code = snippet("Large observations", "yaml")
     checkpoint = fit_yaml(code, workdir, "--model.max_frames=8", "--model.env.env_kwargs.max_cycles=4")
     assert any(".encoder.convs." in k for k in checkpoint["state_dict"]), "the policy has no CNN"
     from lightmarl.envs import PettingZooEnvConfig
 
     env = yaml.safe_load(code)["model"]["env"]
-    (group,) = PettingZooEnvConfig(env["env_fn"], env["env_kwargs"]).spec().groups.values()
-    assert (group.observation_shape, group.observation_dtype) == ((115, 30), "uint8")  # 457x120x3 -> every 4th, gray
+    transforms = [import_object(t["class_path"], field="t")(**t.get("init_args", {})) for t in env["transforms"]]
+    (group,) = PettingZooEnvConfig(env["env_fn"], env["env_kwargs"], transforms=transforms).spec().groups.values()
+    # 457x120x3 -> 32x16x3 -> gray 32x16x1 -> 3 frames stacked as channels, uint8 throughout
+    assert (group.observation_shape, group.observation_dtype) == ((32, 16, 3), "uint8")
 
 
 def run_multi_discrete(workdir: Path) -> None:
@@ -128,7 +129,6 @@ def run_mettagrid(workdir: Path) -> None:
 
 RUNNERS: dict[tuple[str, str], Callable[..., None]] = {
     ("Bring your own env", "yaml"): run_bring_your_own_env,
-    ("Large observations", "python"): run_large_observations,  # with the yaml below it
     ("Large observations", "yaml"): run_large_observations,
     ("`MultiDiscrete` actions", "python"): run_multi_discrete,
     ("Worker processes", "yaml"): run_worker_processes,

@@ -72,7 +72,7 @@ def test_uint8_images_are_scaled_to_unit_range():
     assert unit.scale == 1.0
     unit.load_state_dict(raw.state_dict())
     pixels = torch.randint(0, 256, (2, 8, 8, 3), dtype=torch.uint8)
-    # uint8 tensors or their float32 copies (what the env layer hands over) read the same.
+    # uint8 tensors (what the env layer hands over for uint8 spaces) or their float32 copies read the same.
     torch.testing.assert_close(raw(pixels), unit(pixels.float() / 255))
     torch.testing.assert_close(raw(pixels.float()), raw(pixels))
 

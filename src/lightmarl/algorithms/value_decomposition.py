@@ -223,9 +223,10 @@ class ValueDecompositionUnitTrainer(DQNUnitTrainer):
         g = self.group.name
         if self.table.env_spec.state_shape is None:
             # [envs, time, agents, *obs] -> [envs, time, agents * prod(obs)]
+            # uint8 observations are stored as such; the mixer reads float32
             return (
-                experience.get((g, keys.OBSERVATION)).flatten(2),
-                experience.get((keys.NEXT, g, keys.OBSERVATION)).flatten(2),
+                experience.get((g, keys.OBSERVATION)).flatten(2).to(torch.float32),
+                experience.get((keys.NEXT, g, keys.OBSERVATION)).flatten(2).to(torch.float32),
             )
         state = experience.get(keys.STATE, None)
         next_state = experience.get((keys.NEXT, keys.STATE), None)

@@ -34,7 +34,7 @@ import torch
 from lightmarl import keys
 from lightmarl.envs.base import Outputs, VecEnv
 from lightmarl.envs.layout import ROOT
-from lightmarl.envs.spec import EnvSpec, GroupSpec
+from lightmarl.envs.spec import EnvSpec, GroupSpec, observation_storage_dtype
 from lightmarl.errors import EnvContractError
 
 # -- vectors -----------------------------------------------------------------------------
@@ -177,7 +177,8 @@ def check_same_trajectories(a: VecEnv, b: VecEnv, num_steps: int = 30, seed: int
 
 def _expected(g: GroupSpec, num_envs: int, section: str) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
     rows = (num_envs, g.num_agents)
-    fields = {keys.OBSERVATION: (torch.float32, (*rows, *g.observation_shape))}
+    stored = torch.uint8 if observation_storage_dtype(g.observation_dtype) == "uint8" else torch.float32
+    fields = {keys.OBSERVATION: (stored, (*rows, *g.observation_shape))}
     if g.has_action_mask:
         fields[keys.ACTION_MASK] = (torch.bool, (*rows, g.num_actions))
     if section == "current":

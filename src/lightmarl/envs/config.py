@@ -19,7 +19,13 @@ from typing import Any
 
 from lightmarl.envs.base import VecEnv
 from lightmarl.envs.spec import EnvSpec
-from lightmarl.envs.transforms import TransformedVecEnv, VecTransform, transformed_spec
+from lightmarl.envs.transforms import (
+    FrameTransform,
+    TransformedVecEnv,
+    VecTransform,
+    split_frame_transforms,
+    transformed_spec,
+)
 
 
 class EnvConfig(ABC):
@@ -42,6 +48,11 @@ class EnvConfig(ABC):
     transforms: list[VecTransform]
     info_fields: list[str]
 
+    #: whether :meth:`make_base_vector` applies the leading image transforms (``Grayscale``,
+    #: ``Resize``: :func:`~lightmarl.envs.transforms.split_frame_transforms`) where the env runs;
+    #: families that cannot refuse them when the recipe is built.
+    applies_frame_transforms = False
+
     @property
     @abstractmethod
     def name(self) -> str:
@@ -53,7 +64,8 @@ class EnvConfig(ABC):
 
     @abstractmethod
     def make_base_vector(self, seed: int, num_envs: int, evaluation: bool) -> VecEnv:
-        """``num_envs`` env copies seeded from ``seed``, without the transforms.
+        """``num_envs`` env copies seeded from ``seed``, without the transforms that run on a
+        vector's outputs (the leading image transforms, where the family applies them, are applied).
 
         Args:
             seed: base seed (copy ``i`` of a vector of separate envs is reset with ``seed + i``).
@@ -80,9 +92,10 @@ class EnvConfig(ABC):
         """
         count = self.num_envs if num_envs is None else num_envs
         vector = self.make_base_vector(seed, count, evaluation)
-        if not self.transforms:
+        rest = self.vector_transforms()
+        if not rest:
             return vector
-        return TransformedVecEnv(vector, self.transforms, training=not evaluation)
+        return TransformedVecEnv(vector, rest, training=not evaluation)
 
     def make_recording_vector(self, seed: int, record: Callable[[Any, Callable[[Any], Any]], Any]) -> VecEnv:
         """One evaluation copy, seeded ``seed``, whose frames can be recorded; transforms applied frozen.
@@ -96,9 +109,10 @@ class EnvConfig(ABC):
             ValueError: naming the env when it cannot draw RGB frames.
         """
         vector = self.make_base_recording_vector(seed, record)
-        if not self.transforms:
+        rest = self.vector_transforms()
+        if not rest:
             return vector
-        return TransformedVecEnv(vector, self.transforms, training=False)
+        return TransformedVecEnv(vector, rest, training=False)
 
     def make_base_recording_vector(self, seed: int, record: Callable[[Any, Callable[[Any], Any]], Any]) -> VecEnv:
         """:meth:`make_recording_vector` without the transforms; env families that render override it."""
@@ -127,3 +141,17 @@ class EnvConfig(ABC):
                     f"env.transforms[{i}]: expected a lightmarl.envs.transforms.VecTransform "
                     f"(e.g. class_path: lightmarl.envs.transforms.ObservationNorm), got {transform!r}"
                 )
+        frames, _ = split_frame_transforms(self.transforms)
+        if frames and not self.applies_frame_transforms:
+            raise ValueError(
+                f"env.transforms: {[type(t).__name__ for t in frames]} run where the env runs, which "
+                f"{type(self).__name__} does not support (PettingZoo envs do)"
+            )
+
+    def frame_transforms(self) -> list[FrameTransform]:
+        """The leading image transforms, applied where the env runs (by :meth:`make_base_vector`)."""
+        return split_frame_transforms(self.transforms)[0]
+
+    def vector_transforms(self) -> list[VecTransform]:
+        """The transforms applied to a vector's outputs in the training process (all but the leading image ones)."""
+        return split_frame_transforms(self.transforms)[1]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 import numpy as np
 
 from lightmarl import keys
+from lightmarl.envs.spec import observation_storage_dtype
 
 if TYPE_CHECKING:
     from lightmarl.envs.spec import EnvSpec
@@ -42,6 +43,7 @@ class GroupLayout:
     num_actions: int
     action_shape: tuple[int, ...]
     action_dtype: str  # NumPy dtype name
+    observation_dtype: str = "float32"  # NumPy dtype name observations are kept in (observation_storage_dtype)
     info_fields: tuple[str, ...] = ()  # EnvSpec.info_fields
 
     @classmethod
@@ -55,6 +57,7 @@ class GroupLayout:
                 num_actions=g.num_actions,
                 action_shape=tuple(g.action_shape),
                 action_dtype="float32" if g.action_kind == "continuous" else "int64",
+                observation_dtype=observation_storage_dtype(g.observation_dtype),
                 info_fields=tuple(spec.info_fields),
             )
             for g in spec.groups.values()
@@ -63,7 +66,10 @@ class GroupLayout:
     def current_fields(self, num_envs: int) -> list[tuple[str, str, tuple[int, ...]]]:
         """``(key, dtype, shape)`` of what the policies see at the next step."""
         rows = (num_envs, len(self.agents))
-        fields = [(keys.OBSERVATION, "float32", (*rows, *self.observation_shape)), (keys.VALID, "bool", rows)]
+        fields = [
+            (keys.OBSERVATION, self.observation_dtype, (*rows, *self.observation_shape)),
+            (keys.VALID, "bool", rows),
+        ]
         if self.has_action_mask:
             fields.append((keys.ACTION_MASK, "bool", (*rows, self.num_actions)))
         return fields
@@ -71,7 +77,7 @@ class GroupLayout:
     def next_fields(self, num_envs: int) -> list[tuple[str, str, tuple[int, ...]]]:
         """``(key, dtype, shape)`` of a step's results, in the order ``ParallelVecEnv.step`` returns them."""
         rows = (num_envs, len(self.agents))
-        fields = [(keys.OBSERVATION, "float32", (*rows, *self.observation_shape))]
+        fields = [(keys.OBSERVATION, self.observation_dtype, (*rows, *self.observation_shape))]
         if self.has_action_mask:
             fields.append((keys.ACTION_MASK, "bool", (*rows, self.num_actions)))
         fields += [(keys.REWARD, "float32", rows), (keys.TERMINATED, "bool", rows), (keys.TRUNCATED, "bool", rows)]

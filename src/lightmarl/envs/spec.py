@@ -38,7 +38,9 @@ class GroupSpec:
         has_action_mask: observations come with an ``action_mask`` entry.
         action_nvec: choices per sub-action (multi-discrete groups only).
         observation_dtype: NumPy dtype name of the env's observations (e.g. ``"uint8"`` for
-            images); the env layer hands them to policies as float32 whatever it is.
+            images). Vectors, rollouts and replay buffers keep ``uint8`` observations as ``uint8``
+            (a quarter of the memory; encoders convert them to float on the device that trains)
+            and every other dtype as float32: :func:`observation_storage_dtype`.
         env_agents: the env's own ids of ``agents`` (any hashable: ``str``, ``int``, ``tuple``), what
             its dicts are keyed by; only the stepping code talks to the env with them. Defaults to
             ``agents``.
@@ -158,6 +160,12 @@ def agent_names(env_agents: Sequence[Hashable], env_name: str) -> tuple[str, ...
             )
         names[name] = agent
     return tuple(names)
+
+
+def observation_storage_dtype(dtype: str) -> str:
+    """The dtype (NumPy name) vectors and experience keep observations of the env's ``dtype`` in:
+    ``uint8`` stays ``uint8`` (images: converted to float by the policy's encoder), the rest is ``float32``."""
+    return "uint8" if dtype == "uint8" else "float32"
 
 
 def default_group_name(agent: str) -> str:

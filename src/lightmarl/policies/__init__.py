@@ -3,7 +3,7 @@
 from lightmarl.policies.base import NoOpPolicy, Policy, ScriptedPolicy, UniformRandomPolicy
 from lightmarl.policies.continuous import DeterministicActorCritic, SACActorCritic
 from lightmarl.policies.distributions import MultiCategorical
-from lightmarl.policies.encoders import CNNEncoder, FlattenEncoder, MLPEncoder
+from lightmarl.policies.encoders import CNNEncoder, FlattenEncoder, ImpalaCNNEncoder, MLPEncoder
 from lightmarl.policies.mlp import CentralizedValueNetwork, MLPActorCritic
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.policy_dict import PolicyDict
@@ -17,6 +17,7 @@ __all__ = [
     "CentralizedValueNetwork",
     "DeterministicActorCritic",
     "FlattenEncoder",
+    "ImpalaCNNEncoder",
     "MLPActorCritic",
     "MLPEncoder",
     "MultiAgentPolicy",

@@ -34,6 +34,8 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "el
 class FlattenEncoder(nn.Module):
     """Flattens each observation to a vector (a no-op on vector observations).
 
+    Integer observations (``uint8`` ones are stored as ``uint8``) become float32, unscaled.
+
     Args:
         group: the agent group whose observations it reads.
     """
@@ -44,6 +46,8 @@ class FlattenEncoder(nn.Module):
         self.out_features = math.prod(self.observation_shape)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        if not observation.is_floating_point():  # uint8 observations are stored as such: float here, unscaled
+            observation = observation.to(torch.float32)
         if len(self.observation_shape) == 1:
             return observation
         batch = observation.shape[: observation.dim() - len(self.observation_shape)]
@@ -84,6 +88,47 @@ class MLPEncoder(nn.Module):
         return self.net(self.flatten(observation))
 
 
+def image_shape(group: GroupSpec, encoder: str) -> tuple[int, ...]:
+    """``group``'s observation shape, checked to be an image (``[H, W, C]``, ``[C, H, W]`` or ``[H, W]``)."""
+    shape = tuple(group.observation_shape)
+    if len(shape) not in (2, 3):
+        raise ValueError(
+            f"{encoder} reads images ([H, W, C], [C, H, W] or [H, W]); group {group.name!r} has observations "
+            f"of shape {shape}: use the default FlattenEncoder or MLPEncoder"
+        )
+    return shape
+
+
+def resolve_channels_last(shape: tuple[int, ...], channels_last: bool | None) -> bool:
+    """``channels_last``, or from the shape: ``[C, H, W]`` when the first dim is at most 4 and the last larger."""
+    if channels_last is None:
+        return len(shape) == 3 and not (shape[0] <= 4 < shape[-1])
+    return bool(channels_last)
+
+
+def resolve_scale(group: GroupSpec, scale: float | None) -> float:
+    """``scale``, or ``1/255`` for ``uint8`` observations and 1 for others."""
+    return (1 / 255 if group.observation_dtype == "uint8" else 1.0) if scale is None else float(scale)
+
+
+def image_channels(shape: tuple[int, ...], channels_last: bool) -> int:
+    return 1 if len(shape) == 2 else (shape[-1] if channels_last else shape[0])
+
+
+def to_images(
+    observation: torch.Tensor, shape: tuple[int, ...], channels_last: bool, scale: float, dtype: torch.dtype
+) -> torch.Tensor:
+    """``[*batch, *shape]`` (``uint8`` or float, on the encoder's device) -> ``[N, C, H, W]`` of ``dtype``, scaled."""
+    batch = observation.shape[: observation.dim() - len(shape)]
+    # An explicit row count, not -1: reshape cannot infer it for an empty batch.
+    x = observation.reshape(math.prod(batch), *shape).to(dtype)
+    if scale != 1.0:
+        x = x * scale
+    if len(shape) == 2:
+        return x.unsqueeze(1)
+    return x.permute(0, 3, 1, 2) if channels_last else x
+
+
 class CNNEncoder(nn.Module):
     """Convolutions over image observations, then a linear layer: images -> ``[*batch, out_features]``.
 
@@ -94,8 +139,9 @@ class CNNEncoder(nn.Module):
     7x7x3; for large images (e.g. 84x84) use a strided stack such as Nature-DQN's
     (``channels=(32, 64, 64), kernel_sizes=(8, 4, 3), strides=(4, 2, 1)``).
 
-    Observations reach policies as float32 whatever the env's dtype; ``uint8`` images
-    (``group.observation_dtype``) are scaled to ``[0, 1]`` unless ``scale`` says otherwise.
+    ``uint8`` images (``group.observation_dtype``) reach the policy as ``uint8`` (that is how
+    vectors and rollouts store them): they become float here, on the device the encoder is on,
+    scaled to ``[0, 1]`` unless ``scale`` says otherwise.
 
     Args:
         group: the agent group whose observations it reads.
@@ -130,12 +176,7 @@ class CNNEncoder(nn.Module):
         scale: float | None = None,
     ) -> None:
         super().__init__()
-        shape = tuple(group.observation_shape)
-        if len(shape) not in (2, 3):
-            raise ValueError(
-                f"CNNEncoder reads images ([H, W, C], [C, H, W] or [H, W]); group {group.name!r} has observations "
-                f"of shape {shape}: use the default FlattenEncoder or MLPEncoder"
-            )
+        shape = image_shape(group, "CNNEncoder")
         if activation not in ACTIVATIONS:
             raise ValueError(f"encoder activation: {activation!r} is not one of {sorted(ACTIVATIONS)}")
         layers = len(channels)
@@ -149,13 +190,11 @@ class CNNEncoder(nn.Module):
                 f"CNNEncoder: one kernel size, stride and padding per conv layer ({layers} channels given); "
                 + (", ".join(bad) or "give at least one layer")
             )
-        if channels_last is None:
-            channels_last = len(shape) == 3 and not (shape[0] <= 4 < shape[-1])
         self.observation_shape = shape
-        self.channels_last = bool(channels_last)
-        self.scale = (1 / 255 if group.observation_dtype == "uint8" else 1.0) if scale is None else float(scale)
+        self.channels_last = resolve_channels_last(shape, channels_last)
+        self.scale = resolve_scale(group, scale)
         self.out_features = int(out_features)
-        in_channels = 1 if len(shape) == 2 else (shape[-1] if self.channels_last else shape[0])
+        in_channels = image_channels(shape, self.channels_last)
         convs: list[nn.Module] = []
         for out_channels, kernel, stride, padding in zip(channels, *per_layer.values()):
             convs += [nn.Conv2d(in_channels, int(out_channels), kernel, stride, padding), ACTIVATIONS[activation]()]
@@ -172,16 +211,95 @@ class CNNEncoder(nn.Module):
         self.project = nn.Sequential(nn.Linear(conv_features, self.out_features), ACTIVATIONS[activation]())
 
     def _images(self, observation: torch.Tensor) -> torch.Tensor:
-        """``[*batch, *observation_shape]`` -> ``[N, C, H, W]`` float, scaled."""
-        batch = observation.shape[: observation.dim() - len(self.observation_shape)]
-        # An explicit row count, not -1: reshape cannot infer it for an empty batch.
         dtype = next(self.convs.parameters()).dtype
-        x = observation.reshape(math.prod(batch), *self.observation_shape).to(dtype)
-        if self.scale != 1.0:
-            x = x * self.scale
-        if len(self.observation_shape) == 2:
-            return x.unsqueeze(1)
-        return x.permute(0, 3, 1, 2) if self.channels_last else x
+        return to_images(observation, self.observation_shape, self.channels_last, self.scale, dtype)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        batch = observation.shape[: observation.dim() - len(self.observation_shape)]
+        features = self.project(self.convs(self._images(observation)))
+        return features.reshape(*batch, self.out_features)
+
+
+class ResidualBlock(nn.Module):
+    """``x + conv(act(conv(act(x))))`` with 3x3 convolutions that keep the size (IMPALA's block)."""
+
+    def __init__(self, channels: int, activation: type[nn.Module]) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            activation(),
+            nn.Conv2d(channels, channels, 3, padding=1),
+            activation(),
+            nn.Conv2d(channels, channels, 3, padding=1),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.body(x)
+
+
+class ImpalaCNNEncoder(nn.Module):
+    """IMPALA's residual CNN over image observations (Espeholt et al. 2018, "IMPALA", Fig. 3).
+
+    Per stage: a 3x3 convolution to ``channels[i]``, a 3x3 max-pool with stride 2 (halving the
+    image) and ``blocks_per_stage`` residual blocks; then ``activation``, flatten and a linear
+    layer to ``out_features`` (activated). The paper's stack is ``channels=(16, 32, 32)``,
+    ``blocks_per_stage=2``, ``out_features=256``, as Procgen's and CleanRL's PPO use. Reads the
+    same layouts as :class:`CNNEncoder` and converts ``uint8`` images to float (scaled to
+    ``[0, 1]``) on the encoder's device.
+
+    Args:
+        group: the agent group whose observations it reads.
+        channels: output channels of each stage.
+        blocks_per_stage: residual blocks after each stage's pooling.
+        out_features: feature size it makes.
+        activation: ``tanh``, ``relu``, ``elu`` or ``gelu``.
+        channels_last: as :class:`CNNEncoder`'s.
+        scale: as :class:`CNNEncoder`'s.
+
+    Example:
+        >>> group = GroupSpec("piston", ("piston_0",), (0,), (24, 24, 3), "discrete", num_actions=3, observation_dtype="uint8")
+        >>> ImpalaCNNEncoder(group, channels=(8, 16), out_features=32)(torch.zeros(5, 1, 24, 24, 3, dtype=torch.uint8)).shape
+        torch.Size([5, 1, 32])
+    """
+
+    def __init__(
+        self,
+        group: GroupSpec,
+        channels: Sequence[int] = (16, 32, 32),
+        blocks_per_stage: int = 2,
+        out_features: int = 256,
+        activation: str = "relu",
+        channels_last: bool | None = None,
+        scale: float | None = None,
+    ) -> None:
+        super().__init__()
+        shape = image_shape(group, "ImpalaCNNEncoder")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"encoder activation: {activation!r} is not one of {sorted(ACTIVATIONS)}")
+        if not len(channels) or any(isinstance(c, bool) or int(c) < 1 for c in channels):
+            raise ValueError(
+                f"ImpalaCNNEncoder.channels: expected one positive channel count per stage, got {channels!r}"
+            )
+        if isinstance(blocks_per_stage, bool) or not isinstance(blocks_per_stage, int) or blocks_per_stage < 0:
+            raise ValueError(f"ImpalaCNNEncoder.blocks_per_stage: expected an integer >= 0, got {blocks_per_stage!r}")
+        act = ACTIVATIONS[activation]
+        self.observation_shape = shape
+        self.channels_last = resolve_channels_last(shape, channels_last)
+        self.scale = resolve_scale(group, scale)
+        self.out_features = int(out_features)
+        in_channels = image_channels(shape, self.channels_last)
+        stages: list[nn.Module] = []
+        for out_channels in (int(c) for c in channels):
+            stages += [nn.Conv2d(in_channels, out_channels, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1)]
+            stages += [ResidualBlock(out_channels, act) for _ in range(blocks_per_stage)]
+            in_channels = out_channels
+        self.convs = nn.Sequential(*stages, act(), nn.Flatten())
+        with torch.no_grad():
+            conv_features = self.convs(self._images(torch.zeros(1, *shape))).shape[-1]
+        self.project = nn.Sequential(nn.Linear(conv_features, self.out_features), act())
+
+    def _images(self, observation: torch.Tensor) -> torch.Tensor:
+        dtype = next(self.convs.parameters()).dtype
+        return to_images(observation, self.observation_shape, self.channels_last, self.scale, dtype)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         batch = observation.shape[: observation.dim() - len(self.observation_shape)]

@@ -213,8 +213,8 @@ class _StackedMLPActors:
         # Only the plain case: vector observations straight into an MLP (no agent one-hot, no learnt encoder).
         if not isinstance(encoded, Encoded) or type(encoded.encoder) is not FlattenEncoder:
             return None
-        if len(policy.group.observation_shape) != 1:
-            return None
+        if len(policy.group.observation_shape) != 1 or policy.group.observation_dtype == "uint8":
+            return None  # the stacked forward multiplies the observations as they are stored: float only
         net = encoded.net
         if dist.distribution_class is not Categorical or dist.distribution_kwargs or not isinstance(net, nn.Sequential):
             return None

@@ -76,6 +76,8 @@ class RecurrentCore(nn.Module):
         self, observation: torch.Tensor, is_init: torch.Tensor, state: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Recurrent features of every row (``[*B, H]`` or ``[N, T, A, H]``) and the state after the step."""
+        if not observation.is_floating_point():  # uint8 observations are stored as such
+            observation = observation.to(torch.float32)
         if not self.sequence_mode:
             batch = observation.shape[:-1]
             state = torch.where(is_init.reshape(*batch, 1, 1, 1), torch.zeros_like(state), state)

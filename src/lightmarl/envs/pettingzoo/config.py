@@ -19,11 +19,13 @@ from lightmarl.envs.base import VecEnv
 from lightmarl.envs.config import EnvConfig
 from lightmarl.envs.pettingzoo.aec import aec_env_spec, is_aec_env
 from lightmarl.envs.pettingzoo.checks import check_parallel_env
+from lightmarl.envs.pettingzoo.frames import FramedParallelEnv
 from lightmarl.envs.pettingzoo.spec import env_spec_of
 from lightmarl.envs.pettingzoo.vector import ParallelVecEnv
 from lightmarl.envs.runners.process import ProcessVecEnv, WorkerFailure
 from lightmarl.envs.spec import EnvSpec
-from lightmarl.envs.transforms import VecTransform
+from lightmarl.envs.transforms import VecTransform, transformed_spec
+from lightmarl.envs.transforms.image import frame_ops_by_agent
 
 
 @dataclass
@@ -82,6 +84,8 @@ class PettingZooEnvConfig(EnvConfig):
     worker_failure: WorkerFailure = "stop"
     max_worker_restarts: int = 3
     info_fields: list[str] = field(default_factory=list)
+
+    applies_frame_transforms = True
 
     def __post_init__(self) -> None:
         self.check_transforms()
@@ -144,6 +148,8 @@ class PettingZooEnvConfig(EnvConfig):
         env = self.make_one()
         try:
             if is_aec_env(env):  # turn-based: checked by playing one turn
+                if self.frame_transforms():
+                    FramedParallelEnv(env, {})  # refuses AEC envs with a clear message
                 return self.with_info_fields(aec_env_spec(env, name=self.name, state=self.state))
             spec = env_spec_of(env, name=self.name, state=self.state)
             check_parallel_env(env, spec)
@@ -161,9 +167,18 @@ class PettingZooEnvConfig(EnvConfig):
 
     def make_base_recording_vector(self, seed: int, record: Callable[[Any, Callable[[Any], Any]], Any]) -> VecEnv:
         """One in-process copy of :meth:`make_rendering_one`, drawn by its ``render()``."""
-        recorder = record(self.make_rendering_one(), lambda env: env.render())
-        spec = self.with_info_fields(env_spec_of(recorder, name=self.name, state=self.state))
-        return ParallelVecEnv([recorder], spec, seeds=[seed])
+        env = self.make_rendering_one()
+        env, spec = self._framed([env], env_spec_of(env, name=self.name, state=self.state))
+        recorder = record(env[0], lambda env: env.render())
+        return ParallelVecEnv([recorder], self.with_info_fields(spec), seeds=[seed])
+
+    def _framed(self, envs: list[Any], spec: EnvSpec) -> tuple[list[Any], EnvSpec]:
+        """``envs`` (of spec ``spec``) wrapped in the recipe's leading image transforms, and their spec."""
+        frames = self.frame_transforms()
+        if not frames:
+            return envs, spec
+        ops = frame_ops_by_agent(spec, frames)
+        return [FramedParallelEnv(env, ops) for env in envs], transformed_spec(spec, frames)
 
     def make_base_vector(self, seed: int, num_envs: int, evaluation: bool = False) -> VecEnv:
         """``num_envs`` copies, copy ``i`` reset with ``seed + i``: in this process, or in
@@ -178,9 +193,15 @@ class PettingZooEnvConfig(EnvConfig):
             workers = min(self.num_workers, count)
             overlap = len(os.sched_getaffinity(0)) > workers if self.overlap is None else self.overlap
             phases = 2 if overlap and count >= 2 * workers else 1
+            env_fn, env_kwargs = self.env_fn, dict(self.env_kwargs)
+            frames = self.frame_transforms()
+            if frames:  # workers build the env wrapped in the image transforms, from plain data
+                env_fn = "lightmarl.envs.pettingzoo.frames.framed_env"
+                env_kwargs = {"env_fn": self.env_fn, "env_kwargs": env_kwargs, "ops": frame_ops_by_agent(spec, frames)}
+                spec = transformed_spec(spec, frames)
             return ProcessVecEnv(
-                self.env_fn,
-                dict(self.env_kwargs),
+                env_fn,
+                env_kwargs,
                 spec,
                 seeds,
                 workers,
@@ -194,6 +215,9 @@ class PettingZooEnvConfig(EnvConfig):
         for _ in range(count):
             envs.append(self.make_one() if not envs else make())
         first = envs[0]
-        spec_of = aec_env_spec if is_aec_env(first) else env_spec_of
-        spec = spec_of(first, name=self.name, state=self.state)
+        if is_aec_env(first):
+            return ParallelVecEnv(
+                envs, self.with_info_fields(aec_env_spec(first, name=self.name, state=self.state)), seeds=seeds
+            )
+        envs, spec = self._framed(envs, env_spec_of(first, name=self.name, state=self.state))
         return ParallelVecEnv(envs, self.with_info_fields(spec), seeds=seeds)

@@ -1,4 +1,4 @@
-"""Optional transforms of a vector's outputs: observation and reward normalization, frame stacking.
+"""Optional transforms of a vector's outputs: observation and reward normalization, frame stacking, images.
 
 A recipe lists them under its env, applied in order to what every
 :class:`~lightmarl.envs.base.VecEnv` returns (in-process, worker processes or VMAS)::
@@ -22,13 +22,16 @@ Two kinds of state, kept apart:
   to the :class:`BoundTransform` that :meth:`VecTransform.bind` makes for one vector.
 
 Transforms run in the training process on the vector's torch outputs
-(:class:`TransformedVecEnv`), so env worker processes stay torch-free. The spec a policy is built
+(:class:`TransformedVecEnv`), so env worker processes stay torch-free; the image transforms
+(:mod:`~lightmarl.envs.transforms.image`: ``Grayscale``, ``Resize``) are the exception: they
+change each frame alone and run where the env runs, in NumPy, so they come first in the list. The spec a policy is built
 from, ``EnvConfig.spec()``, is the transformed one (frame stacking widens observations).
 Transforms apply to agent groups, never to the global ``state`` of the root.
 
 Modules: :mod:`~lightmarl.envs.transforms.base` (the transform interface, the transformed
 vector, checkpoint state), :mod:`~lightmarl.envs.transforms.normalization` (``ObservationNorm``,
-``RewardNorm``), :mod:`~lightmarl.envs.transforms.frame_stack` (``FrameStack``).
+``RewardNorm``), :mod:`~lightmarl.envs.transforms.frame_stack` (``FrameStack``),
+:mod:`~lightmarl.envs.transforms.image` (``Grayscale``, ``Resize``).
 """
 
 from __future__ import annotations
@@ -42,17 +45,22 @@ from lightmarl.envs.transforms.base import (
     transforms_state_dict,
 )
 from lightmarl.envs.transforms.frame_stack import FrameStack
+from lightmarl.envs.transforms.image import FrameTransform, Grayscale, Resize, split_frame_transforms
 from lightmarl.envs.transforms.normalization import ObservationNorm, RewardNorm, RunningMeanStd
 
 __all__ = [
     "BoundTransform",
     "FrameStack",
+    "FrameTransform",
+    "Grayscale",
     "ObservationNorm",
+    "Resize",
     "RewardNorm",
     "RunningMeanStd",
     "TransformedVecEnv",
     "VecTransform",
     "load_transforms_state_dict",
+    "split_frame_transforms",
     "transformed_spec",
     "transforms_state_dict",
 ]

@@ -9,7 +9,7 @@ import torch
 
 from lightmarl import keys
 from lightmarl.envs.base import Outputs
-from lightmarl.envs.spec import EnvSpec, GroupSpec
+from lightmarl.envs.spec import EnvSpec, GroupSpec, observation_storage_dtype
 from lightmarl.envs.transforms.base import BoundTransform, VecTransform
 
 
@@ -68,6 +68,11 @@ class FrameStack(VecTransform):
         return _BoundFrameStack(self, {g.name: g for g in self.selected(spec)}, num_envs)
 
 
+def _stored_dtype(group: GroupSpec) -> torch.dtype:
+    """Stacks keep the vector's dtype: ``uint8`` frames stay ``uint8``."""
+    return torch.uint8 if observation_storage_dtype(group.observation_dtype) == "uint8" else torch.float32
+
+
 class _BoundFrameStack(BoundTransform):
     per_copy_state = ("frames", "present")
 
@@ -75,7 +80,10 @@ class _BoundFrameStack(BoundTransform):
         self.transform = transform
         k = transform.num_frames
         # Per group: frames [num_envs, agents, num_frames, *observation_shape], oldest first.
-        self.frames = {g: torch.zeros(num_envs, s.num_agents, k, *s.observation_shape) for g, s in groups.items()}
+        self.frames = {
+            g: torch.zeros(num_envs, s.num_agents, k, *s.observation_shape, dtype=_stored_dtype(s))
+            for g, s in groups.items()
+        }
         self.axes = {g: transform.axis(s) for g, s in groups.items()}
         self.present: dict[str, torch.Tensor] = {}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -123,6 +124,14 @@ class ObservationNorm(_GroupStatistics):
     def sample_shape(self, group: GroupSpec) -> tuple[int, ...]:
         return tuple(group.observation_shape)
 
+    def transform_spec(self, spec: EnvSpec) -> EnvSpec:
+        """Normalized observations are float32 whatever the env's dtype (``uint8`` images included)."""
+        self.ensure_statistics(spec)
+        groups = dict(spec.groups)
+        for group in self.selected(spec):
+            groups[group.name] = dataclasses.replace(group, observation_dtype="float32")
+        return dataclasses.replace(spec, groups=groups)
+
     def bind(self, spec: EnvSpec, num_envs: int, training: bool) -> BoundTransform:
         self.ensure_statistics(spec)
         return _BoundObservationNorm(self, [g.name for g in self.selected(spec)], training)
@@ -130,6 +139,8 @@ class ObservationNorm(_GroupStatistics):
     def normalize(self, group: str, observation: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
         """``observation`` ``[num_envs, agents, *shape]`` normalized; zero where ``present`` is False."""
         stats = self.statistics[group]
+        if not observation.is_floating_point():  # uint8 images
+            observation = observation.to(torch.float32)
         mean = stats.mean.to(observation.dtype)
         inverse_std = (stats.var + self.epsilon).rsqrt().to(observation.dtype)
         normalized = (observation - mean) * inverse_std
@@ -153,7 +164,7 @@ class _BoundObservationNorm(BoundTransform):
             entries = current[g]
             valid = entries[keys.VALID]
             if self.training:
-                self.transform.statistics[g].update(entries[keys.OBSERVATION][valid])
+                self.transform.statistics[g].update(entries[keys.OBSERVATION][valid].to(torch.float32))
             entries[keys.OBSERVATION] = self.transform.normalize(g, entries[keys.OBSERVATION], valid)
             self.present[g] = valid
 
