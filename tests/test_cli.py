@@ -244,6 +244,22 @@ def test_fit_resumes_from_the_last_checkpoint(tmp_path, monkeypatch):
     assert all(int(step) == 2 * first["global_step"] for step in adam_steps)
 
 
+@pytest.mark.timeout(120)
+def test_resuming_a_finished_run_ends_at_once(tmp_path, monkeypatch, caplog):
+    """A run killed after its last iteration was checkpointed: the resume has nothing to train and must
+    stop, not spin on empty epochs (max_epochs is -1)."""
+    monkeypatch.chdir(tmp_path)
+    recipe = str(ROOT / "recipes/quickstart.yaml")
+    main(["fit", "--config", recipe, *tiny("quickstart")])
+    checkpoint = next(tmp_path.rglob("last.ckpt"))
+    before = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    with caplog.at_level("INFO"):
+        main(["fit", "--config", recipe, *tiny("quickstart"), "--ckpt_path", "last"])
+    after = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    assert after["lightmarl"]["iterations"] == before["lightmarl"]["iterations"] == 3
+    assert "nothing to train" in caplog.text
+
+
 def test_a_resumed_run_keeps_the_target_networks_it_saved(tmp_path, monkeypatch):
     """Target networks are built from the policy before a resumed run loads its weights: they come from the checkpoint."""
     monkeypatch.chdir(tmp_path)

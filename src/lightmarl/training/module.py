@@ -330,6 +330,14 @@ class MARLModule(LightningModule):
 
     def on_train_start(self) -> None:
         self._resume.restore_rng(self.device)  # last: nothing may draw from the RNG streams after them
+        if self.iterations >= self.total_iterations:
+            # Resumed from a checkpoint of a finished run: no iteration would run, so no training
+            # step would ever stop the (max_epochs: -1) fit loop, which would spin on empty epochs.
+            rank_zero_info(
+                f"lightmarl: the run had already reached model.max_frames ({self.frames} frames); nothing to train "
+                "(raise model.max_frames to continue it)"
+            )
+            self.trainer.should_stop = True
 
     def on_fit_end(self) -> None:
         if self._collector is not None:
