@@ -70,12 +70,25 @@ class Runner:
     close: Callable[[], None]
 
 
-def raw_runner(num_envs: int, seed: int, steps: int = ROLLOUT_STEPS) -> Runner:
-    envs = [ENV_CONFIG.make_one() for _ in range(num_envs)]
+def raw_runner(
+    num_envs: int,
+    seed: int,
+    steps: int = ROLLOUT_STEPS,
+    config: PettingZooEnvConfig = ENV_CONFIG,
+    name: str = "raw PettingZoo loop",
+) -> Runner:
+    """``num_envs`` copies of ``config``'s env stepped in a plain loop with uniformly random actions
+    (``Discrete`` or ``Box``): the speed lightmarl's vectors are compared with."""
+    envs = [config.make_one() for _ in range(num_envs)]
     for i, env in enumerate(envs):
         env.reset(seed=seed + i)
-    num_actions = int(envs[0].action_space(envs[0].possible_agents[0]).n)
+    space = envs[0].action_space(envs[0].possible_agents[0])
     rng = np.random.default_rng(seed)
+
+    def random_actions(count: int) -> list:
+        if hasattr(space, "n"):
+            return rng.integers(int(space.n), size=count).tolist()
+        return list(rng.uniform(space.low, space.high, size=(count, *space.shape)).astype(space.dtype))
 
     def run() -> int:
         for _ in range(steps):
@@ -83,14 +96,14 @@ def raw_runner(num_envs: int, seed: int, steps: int = ROLLOUT_STEPS) -> Runner:
                 if not env.agents:
                     env.reset()
                 agents = env.agents
-                env.step(dict(zip(agents, rng.integers(num_actions, size=len(agents)).tolist())))
+                env.step(dict(zip(agents, random_actions(len(agents)))))
         return steps * num_envs
 
     def close() -> None:
         for env in envs:
             env.close()
 
-    return Runner("raw PettingZoo loop", run, close)
+    return Runner(name, run, close)
 
 
 def _raw_loop_process(conn, num_envs: int, seed: int, steps: int) -> None:

@@ -23,10 +23,9 @@ import os
 import statistics
 from typing import Any
 
-import numpy as np
 import torch
 import yaml
-from collector_speed import ROLLOUT_STEPS, Runner, interleaved_rates
+from collector_speed import ROLLOUT_STEPS, Runner, interleaved_rates, raw_runner
 
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig
@@ -41,24 +40,6 @@ FLATTEN_POLICY = {"class_path": "lightmarl.policies.MLPActorCritic", "policy_kwa
 
 def config(num_envs: int) -> PettingZooEnvConfig:
     return PettingZooEnvConfig(ENV["env_fn"], dict(ENV["env_kwargs"]), num_envs=num_envs)
-
-
-def raw_runner(num_envs: int, seed: int) -> Runner:
-    envs = [config(num_envs).make_one() for _ in range(num_envs)]
-    for i, env in enumerate(envs):
-        env.reset(seed=seed + i)
-    rng = np.random.default_rng(seed)
-
-    def run() -> int:
-        for _ in range(ROLLOUT_STEPS):
-            for env in envs:
-                if not env.agents:
-                    env.reset()
-                agents = env.agents
-                env.step(dict(zip(agents, rng.integers(5, size=len(agents)).tolist())))
-        return ROLLOUT_STEPS * num_envs
-
-    return Runner("raw mines_env loop", run, lambda: None)
 
 
 def collector_runner(num_envs: int, seed: int, name: str, policy: dict[str, Any]) -> Runner:
@@ -86,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     runners = [
-        raw_runner(args.num_envs, 0),
+        raw_runner(args.num_envs, 0, config=config(args.num_envs), name="raw mines_env loop"),
         collector_runner(args.num_envs, 0, "lightmarl collector, TokenEncoder", TOKEN_POLICY),
         collector_runner(args.num_envs, 0, "lightmarl collector, flatten MLP", FLATTEN_POLICY),
     ]

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
-from collector_speed import Runner, interleaved_rates, load_average
+from collector_speed import Runner, interleaved_rates, load_average, raw_runner
 
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig
@@ -54,30 +54,6 @@ def recipe_parts(recipe: Path) -> tuple[PettingZooEnvConfig, dict[str, Any], int
         transforms=[build(t) for t in env.get("transforms", [])],
     )
     return config, model["policy_bindings"][0], int(model["rollout_steps"])
-
-
-def raw_runner(config: PettingZooEnvConfig, seed: int, steps: int) -> Runner:
-    envs = [config.make_one() for _ in range(config.num_envs)]
-    for i, env in enumerate(envs):
-        env.reset(seed=seed + i)
-    space = envs[0].action_space(envs[0].possible_agents[0])
-    rng = np.random.default_rng(seed)
-
-    def run() -> int:
-        for _ in range(steps):
-            for env in envs:
-                if not env.agents:
-                    env.reset()
-                agents = env.agents
-                actions = rng.uniform(space.low, space.high, size=(len(agents), *space.shape)).astype(space.dtype)
-                env.step(dict(zip(agents, actions)))
-        return steps * len(envs)
-
-    def close() -> None:
-        for env in envs:
-            env.close()
-
-    return Runner("raw PettingZoo loop (random actions)", run, close)
 
 
 def collector_runner(config: PettingZooEnvConfig, binding: dict[str, Any], seed: int, steps: int) -> Runner:
@@ -109,7 +85,9 @@ def main() -> None:
     config, binding, steps = recipe_parts(args.recipe)
     before = load_average()
     runners = [
-        raw_runner(replace(config, transforms=[]), args.seed, steps),
+        raw_runner(
+            config.num_envs, args.seed, steps, replace(config, transforms=[]), "raw PettingZoo loop (random actions)"
+        ),
         collector_runner(config, binding, args.seed, steps),
     ]
     try:
