@@ -82,7 +82,7 @@ def evaluate_episodes(
         for name, values in scorer.info[binding].items():
             reported = [v for v in values if not math.isnan(v)]
             if reported:
-                summary[binding][f"info/{name}"] = sum(reported) / len(reported)
+                summary[binding][keys.info_key(name)] = sum(reported) / len(reported)
     return summary
 
 

@@ -13,6 +13,7 @@ from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
+from lightmarl import keys
 from lightmarl.algorithms import PPO, Algorithm, IndependentMARLTrainer, MARLTrainer
 from lightmarl.algorithms.marl_trainer import MARLTrainerFactory
 from lightmarl.data.collector import RolloutCollector
@@ -426,7 +427,7 @@ class MARLModule(LightningModule):
             for stats in results.values():
                 # Every process logs the same keys (sync_dist): a field no episode reported is NaN.
                 for name in self.env_spec.info_fields:
-                    stats.setdefault(f"info/{name}", float("nan"))
+                    stats.setdefault(keys.info_key(name), float("nan"))
             logs = {f"{prefix}/{b}/{name}": value for b, stats in results.items() for name, value in stats.items()}
             continuous = self._continuous_bindings()
             if self.eval_deterministic and continuous:
