@@ -14,7 +14,8 @@ Units. Both frameworks report the same quantity, so nothing is rescaled:
 * BenchMARL's ``eval/agents/reward/episode_reward_mean`` (``Logger.log_evaluation``) is, per
   evaluation episode, ``reward.sum(0).mean()`` over the ``(time, agents, 1)`` reward of its
   group: the undiscounted episode return of each agent, averaged over the group's agents, then
-  averaged over the episodes (10, with deterministic actions; episodes cut at the first done).
+  averaged over the episodes (``--benchmarl-eval-episodes``, 128 by default instead of BenchMARL's
+  10, with deterministic actions; episodes cut at the first done).
 * lightmarl's ``eval/<binding>/episode_return`` (``lightmarl.evaluation.episodes``) is the mean
   over episodes of the mean over the binding's agents of each agent's undiscounted return
   (greedy actions, ``model.eval_episodes`` episodes).
@@ -25,7 +26,7 @@ a summed team return would be ``n_agents`` times these numbers.
 Wall time. "train s" is each framework's own timer of collection plus updates, summed up to the
 evaluation: BenchMARL's ``timers/collection_time + timers/training_time``, lightmarl's
 ``time/collect_s + time/update_s``. Evaluation and start-up are left out on both sides
-(BenchMARL evaluates 10 episodes, lightmarl its recipe's ``eval_episodes``); the whole process's
+(BenchMARL evaluates ``--benchmarl-eval-episodes``, lightmarl its recipe's ``eval_episodes``); the whole process's
 wall time is reported next to it ("process s").
 
 Usage, from the repository root with lightmarl's virtualenv (the ``vmas`` extra and
@@ -72,6 +73,9 @@ BENCHMARL_REQUIREMENTS = (
 )
 #: BenchMARL evaluates only at multiples of its collection batch (6,000 frames by default).
 BENCHMARL_BATCH_FRAMES = 6000
+#: Episodes per BenchMARL evaluation: lightmarl's navigation recipe's 128 rather than BenchMARL's 10,
+#: so both sides' evaluation means are precise enough to compare (VMAS plays them in one batch).
+BENCHMARL_EVAL_EPISODES = 128
 
 
 @dataclass(frozen=True)
@@ -214,7 +218,7 @@ def run_logged(command: Sequence[str], cwd: Path, log: Path) -> float:
     return seconds
 
 
-def run_benchmarl(python: Path, task: Task, seed: int, frames: int, run_dir: Path) -> Curve:
+def run_benchmarl(python: Path, task: Task, seed: int, frames: int, run_dir: Path, eval_episodes: int) -> Curve:
     command = [
         str(python),
         "-m",
@@ -226,6 +230,7 @@ def run_benchmarl(python: Path, task: Task, seed: int, frames: int, run_dir: Pat
         "experiment.loggers=[csv]",
         "experiment.render=false",
         f"experiment.evaluation_interval={BENCHMARL_BATCH_FRAMES}",
+        f"experiment.evaluation_episodes={eval_episodes}",
         f"experiment.save_folder={run_dir}",
         f"hydra.run.dir={run_dir / 'hydra'}",
         *task.benchmarl_overrides(),
@@ -257,33 +262,44 @@ def read_benchmarl_curve(run_dir: Path, process_s: float) -> Curve:
 
 
 def run_lightmarl(task: Task, seed: int, frames: int, run_dir: Path, recipe: str | None) -> Curve:
+    return fit_recipe(recipe or task.recipe, seed, frames, run_dir, task.lightmarl_overrides())
+
+
+def fit_recipe(recipe: str, seed: int, frames: int, run_dir: Path, overrides: Sequence[str] = ()) -> Curve:
+    """``lightmarl fit`` on ``recipe`` (relative to the repository) with the seed, frame budget and
+    ``overrides``, no checkpoints; its evaluation curve."""
     lightmarl = Path(sys.executable).with_name("lightmarl")
     command = [
         str(lightmarl),
         "fit",
         "--config",
-        str(ROOT / (recipe or task.recipe)),
+        str(ROOT / recipe),
         f"--seed_everything={seed}",
         f"--model.max_frames={frames}",
         "--trainer.enable_checkpointing=false",
         f"--trainer.default_root_dir={run_dir}",
-        *task.lightmarl_overrides(),
+        *overrides,
     ]
     seconds = run_logged(command, run_dir, run_dir / "log.txt")
     return read_lightmarl_curve(run_dir, seconds)
 
 
 def run_random(task: Task, run_dir: Path) -> float:
-    """lightmarl's evaluation of uniformly random actions on the task (same episodes as its other evaluations)."""
+    return random_return(task.recipe, run_dir, task.lightmarl_overrides())
+
+
+def random_return(recipe: str, run_dir: Path, overrides: Sequence[str] = ()) -> float:
+    """lightmarl's evaluation of uniformly random actions on ``recipe``'s binding ``main`` (the
+    same seeded episodes as the recipe's other evaluations)."""
     lightmarl = Path(sys.executable).with_name("lightmarl")
     command = [
         str(lightmarl),
         "validate",
         "--config",
-        str(ROOT / task.recipe),
+        str(ROOT / recipe),
         "--model.policy_bindings=[{id: main, class_path: lightmarl.policies.UniformRandomPolicy}]",
         f"--trainer.default_root_dir={run_dir}",
-        *task.lightmarl_overrides(),
+        *overrides,
     ]
     run_logged(command, run_dir, run_dir / "log.txt")
     return read_lightmarl_curve(run_dir, 0.0, evaluation_only=True).returns[-1]
@@ -415,6 +431,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--frameworks", nargs="+", default=["benchmarl", "lightmarl"], choices=["benchmarl", "lightmarl"]
     )
+    parser.add_argument(
+        "--benchmarl-eval-episodes",
+        type=int,
+        default=BENCHMARL_EVAL_EPISODES,
+        help="episodes of each BenchMARL evaluation (its default is 10, too few to compare policies: "
+        "the initial distances alone move a 10-episode mean by about 0.1 on navigation)",
+    )
     parser.add_argument("--recipe", help="a lightmarl recipe to use instead of the task's (one task only)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--rerun", action="store_true", help="run again runs that already have results")
@@ -441,7 +464,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                     continue
                 run_dir = args.out / name / f"{framework}_seed{seed}"
                 if framework == "benchmarl":
-                    curve = run_benchmarl(args.benchmarl_python, task, seed, args.frames, run_dir)
+                    curve = run_benchmarl(
+                        args.benchmarl_python, task, seed, args.frames, run_dir, args.benchmarl_eval_episodes
+                    )
                 else:
                     curve = run_lightmarl(task, seed, args.lightmarl_frames or args.frames, run_dir, args.recipe)
                 results[key] = {**curve.to_json(), "load": load_average(), "date": time.strftime("%Y-%m-%d %H:%M")}
