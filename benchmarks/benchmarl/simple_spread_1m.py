@@ -122,8 +122,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not args.report:
         if random is None:
             random = random_return(RECIPES["mappo"], args.out / "random")
-        for algorithm in args.algorithms:
-            for seed in args.seeds:
+        # Seed-major, so that a sweep cut short still has as many seeds of each algorithm.
+        for seed in args.seeds:
+            for algorithm in args.algorithms:
                 if run_key(algorithm, seed) in results:
                     continue
                 curve = train(algorithm, seed, args.frames, args.out)
