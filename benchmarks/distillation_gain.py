@@ -20,10 +20,14 @@ Reference rows, on the same evaluation episodes (``lightmarl validate`` with the
 replaced): the scripted teacher playing every agent, and uniformly random actions.
 
 Runs go to ``runs/distillation_gain/<recipe>/<arm>/seed<k>/``; a run that finished is read, not
-rerun (``--rerun`` to redo). One run at a time, one thread each (``OMP_NUM_THREADS=1``)::
+rerun (``--rerun`` to redo). One run at a time, one thread each (``OMP_NUM_THREADS=1``).
+``--extra`` adds overrides to every run of both arms (a variant of the student, say) and
+``--tag`` keeps such runs in a folder of their own, ``runs/distillation_gain/<tag>/...``::
 
     python benchmarks/distillation_gain.py --seeds 0 1 2 3 4
     python benchmarks/distillation_gain.py --recipes kickstarter --seeds 0 1 --frames 20000  # a quick look
+
+(``docs/distillation.md`` runs the scripted_teacher student with ``agent_id_input`` this way.)
 """
 
 from __future__ import annotations
@@ -152,14 +156,16 @@ def last_evaluation(run_dir: Path, binding: str) -> tuple[float, int]:
     return last
 
 
-def train(recipe: Recipe, arm: str, seed: int, frames: int, out: Path, rerun: bool) -> RunResult:
+def train(
+    recipe: Recipe, arm: str, seed: int, frames: int, out: Path, rerun: bool, extra: Sequence[str] = ()
+) -> RunResult:
     run_dir = out / Path(recipe.path).stem / arm / f"seed{seed}"
     result_file = run_dir / "result.json"
     if result_file.exists() and not rerun:
         result = RunResult(**json.loads(result_file.read_text()))
         if result.frames == frames:
             return result
-    extra = recipe.no_teacher_overrides() if arm == "no_teacher" else []
+    arm_overrides = recipe.no_teacher_overrides() if arm == "no_teacher" else []
     wall = lightmarl(
         "fit",
         "--config",
@@ -168,6 +174,7 @@ def train(recipe: Recipe, arm: str, seed: int, frames: int, out: Path, rerun: bo
         f"--model.max_frames={frames}",
         "--trainer.enable_checkpointing=false",
         *extra,
+        *arm_overrides,
         run_dir=run_dir,
     )
     value, trained = last_evaluation(run_dir, recipe.student)
@@ -238,7 +245,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--frames", type=int, help="frame budget of every run (default: the recipe's max_frames)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--rerun", action="store_true", help="run again runs that already have results")
+    parser.add_argument(
+        "--extra",
+        action="append",
+        default=[],
+        metavar="OVERRIDE",
+        help="a lightmarl override for every run of both arms, written --extra=--model.x=y (repeatable)",
+    )
+    parser.add_argument("--tag", help="keep the runs under OUT/TAG (a variant's runs apart from the recipe's)")
     args = parser.parse_args(argv)
+    if args.extra and not args.tag:
+        parser.error("--extra changes the runs: name them with --tag so they do not mix with the recipe's")
+    out = args.out / args.tag if args.tag else args.out
     if len(args.seeds) != len(set(args.seeds)):
         parser.error(f"--seeds: each seed once, got {args.seeds}")
     if args.frames is not None and args.frames <= 0:
@@ -252,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         results: dict[str, list[RunResult]] = {arm: [] for arm in ARMS}
         for seed in args.seeds:  # arms interleaved, so drifting load hits both alike
             for arm in ARMS:
-                results[arm].append(train(recipe, arm, seed, frames, args.out, args.rerun))
+                results[arm].append(train(recipe, arm, seed, frames, out, args.rerun, args.extra))
         references = {
             recipe.teacher_class_path.rsplit(".", 1)[-1]: reference(
                 recipe, "teacher", recipe.teacher_class_path, args.out, args.rerun

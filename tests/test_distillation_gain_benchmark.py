@@ -67,3 +67,10 @@ def test_last_evaluation_reads_the_final_eval_row_and_the_frames_before_it(tmp_p
     assert gain.last_evaluation(tmp_path, "student") == (-18.25, 1600)
     with pytest.raises(SystemExit, match="no eval/nobody/episode_return rows"):
         gain.last_evaluation(tmp_path, "nobody")
+
+
+def test_a_variant_must_be_tagged_so_its_runs_do_not_mix_with_the_recipes(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        gain.main(["--extra=--model.env.num_envs=8"])
+    assert exit_info.value.code == 2
+    assert "--tag" in capsys.readouterr().err
