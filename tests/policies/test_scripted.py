@@ -180,7 +180,7 @@ def cheapest_assignment(agents: torch.Tensor, landmarks: torch.Tensor) -> list[i
     return list(best)
 
 
-@pytest.mark.parametrize("n", [3, 4])
+@pytest.mark.parametrize("n", [1, 3, 4])
 def test_assignment_policy_agents_agree_on_the_cheapest_assignment(n):
     group = PettingZooEnvConfig(env_fn=SPREAD, env_kwargs={"N": n}).spec().groups["agent"]
     policy = SpreadByAssignmentPolicy(group)

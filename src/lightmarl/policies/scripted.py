@@ -118,9 +118,9 @@ class SpreadByAssignmentPolicy(SpreadToLandmarkPolicy):
     scores better: nobody travels to a far landmark while a nearer one waits.
 
     The assignment uses positions only (an agent does not observe the others' velocities, and a
-    term that only the observer sees would break the agreement); ties between assignments of
-    exactly equal cost, which random starting positions make vanishingly rare, are broken by
-    permutation order and may then differ between agents.
+    term that only the observer sees would break the agreement). Assignments whose costs tie to
+    within float rounding (each agent sums distances from its own origin), which random starting
+    positions make vanishingly rare, may be resolved differently by different agents.
 
     Args:
         group: the agent group this policy acts for (``simple_spread`` with discrete actions and
@@ -173,7 +173,8 @@ class SpreadByAssignmentPolicy(SpreadToLandmarkPolicy):
         n = self.num_landmarks
         landmarks = observation[..., 4 : 4 + 2 * n].unflatten(-1, (n, 2))
         others = observation[..., 4 + 2 * n : 4 + 4 * n - 2].unflatten(-1, (n - 1, 2))
-        agents = torch.cat([torch.zeros_like(others[..., :1, :]), others], dim=-2)  # the observer first
+        observer = others.new_zeros(*others.shape[:-2], 1, 2)
+        agents = torch.cat([observer, others], dim=-2)  # the observer first
         distance = torch.cdist(agents, landmarks)  # [*batch, agent, landmark]
         # cost[..., k] = sum over agents a of distance[a, permutation_k[a]]
         taken = distance[..., torch.arange(n, device=observation.device), self.permutations]  # [*batch, N!, N]
