@@ -1,0 +1,76 @@
+"""benchmarks/distillation_gain.py: the no-teacher arm is the same recipe minus distillation, and the logs are read right."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightmarl.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_benchmark():
+    spec = importlib.util.spec_from_file_location("distillation_gain", ROOT / "benchmarks" / "distillation_gain.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+gain = _load_benchmark()
+
+TINY = [
+    "--model.env.num_envs=4",
+    "--model.rollout_steps=10",
+    "--model.max_frames=120",
+    "--model.iterations_per_epoch=3",
+    "--model.eval_episodes=2",
+    "--model.algorithm.init_args.minibatch_size=40",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+    "--trainer.enable_checkpointing=false",
+]
+
+
+@pytest.mark.parametrize("name", sorted(gain.RECIPES))
+def test_the_no_teacher_arm_trains_the_same_student_without_distillation(name, tmp_path, monkeypatch):
+    recipe = gain.Recipe.read(gain.RECIPES[name])
+    assert recipe.student == "student" and recipe.teacher == "teacher"
+    overrides = recipe.no_teacher_overrides()
+    assert "distill" not in " ".join(overrides[1:]) and "clone" not in " ".join(overrides[1:])
+    monkeypatch.chdir(tmp_path)
+    for arm, extra in (("teacher", []), ("no_teacher", overrides)):
+        run_dir = tmp_path / arm
+        main(["fit", "--config", str(ROOT / recipe.path), *TINY, *extra, f"--trainer.default_root_dir={run_dir}"])
+        value, frames = gain.last_evaluation(run_dir, recipe.student)
+        assert frames == 120 and value < 0
+        metrics = next(run_dir.glob("csv/version_*/metrics.csv")).read_text().splitlines()[0]
+        taught = "distill_coeff" in metrics
+        assert taught == (arm == "teacher"), metrics
+
+
+def test_last_evaluation_reads_the_final_eval_row_and_the_frames_before_it(tmp_path):
+    log = tmp_path / "csv" / "version_0"
+    log.mkdir(parents=True)
+    (log / "metrics.csv").write_text(
+        "counters/frames,eval/student/episode_return,eval/teacher/episode_return\n"
+        "800,,\n"
+        ",-20.5,-11.0\n"
+        "1600,,\n"
+        ",-18.25,-11.0\n"
+    )
+    assert gain.last_evaluation(tmp_path, "student") == (-18.25, 1600)
+    with pytest.raises(SystemExit, match="no eval/nobody/episode_return rows"):
+        gain.last_evaluation(tmp_path, "nobody")
+
+
+def test_a_variant_must_be_tagged_so_its_runs_do_not_mix_with_the_recipes(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        gain.main(["--extra=--model.env.num_envs=8"])
+    assert exit_info.value.code == 2
+    assert "--tag" in capsys.readouterr().err
