@@ -153,7 +153,7 @@ def test_co_trained_bindings_step_on_their_own_schedules(spread_config):
 
 
 def test_diagnostics_describe_the_bindings_own_rows_only(spread_config):
-    """kl_approx, clip_fraction, entropy and the ratios are over the rows the loss learns from:
+    """kl_approx, clip_fraction, entropy, the ratios and explained_variance are over the rows the loss learns from:
     the npc's rows (another policy's log-probs) must not show as a policy change of the learner."""
     table, policies = population(spread_config)
     exp = RolloutCollector(spread_config.make_vector(0), MultiAgentPolicy(policies, table), 5).collect()
@@ -182,10 +182,33 @@ def test_diagnostics_describe_the_bindings_own_rows_only(spread_config):
     moved = first_step_metrics(scrambled)
     for name in ("entropy", "kl_approx", "clip_fraction", "ESS", "max_ratio", "mean_ratio"):
         assert moved[name] == pytest.approx(metrics[name], abs=1e-6), name
+
     # Moving the learner's own stored log-probs does show.
     shifted = exp.clone()
     shifted["agent", "action_log_prob"][..., 0] += 0.5
     assert first_step_metrics(shifted)["kl_approx"] == pytest.approx(0.25, rel=1e-4)  # half its rows moved by 0.5
+
+
+def test_explained_variance_describes_the_bindings_own_rows_only(spread_config):
+    """The learner's critic also values the npc's rows of a minibatch; those values must not enter its explained variance."""
+    table, policies = population(spread_config)
+    group = spread_config.spec().groups["agent"]
+    policies["learner"] = MLPActorCritic(group, critic="local")  # its values on its own rows ignore the npc's view
+    exp = RolloutCollector(spread_config.make_vector(0), MultiAgentPolicy(policies, table), 5).collect()
+
+    def explained_variance(experience):
+        trainer = IndependentMARLTrainer(table, policies, {"learner": PPO(minibatch_size=1000, epochs=1)})
+
+        class Measure(PlainStepper):
+            def step(self, optimizer, parameters, max_grad_norm):
+                optimizer.zero_grad()
+                return 0.0
+
+        return trainer.update(experience, trainer.make_optimizers(), Measure())["learner"]["explained_variance"]
+
+    scrambled = exp.clone()
+    scrambled["agent", keys.OBSERVATION][..., 1, :] *= 1000.0  # the learner's critic on the npc's rows: way off
+    assert explained_variance(scrambled) == pytest.approx(explained_variance(exp), abs=1e-5)
 
 
 def test_minibatches_hold_only_env_steps_where_the_binding_has_rows(spread_config):

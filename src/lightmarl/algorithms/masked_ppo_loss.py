@@ -1,8 +1,8 @@
 """TorchRL's MAPPO / IPPO losses with their diagnostics over the rows the loss learns from.
 
 TorchRL masks the ``loss_*`` terms with the loss's ``loss_mask_key`` but reports
-``kl_approx``, ``clip_fraction``, ``entropy``, ``ESS``, ``max_ratio`` and ``mean_ratio`` as
-means over *every* row of the batch. A binding's minibatches hold other rows too: other
+``kl_approx``, ``clip_fraction``, ``entropy``, ``ESS``, ``max_ratio``, ``mean_ratio`` and
+``explained_variance`` over *every* row of the batch. A binding's minibatches hold other rows too: other
 bindings' rows (whose stored log-probs come from another policy, so their "KL" is large),
 and the rows of agents waiting for their turn. Those diagnostics then overstate how far the
 policy moved, by a lot in leagues and turn-based games, and the divergence watch
@@ -35,11 +35,23 @@ class _MaskedDiagnostics:
         self._seen_entropy = entropy.detach() if isinstance(entropy, torch.Tensor) else None
         return entropy
 
+    def _critic_loss_inputs(self, target_return: torch.Tensor, state_value: torch.Tensor, old_state_value: Any) -> Any:
+        out = super()._critic_loss_inputs(target_return, state_value, old_state_value)  # type: ignore[misc]
+        self._seen_value_target, self._seen_value = out[0].detach(), out[1].detach()
+        return out
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         self._seen_log_weight = self._seen_kl = self._seen_log_is_weight = self._seen_entropy = None
+        self._seen_value_target = self._seen_value = None
         out = super().forward(tensordict)  # type: ignore[misc]
         mask = self._row_mask(tensordict)
-        if mask is None or self._seen_log_weight is None or not bool(mask.any()):
+        if mask is None or not bool(mask.any()):
+            return out
+        if self._seen_value is not None and "explained_variance" in out.keys():
+            target, value = _rows(self._seen_value_target, mask), _rows(self._seen_value, mask)
+            residual = (target - value).var(correction=0)
+            out.set("explained_variance", 1.0 - residual / (target.var(correction=0) + torch.finfo(target.dtype).eps))
+        if self._seen_log_weight is None:
             return out
         log_weight = _rows(self._seen_log_weight, mask)
         low, high = self._clip_bounds
