@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from benchmark_scripts import load_benchmark
 from lightmarl.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_compare():
-    spec = importlib.util.spec_from_file_location("benchmarl_compare", ROOT / "benchmarks" / "benchmarl" / "compare.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-compare = _load_compare()
+compare = load_benchmark("benchmarl/compare.py")
 
 
 def resolved_env(task, capsys) -> dict:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 from pettingzoo.classic import connect_four_v3
 
+from benchmark_scripts import load_benchmark
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies import ScriptedPolicy
 from lightmarl.policies.scripted import ConnectFourHeuristicPolicy
@@ -19,18 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GROUP = PettingZooEnvConfig(env_fn="pettingzoo.classic.connect_four_v3.env", num_envs=1).spec().groups["player"]
 
 
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location(
-        "connect_four_mistakes", ROOT / "benchmarks" / "connect_four_mistakes.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_benchmark()
+bench = load_benchmark("connect_four_mistakes.py")
 
 
 def board(*rows: str) -> torch.Tensor:

@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmark_scripts import load_benchmark
 from lightmarl.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location("distillation_gain", ROOT / "benchmarks" / "distillation_gain.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gain = _load_benchmark()
+gain = load_benchmark("distillation_gain.py")
 
 TINY = [
     "--model.env.num_envs=4",

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from benchmark_scripts import load_benchmark
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies import ScriptedPolicy
 
@@ -16,16 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = PettingZooEnvConfig(env_fn="pettingzoo.classic.connect_four_v3.env", num_envs=2)
 
 
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location("league_connect_four", ROOT / "benchmarks" / "league_connect_four.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_benchmark()
+bench = load_benchmark("league_connect_four.py")
 
 
 class StackColumn(ScriptedPolicy):

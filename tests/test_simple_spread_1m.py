@@ -3,31 +3,19 @@ table's means and intervals are the seeds' (issue 19, item 3)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from benchmark_scripts import load_benchmark
 from lightmarl.cli import main
 from lightmarl.evaluation.statistics import t_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_script():
-    sys.path.insert(0, str(ROOT / "benchmarks" / "benchmarl"))  # the script imports its neighbour compare.py
-    path = ROOT / "benchmarks" / "benchmarl" / "simple_spread_1m.py"
-    spec = importlib.util.spec_from_file_location("simple_spread_1m", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-script = _load_script()
+script = load_benchmark("benchmarl/simple_spread_1m.py")
 
 
 @pytest.mark.parametrize("algorithm", ["mappo", "ippo"])
