@@ -4,6 +4,8 @@ wall-clock budget (``trainer.max_time``) stops a run on time with a checkpoint."
 from __future__ import annotations
 
 import csv
+import json
+import re
 import time
 from pathlib import Path
 
@@ -107,10 +109,10 @@ def test_max_time_stops_a_run_on_time_with_a_checkpoint_it_resumes_from(tmp_path
 
 def test_a_best_by_metric_checkpoint_goes_beside_last_in_the_run_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    best = (
-        '[{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"filename": "best", '
-        '"monitor": "eval/main/episode_return", "mode": "max", "save_top_k": 1}}]'
-    )
+    # The README's snippet itself ("Where things go"), so that it cannot drift from what works.
+    section = (ROOT / "README.md").read_text().split("## Where things go")[1].split("\n## ")[0]
+    snippet = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, flags=re.S).group(1))
+    best = json.dumps(snippet["trainer"]["callbacks"])
     tiny = [*TINY, "--model.max_frames=60", "--model.eval_episodes=2"]  # 6 epochs, each with an evaluation
     recipe = str(ROOT / "recipes/quickstart.yaml")
     main(["fit", "--config", recipe, "--run_name=picked", *tiny, "--trainer.callbacks", best])
