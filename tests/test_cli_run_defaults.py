@@ -3,6 +3,9 @@ wall-clock budget (``trainer.max_time``) stops a run on time with a checkpoint."
 
 from __future__ import annotations
 
+import csv
+import json
+import re
 import time
 from pathlib import Path
 
@@ -45,8 +48,11 @@ def test_the_run_name_is_the_recipes_path_under_recipes(path, name):
 def test_recipes_carry_no_trainer_boilerplate(recipe):
     trainer = yaml.safe_load(recipe.read_text()).get("trainer") or {}
     assert not set(trainer) & set(BOILERPLATE), sorted(trainer)
-    classes = [c["class_path"] for c in trainer.get("callbacks") or []]
-    assert "lightning.pytorch.callbacks.ModelCheckpoint" not in classes
+    for callback in trainer.get("callbacks") or []:
+        if callback["class_path"] == "lightning.pytorch.callbacks.ModelCheckpoint":
+            # Only a best-by-metric checkpoint is not boilerplate: where it goes and last.ckpt are the defaults'.
+            init_args = callback.get("init_args") or {}
+            assert "monitor" in init_args and not {"dirpath", "save_last"} & set(init_args), init_args
 
 
 def test_a_recipe_without_a_trainer_section_writes_where_the_readme_says(tmp_path, monkeypatch):
@@ -99,3 +105,33 @@ def test_max_time_stops_a_run_on_time_with_a_checkpoint_it_resumes_from(tmp_path
     main(["fit", "--config", recipe, *budget, "--trainer.max_time=00:00:00:07", "--ckpt_path=last"])
     resumed = torch.load(last, map_location="cpu", weights_only=False)["lightmarl"]
     assert again["iterations"] <= stopped["iterations"] + 1 < resumed["iterations"]
+
+
+def test_a_best_by_metric_checkpoint_goes_beside_last_in_the_run_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    # The README's snippet itself ("Where things go"), so that it cannot drift from what works.
+    section = (ROOT / "README.md").read_text().split("## Where things go")[1].split("\n## ")[0]
+    snippet = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, flags=re.S).group(1))
+    best = json.dumps(snippet["trainer"]["callbacks"])
+    tiny = [*TINY, "--model.max_frames=60", "--model.eval_episodes=2"]  # 6 epochs, each with an evaluation
+    recipe = str(ROOT / "recipes/quickstart.yaml")
+    main(["fit", "--config", recipe, "--run_name=picked", *tiny, "--trainer.callbacks", best])
+    checkpoints = tmp_path / "runs" / "picked" / "checkpoints"
+    # The recipe's callback writes into the run's folder (not Lightning's logger folder), and the
+    # default last.ckpt is still kept beside it.
+    assert (checkpoints / "best.ckpt").is_file() and (checkpoints / "last.ckpt").is_file()
+    rows = list(csv.DictReader((tmp_path / "runs" / "picked" / "csv" / "version_0" / "metrics.csv").open()))
+    returns = {int(r["epoch"]): float(r["eval/main/episode_return"]) for r in rows if r["eval/main/episode_return"]}
+    assert len(returns) == 6
+    kept = torch.load(checkpoints / "best.ckpt", map_location="cpu", weights_only=False)
+    best_epoch = max(returns, key=lambda epoch: returns[epoch])
+    assert kept["epoch"] == best_epoch and kept["lightmarl"]["iterations"] == best_epoch + 1
+    last = torch.load(checkpoints / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["lightmarl"]["iterations"] == 6
+    # validate plays the kept checkpoint like any other, e.g. on other episodes than those that chose it.
+    main(
+        [
+            "validate", "--config", recipe, "--run_name=picked", *tiny,
+            f"--ckpt_path={checkpoints / 'best.ckpt'}", "--model.eval_seed=20000", "--trainer.callbacks", best,
+        ]
+    )  # fmt: skip

@@ -230,9 +230,12 @@ def apply_run_defaults(config: Any, run_name: str) -> None:
 
     ``trainer.default_root_dir`` -> ``runs/<run_name>`` (the run directory; a recipe that sets
     it moves the whole run); ``trainer.logger`` unset or ``null`` -> a CSV logger (``csv/``) and a
-    TensorBoard logger (``tensorboard/``) in the run directory (``false``: no logger); no
-    ``ModelCheckpoint`` among ``trainer.callbacks`` -> one writing ``checkpoints/last.ckpt`` at every
-    epoch end, unless ``trainer.enable_checkpointing`` is ``false``.
+    TensorBoard logger (``tensorboard/``) in the run directory (``false``: no logger); a
+    ``ModelCheckpoint`` writing ``checkpoints/last.ckpt`` at every epoch end, unless
+    ``trainer.enable_checkpointing`` is ``false`` or a ``ModelCheckpoint`` of ``trainer.callbacks``
+    keeps ``last`` itself (``save_last``). A recipe's ``ModelCheckpoint`` without ``dirpath`` writes into
+    the run's ``checkpoints/`` too: one that keeps the best checkpoint by a metric (``monitor:
+    eval/main/episode_return``, ``mode: max``) is the only checkpoint setting a recipe needs.
 
     Args:
         config: the parsed config of one subcommand (a jsonargparse ``Namespace``).
@@ -251,10 +254,19 @@ def apply_run_defaults(config: Any, run_name: str) -> None:
         ]
     callbacks = trainer.callbacks
     callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, list) else [callbacks]
-    has_checkpoint = any(
-        isinstance(c, ModelCheckpoint) or getattr(c, "class_path", None) == CHECKPOINT_CLASS for c in callbacks
-    )
-    if trainer.enable_checkpointing is not False and not has_checkpoint:
+    keeps_last = False
+    for callback in callbacks:
+        if isinstance(callback, ModelCheckpoint):
+            keeps_last |= bool(callback.save_last)
+        elif getattr(callback, "class_path", None) == CHECKPOINT_CLASS:
+            init_args = callback.get("init_args")
+            if init_args is None:
+                init_args = callback.init_args = Namespace()
+            if init_args.get("dirpath") is None:
+                # Lightning's own default is the first logger's version folder: keep every checkpoint of a run in one place.
+                init_args.dirpath = f"{run_dir}/checkpoints"
+            keeps_last |= bool(init_args.get("save_last"))
+    if trainer.enable_checkpointing is not False and not keeps_last:
         callbacks.append(
             Namespace(
                 class_path=CHECKPOINT_CLASS,
