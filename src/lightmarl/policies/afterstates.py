@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from lightmarl.envs.spec import GroupSpec
-from lightmarl.policies.encoders import ACTIVATIONS
+from lightmarl.policies.encoders import ACTIVATIONS, activation_class
 
 
 class DropAfterstateEncoder(nn.Module):
@@ -65,8 +65,7 @@ class DropAfterstateEncoder(nn.Module):
                 f"DropAfterstateEncoder: one action per column ({columns}); group {group.name!r} has "
                 f"{group.action_kind} actions ({group.num_actions or group.action_shape})"
             )
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"encoder activation: {activation!r} is not one of {sorted(ACTIVATIONS)}")
+        activation_class(activation, "encoder activation")
         self.observation_shape = shape
         self.rows, self.columns, self.channels = rows, columns, int(channels)
         self.conv = nn.Conv2d(2, self.channels, kernel_size)

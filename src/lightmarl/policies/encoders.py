@@ -31,6 +31,13 @@ from lightmarl.envs.spec import GroupSpec
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
 
 
+def activation_class(name: str, field: str) -> type[nn.Module]:
+    """The activation module class called ``name``; a ``ValueError`` naming ``field`` if there is none."""
+    if name not in ACTIVATIONS:
+        raise ValueError(f"{field}: {name!r} is not one of {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[name]
+
+
 class FlattenEncoder(nn.Module):
     """Flattens each observation to a vector (a no-op on vector observations).
 
@@ -72,8 +79,7 @@ class MLPEncoder(nn.Module):
         activation: str = "tanh",
     ) -> None:
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"encoder activation: {activation!r} is not one of {sorted(ACTIVATIONS)}")
+        activation_class(activation, "encoder activation")
         self.flatten = FlattenEncoder(group)
         self.out_features = int(out_features)
         self.net = MLP(
@@ -177,8 +183,7 @@ class CNNEncoder(nn.Module):
     ) -> None:
         super().__init__()
         shape = image_shape(group, "CNNEncoder")
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"encoder activation: {activation!r} is not one of {sorted(ACTIVATIONS)}")
+        activation_class(activation, "encoder activation")
         layers = len(channels)
         per_layer = {
             name: [int(v)] * layers if isinstance(v, int) else [int(x) for x in v]
@@ -273,8 +278,7 @@ class ImpalaCNNEncoder(nn.Module):
     ) -> None:
         super().__init__()
         shape = image_shape(group, "ImpalaCNNEncoder")
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"encoder activation: {activation!r} is not one of {sorted(ACTIVATIONS)}")
+        activation_class(activation, "encoder activation")
         if not len(channels) or any(isinstance(c, bool) or int(c) < 1 for c in channels):
             raise ValueError(
                 f"ImpalaCNNEncoder.channels: expected one positive channel count per stage, got {channels!r}"

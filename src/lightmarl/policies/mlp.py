@@ -18,7 +18,7 @@ from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
 from lightmarl.policies.distributions import discrete_distribution
-from lightmarl.policies.encoders import ACTIVATIONS, Encoded, build_encoder, out_features_of
+from lightmarl.policies.encoders import ACTIVATIONS, Encoded, activation_class, build_encoder, out_features_of
 
 
 class MLPActorCritic(Policy):
@@ -81,8 +81,7 @@ class MLPActorCritic(Policy):
                 f"policy_kwargs.action_std: {action_std!r} applies to continuous actions; group {group.name!r} has "
                 f"{group.action_kind} actions"
             )
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"policy_kwargs.activation: {activation!r} is not one of {sorted(ACTIVATIONS)}")
+        activation_class(activation, "policy_kwargs.activation")
         if critic not in ("centralized", "local", "none"):
             raise ValueError(f"policy_kwargs.critic: {critic!r} is not one of ['centralized', 'local', 'none']")
         if not isinstance(agent_id_input, bool):
@@ -288,8 +287,7 @@ class CentralizedValueNetwork(nn.Module):
         in_features: int | None = None,
     ) -> None:
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"value network activation: {activation!r} is not one of {sorted(ACTIVATIONS)}")
+        activation_class(activation, "value network activation")
         self.in_features = int(in_features) if in_features is not None else math.prod(group.observation_shape)
         self.num_agents = group.num_agents
         self.net = MultiAgentMLP(

@@ -21,7 +21,7 @@ from torchrl.modules import MLP, QValueModule
 from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
-from lightmarl.policies.encoders import ACTIVATIONS, Encoded, build_encoder, out_features_of
+from lightmarl.policies.encoders import ACTIVATIONS, Encoded, activation_class, build_encoder, out_features_of
 
 
 class QNetworkPolicy(Policy):
@@ -59,8 +59,7 @@ class QNetworkPolicy(Policy):
         encoder: nn.Module | Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(group)
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"policy_kwargs.activation: {activation!r} is not one of {sorted(ACTIVATIONS)}")
+        activation_class(activation, "policy_kwargs.activation")
         if group.action_kind != "discrete":
             raise ValueError(
                 f"QNetworkPolicy needs discrete actions; group {group.name!r} has {group.action_kind} actions"

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from lightmarl.envs.spec import GroupSpec
-from lightmarl.policies.encoders import ACTIVATIONS
+from lightmarl.policies.encoders import ACTIVATIONS, activation_class
 
 #: the ``location`` byte of a padding row.
 PADDING_LOCATION = 0xFF
@@ -83,8 +83,7 @@ class TokenEncoder(nn.Module):
             )
         if pooling not in POOLINGS:
             raise ValueError(f"TokenEncoder pooling: {pooling!r} is not one of {list(POOLINGS)}")
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"encoder activation: {activation!r} is not one of {sorted(ACTIVATIONS)}")
+        activation_class(activation, "encoder activation")
         for name, value in (("hidden_size", hidden_size), ("out_features", out_features), ("num_heads", num_heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"TokenEncoder {name}: expected a positive integer, got {value!r}")
