@@ -268,20 +268,23 @@ def run_lightmarl(task: Task, seed: int, frames: int, run_dir: Path, recipe: str
 def fit_recipe(recipe: str, seed: int, frames: int, run_dir: Path, overrides: Sequence[str] = ()) -> Curve:
     """``lightmarl fit`` on ``recipe`` (relative to the repository) with the seed, frame budget and
     ``overrides``, no checkpoints; its evaluation curve."""
+    settings = [f"--seed_everything={seed}", f"--model.max_frames={frames}", "--trainer.enable_checkpointing=false"]
+    seconds = run_lightmarl_cli("fit", recipe, run_dir, [*settings, *overrides])
+    return read_lightmarl_curve(run_dir, seconds)
+
+
+def run_lightmarl_cli(subcommand: str, recipe: str, run_dir: Path, arguments: Sequence[str]) -> float:
+    """``lightmarl <subcommand> --config <recipe>`` writing into ``run_dir``; its wall seconds."""
     lightmarl = Path(sys.executable).with_name("lightmarl")
     command = [
         str(lightmarl),
-        "fit",
+        subcommand,
         "--config",
         str(ROOT / recipe),
-        f"--seed_everything={seed}",
-        f"--model.max_frames={frames}",
-        "--trainer.enable_checkpointing=false",
+        *arguments,
         f"--trainer.default_root_dir={run_dir}",
-        *overrides,
     ]
-    seconds = run_logged(command, run_dir, run_dir / "log.txt")
-    return read_lightmarl_curve(run_dir, seconds)
+    return run_logged(command, run_dir, run_dir / "log.txt")
 
 
 def run_random(task: Task, run_dir: Path) -> float:
@@ -291,17 +294,8 @@ def run_random(task: Task, run_dir: Path) -> float:
 def random_return(recipe: str, run_dir: Path, overrides: Sequence[str] = ()) -> float:
     """lightmarl's evaluation of uniformly random actions on ``recipe``'s binding ``main`` (the
     same seeded episodes as the recipe's other evaluations)."""
-    lightmarl = Path(sys.executable).with_name("lightmarl")
-    command = [
-        str(lightmarl),
-        "validate",
-        "--config",
-        str(ROOT / recipe),
-        "--model.policy_bindings=[{id: main, class_path: lightmarl.policies.UniformRandomPolicy}]",
-        f"--trainer.default_root_dir={run_dir}",
-        *overrides,
-    ]
-    run_logged(command, run_dir, run_dir / "log.txt")
+    random_policy = "--model.policy_bindings=[{id: main, class_path: lightmarl.policies.UniformRandomPolicy}]"
+    run_lightmarl_cli("validate", recipe, run_dir, [random_policy, *overrides])
     return read_lightmarl_curve(run_dir, 0.0, evaluation_only=True).returns[-1]
 
 
