@@ -218,3 +218,18 @@ def test_ppo_learns_to_hit_multi_discrete_targets():
     # Random legal play hits about 0.53 of the sub-actions; measured: 0.51 at first, 0.80 at the 40th rollout.
     assert sum(rewards[:3]) / 3 < 0.6
     assert sum(rewards[-5:]) / 5 > 0.7
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_scripted_actions_go_where_the_rows_are(masked):
+    # A GPU trainer collects on the GPU while a script samples on the CPU with its own generator;
+    # "meta" stands in for the GPU here (tests/test_cli.py runs every recipe on a real one).
+    group = match_config().spec().groups["agent"]
+    rows = {"observation": torch.zeros(5, 2, 7, device="meta")}
+    if masked:
+        rows["action_mask"] = torch.ones(5, 2, 7, dtype=torch.bool, device="meta")
+    for policy in (UniformRandomPolicy(group, seed=0), NoOpPolicy(group)):
+        if masked and isinstance(policy, UniformRandomPolicy):
+            continue  # its masked sampling reads the mask's values, which a meta tensor does not have
+        out = policy(TensorDict({"agent": TensorDict(rows, batch_size=[5, 2])}, batch_size=[]))
+        assert out["agent", "action"].is_meta and out["agent", "action_log_prob"].is_meta

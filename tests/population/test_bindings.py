@@ -165,6 +165,21 @@ def test_row_index_cache_is_rebuilt_on_map_change_and_not_otherwise(spread_confi
     assert t.version == version + 1 and t.row_index("agent", (4,), flat=True) is flat
 
 
+def test_row_index_on_another_device_is_built_once_and_dropped_with_the_map(spread_config):
+    # Rows collected on a GPU are indexed there; "meta" stands in for it on a CPU-only machine.
+    t = BindingTable(AB, spread_config.spec(), {"per_env": {1: ["b", "a", "b"]}})
+    on_cpu = t.row_index("agent", (4,))
+    assert t.row_index("agent", (4,), device="cpu") is on_cpu
+    moved = t.row_index("agent", (4,), device="meta")
+    assert moved is t.row_index("agent", (4,), device=torch.device("meta"))
+    assert moved.binding_of_agent.is_meta and all(rows.is_meta for rows in moved.agents_of_binding.values())
+    assert moved.padded.gather.is_meta and moved.padded.slots is not None and moved.padded.slots.is_meta
+    assert moved.covers_group == on_cpu.covers_group and moved.flat == on_cpu.flat
+    t.set_agent_binding_map(["b", "b", "a"])
+    assert t.row_index("agent", (4,), device="meta") is not moved
+    assert t.row_index("agent", (4,), device="meta").binding_of_agent.is_meta
+
+
 def test_padded_layout_pads_short_bindings_and_scatters_only_real_rows(spread_config):
     t = BindingTable(AB, spread_config.spec(), ["a", "b", "a"])
     padded = t.row_index("agent", (2,), flat=True).padded

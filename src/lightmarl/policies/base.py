@@ -164,8 +164,9 @@ class ScriptedPolicy(Policy):
         agent_id = tensordict.get(self.key(keys.AGENT_ID), None)
         logits = self._logits(observation, mask, agent_id) if self.has_distribution else None
         if logits is None:
-            action = self._act(observation, mask, agent_id).to(self.group.action_dtype)
-            log_prob = self.action_log_prob(action)
+            # Scripts may compute on the CPU (their own generators live there): results go where the rows are.
+            action = self._act(observation, mask, agent_id).to(device=observation.device, dtype=self.group.action_dtype)
+            log_prob = self.action_log_prob(action).to(observation.device)
         else:
             dist = Categorical(logits=masked_logits(logits, mask))
             # Same rule as TorchRL's ProbabilisticActor: sample only under RANDOM; no context = deterministic.
@@ -210,7 +211,8 @@ class UniformRandomPolicy(ScriptedPolicy):
             high = torch.tensor(self.group.action_high).view(self.group.action_shape)
             u = torch.rand(*batch, *self.group.action_shape, generator=self._generator)
             return low + u * (high - low)
-        weights = torch.ones(*batch, self.group.num_actions) if action_mask is None else action_mask.float()
+        # Sampled on the CPU, where the policy's own generator is; forward() moves the actions to the rows.
+        weights = torch.ones(*batch, self.group.num_actions) if action_mask is None else action_mask.float().cpu()
         choices = []
         # One categorical per sub-action (a single one for Discrete), over its slice of the mask.
         for part in weights.split(list(self.group.action_nvec or (self.group.num_actions,)), dim=-1):

@@ -88,7 +88,9 @@ class MultiAgentPolicy(nn.Module):
         for group_name in self.env_spec.groups:
             rows = tensordict.get(group_name)
             batch_shape = tuple(rows.batch_size[:-1])
-            index = self.table.row_index(group_name, batch_shape, env_start=env_start)
+            # Positions index the rows, so they live where the rows do (a GPU trainer collects there).
+            device = rows.get(keys.OBSERVATION).device
+            index = self.table.row_index(group_name, batch_shape, env_start=env_start, device=device)
             stack = self._stack_for(tuple(index.agents_of_binding)) if self.stack_same_shape else None
             if len(index.agents_of_binding) == 1:
                 (binding,) = index.agents_of_binding
@@ -102,7 +104,10 @@ class MultiAgentPolicy(nn.Module):
                     self._run(binding, tensordict)
                 continue
             if stack is not None and stack.mode() is not None:
-                stack.forward(rows, self.table.row_index(group_name, batch_shape, flat=True, env_start=env_start))
+                flat_index = self.table.row_index(
+                    group_name, batch_shape, flat=True, env_start=env_start, device=device
+                )
+                stack.forward(rows, flat_index)
             else:
                 self._grouped_forward(tensordict, rows, group_name, index)
         return tensordict
@@ -163,8 +168,8 @@ class MultiAgentPolicy(nn.Module):
             sub_batch = (*sub_root, len(positions)) if index.flat else (*batch[:-1], len(positions))
             sub = TensorDict({group_name: TensorDict(picked, batch_size=sub_batch)}, batch_size=sub_root)
             result = self._run(binding, sub).get(group_name)
-            flat_action.index_copy_(dim, positions, result.get(keys.ACTION).to(action.dtype))
-            flat_log_prob.index_copy_(dim, positions, result.get(keys.ACTION_LOG_PROB).to(log_prob.dtype))
+            flat_action.index_copy_(dim, positions, result.get(keys.ACTION).to(action))
+            flat_log_prob.index_copy_(dim, positions, result.get(keys.ACTION_LOG_PROB).to(log_prob))
             if next_state is not None and keys.NEXT_RECURRENT_STATE in result.keys():
                 next_state.index_copy_(dim, positions, result.get(keys.NEXT_RECURRENT_STATE))
         rows.set(keys.ACTION, action)

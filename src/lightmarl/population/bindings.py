@@ -163,6 +163,27 @@ class GroupBindingIndex:
     agents_of_binding: dict[int, torch.Tensor]
     covers_group: dict[int, bool]
     flat: bool = False
+    # Copies of this index on other devices (:meth:`to`), built once each.
+    _on_device: dict[torch.device, GroupBindingIndex] = field(default_factory=dict, compare=False, repr=False)
+
+    def to(self, device: torch.device | str) -> GroupBindingIndex:
+        """This index with its position tensors on ``device`` (cached: the collector asks every step).
+
+        The table builds indices on the CPU; rows on a GPU must be indexed by positions there.
+        """
+        device = torch.device(device)
+        if device == self.binding_of_agent.device:
+            return self
+        moved = self._on_device.get(device)
+        if moved is None:
+            moved = GroupBindingIndex(
+                binding_of_agent=self.binding_of_agent.to(device),
+                agents_of_binding={b: rows.to(device) for b, rows in self.agents_of_binding.items()},
+                covers_group=self.covers_group,
+                flat=self.flat,
+            )
+            self._on_device[device] = moved
+        return moved
 
     @cached_property
     def padded(self) -> PaddedRows:
@@ -173,7 +194,7 @@ class GroupBindingIndex:
         gather = torch.stack([torch.cat([p, p[:1].expand(width - len(p))]) for p in positions])
         slots = None
         if any(len(p) != width for p in positions):
-            slots = torch.cat([torch.arange(len(p)) + i * width for i, p in enumerate(positions)])
+            slots = torch.cat([torch.arange(len(p), device=p.device) + i * width for i, p in enumerate(positions)])
         return PaddedRows(
             bindings=tuple(self.agents_of_binding), gather=gather, slots=slots, scatter=torch.cat(positions)
         )
@@ -296,7 +317,12 @@ class BindingTable:
         return cached
 
     def row_index(
-        self, group_name: str, batch_shape: tuple[int, ...], flat: bool = False, env_start: int = 0
+        self,
+        group_name: str,
+        batch_shape: tuple[int, ...],
+        flat: bool = False,
+        env_start: int = 0,
+        device: torch.device | str | None = None,
     ) -> GroupBindingIndex:
         """The row grouping of ``group_name`` for rows ``[*batch_shape, agents]`` (cached per shape).
 
@@ -304,7 +330,14 @@ class BindingTable:
         (positions along the agent dim) whatever the shape. With a per-env map, or when
         ``flat`` asks for it, positions are flat over ``[*batch_shape, agents]``; a per-env map
         needs ``batch_shape[0]`` to be the env copies, copies ``env_start ..`` of the vector.
+        ``device``: where the positions must live (the rows' device; default the CPU).
         """
+        index = self._row_index(group_name, batch_shape, flat, env_start)
+        return index if device is None else index.to(device)
+
+    def _row_index(
+        self, group_name: str, batch_shape: tuple[int, ...], flat: bool, env_start: int
+    ) -> GroupBindingIndex:
         if not self.per_env_maps and not flat:
             return self.groups[group_name]
         env_start = env_start if self.per_env_maps else 0
