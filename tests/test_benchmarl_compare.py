@@ -80,6 +80,27 @@ def test_time_to_target_and_return_at_a_budget():
     assert compare.value_at(curve, curve.train_s, 5.0) is None
 
 
+def test_seed_means_compare_at_benchmarls_evaluation_times():
+    def curve(train_s, returns):
+        return compare.Curve(frames=[6000, 12000], train_s=train_s, returns=returns, process_s=99.0)
+
+    runs = {
+        "benchmarl": {0: curve([10.0, 20.0], [0.2, 0.8]), 1: curve([12.0, 22.0], [0.4, 0.6])},
+        "lightmarl": {0: curve([3.0, 6.0], [0.5, 0.9]), 1: curve([4.0, 8.0], [0.3, 0.7])},
+    }
+    lines = compare.seed_mean_table(runs)
+    text = "\n".join(lines)
+    assert "- benchmarl: 0.700 " in text and "- lightmarl: 0.800 " in text
+    assert "lightmarl − BenchMARL: +0.100" in text
+    # lightmarl's seed mean (0.4, then 0.8) first reaches BenchMARL's final mean 0.7 at its second
+    # evaluation: 7 s on average, against BenchMARL's 21 s.
+    assert "at 7 train s, 0.33 of BenchMARL's 21 s" in text
+    # BenchMARL's evaluations at 11 s and 21 s (seed means); lightmarl's latest evaluations by then.
+    assert "| 6,000 frames | 11 | 0.300 | 0.800 |" in lines
+    assert "| 12,000 frames | 21 | 0.700 | 0.800 |" in lines
+    assert compare.seed_mean_table({"benchmarl": runs["benchmarl"], "lightmarl": {0: runs["lightmarl"][0]}}) == []
+
+
 def test_frame_budget_must_be_a_multiple_of_benchmarls_batch():
     with pytest.raises(SystemExit):
         compare.main(["--frames", "1000", "--frameworks", "lightmarl"])

@@ -374,6 +374,53 @@ def task_table(name: str, runs: dict[str, dict[int, Curve]]) -> list[str]:
     return lines
 
 
+def seed_mean_table(runs: dict[str, dict[int, Curve]]) -> list[str]:
+    """Markdown lines comparing the frameworks over seeds rather than seed by seed.
+
+    A seed number means nothing across two frameworks (each draws its own random streams from
+    it), so the per-seed rows above pair runs arbitrarily. Here: each framework's final return,
+    mean over its seeds with a Student-t 95% interval, the Welch interval of the difference, and,
+    at each of BenchMARL's evaluations (its training seconds averaged over seeds), both frameworks'
+    mean return then (lightmarl's latest evaluation at or before that time, on each seed).
+    """
+    from lightmarl.evaluation.statistics import difference_interval, t_interval
+
+    reference, ours = runs.get("benchmarl", {}), runs.get("lightmarl", {})
+    if len(reference) < 2 or len(ours) < 2:
+        return []
+    finals = {framework: [curve.returns[-1] for curve in runs[framework].values()] for framework in runs}
+    lines = ["Over seeds (final return: mean [95% t interval] over the seeds):", ""]
+    for framework in ("benchmarl", "lightmarl"):
+        low, high = t_interval(finals[framework])
+        mean = sum(finals[framework]) / len(finals[framework])
+        lines.append(f"- {framework}: {mean:.3f} [{low:.3f}, {high:.3f}] over {len(finals[framework])} seeds")
+    gap = difference_interval(finals["lightmarl"], finals["benchmarl"])
+    target = sum(finals["benchmarl"]) / len(finals["benchmarl"])
+    budget = sum(curve.train_s[-1] for curve in reference.values()) / len(reference)
+    reached = "never"
+    for k in range(min(len(curve.returns) for curve in ours.values())):
+        if sum(curve.returns[k] for curve in ours.values()) / len(ours) >= target:
+            seconds = sum(curve.train_s[k] for curve in ours.values()) / len(ours)
+            reached = f"at {seconds:.0f} train s, {seconds / budget:.2f} of BenchMARL's {budget:.0f} s"
+            break
+    lines += [
+        f"- lightmarl − BenchMARL: {gap.difference:+.3f} [Welch 95%: {gap.ci_low:+.3f}, {gap.ci_high:+.3f}]",
+        f"- lightmarl's mean over seeds first reaches BenchMARL's final mean ({target:.3f}): {reached}",
+        "",
+        "| BenchMARL evaluation | mean train s | BenchMARL mean return | lightmarl mean return at that train s |",
+        "| ---: | ---: | ---: | ---: |",
+    ]
+    evaluations = min(len(curve.returns) for curve in reference.values())
+    for k in range(evaluations):
+        seconds = sum(curve.train_s[k] for curve in reference.values()) / len(reference)
+        theirs = sum(curve.returns[k] for curve in reference.values()) / len(reference)
+        at_time = [value_at(curve, curve.train_s, seconds) for curve in ours.values()]
+        mine = None if None in at_time else sum(v for v in at_time if v is not None) / len(at_time)
+        frames = sum(curve.frames[k] for curve in reference.values()) / len(reference)
+        lines.append(f"| {frames:,.0f} frames | {seconds:.0f} | {theirs:.3f} | {_fmt(mine, 3)} |")
+    return lines
+
+
 def plot_task(name: str, runs: dict[str, dict[int, Curve]], path: Path) -> None:
     import matplotlib
 
@@ -489,6 +536,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not runs:
             continue
         lines += [*task_table(name, runs), "", f"Uniformly random actions: {_fmt(random_return)}.", ""]
+        if summary := seed_mean_table(runs):
+            lines += [*summary, ""]
         lines += [f"![{name}]({name}.png)", ""]
         plot_task(name, runs, args.out / f"{name}.png")
     (args.out / "results.md").write_text("\n".join(lines))
