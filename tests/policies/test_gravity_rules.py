@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from connect_four_positions import board, random_game_positions, replay
 
 from lightmarl.policies import gravity_rules
@@ -32,14 +31,18 @@ def test_a_winning_cell_above_the_landing_row_waits_for_the_column_to_fill():
     assert not gravity_rules.winning_drops(own, empty).any()
 
 
-def test_drop_each_column_puts_the_piece_on_the_landing_cell_and_leaves_full_columns_alone():
-    position = board("x......", "o......", "x......", "o......", "x......", "o.x....")
+def test_winning_drops_after_each_drop_count_old_and_new_threats():
+    # x to play. Column 1 opens the bottom row both ways (cells (5,0) and (5,4)): 2; column 4 too
+    # ((5,1) and (5,5)); columns 0 and 5 make one winning cell; a piece on (4,2) or (4,3) none;
+    # the full column 6 counts 0.
+    position = board("......o", "......x", "......o", "......x", "......o", "..xx..x")
     own, empty = position[..., 0].unsqueeze(0), position.sum(-1).unsqueeze(0) == 0
-    pieces, after_empty = gravity_rules.drop_each_column(own, empty)
-    assert pieces.shape == after_empty.shape == (1, 7, 6, 7)
-    assert torch.equal(pieces[0, 0], own[0].bool()) and torch.equal(after_empty[0, 0], empty[0])
-    added = pieces[0, 2] & ~own[0].bool()
-    assert added.nonzero().tolist() == [[4, 2]] and not after_empty[0, 2, 4, 2]
+    assert gravity_rules.winning_drops_after_each_drop(own, empty)[0].tolist() == [1, 2, 0, 0, 2, 1, 0]
+    # x's winning cell (4, 3) becomes playable after x's own drop on (5, 3); x's drop on (3, 2)
+    # makes three in column 2, whose next cell it lifts the column onto.
+    lifted = board("xxx....", "oox....")
+    own, empty = lifted[..., 0].unsqueeze(0), lifted.sum(-1).unsqueeze(0) == 0
+    assert gravity_rules.winning_drops_after_each_drop(own, empty)[0].tolist() == [0, 0, 1, 1, 0, 0, 0]
 
 
 def test_winning_drops_agree_with_pettingzoo_on_random_games():

@@ -12,7 +12,7 @@ from lightmarl.policies import MLPActorCritic, gravity_rules
 from lightmarl.policies.threats import FACTS, ThreatFeaturesEncoder
 
 GROUP = GroupSpec("player", ("player_0", "player_1"), (0, 1), (6, 7, 2), "discrete", num_actions=7)
-ENCODER = ThreatFeaturesEncoder(GROUP)
+ENCODER = ThreatFeaturesEncoder(GROUP, facts=FACTS)
 
 
 def columns_where(position: torch.Tensor) -> dict[str, list[int]]:

@@ -23,13 +23,15 @@ from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.gravity_rules import (
     CONNECT,
     cells_at,
-    drop_each_column,
     landing_rows,
     winning_cells,
+    winning_drops_after_each_drop,
 )
 
 #: the facts the encoder can compute per column, from the mover's side.
 FACTS = ("legal", "win", "block", "under", "lift_own", "double_threat", "their_double_threat")
+#: the facts computed by default: all but ``their_double_threat``, which costs as much as the rest together.
+DEFAULT_FACTS = FACTS[:-1]
 
 
 class ThreatFeaturesEncoder(nn.Module):
@@ -55,15 +57,15 @@ class ThreatFeaturesEncoder(nn.Module):
 
     Args:
         group: the agent group whose observations it reads (``[rows, columns, 2]``, one action per column).
-        facts: which facts to compute, in output order (any of ``FACTS``).
+        facts: which facts to compute, in output order (any of ``FACTS``; default ``DEFAULT_FACTS``).
 
     Example:
         >>> group = GroupSpec("player", ("player_0", "player_1"), (0, 1), (6, 7, 2), "discrete", num_actions=7)
         >>> ThreatFeaturesEncoder(group)(torch.zeros(5, 2, 6, 7, 2)).shape
-        torch.Size([5, 2, 133])
+        torch.Size([5, 2, 126])
     """
 
-    def __init__(self, group: GroupSpec, facts: Sequence[str] = FACTS) -> None:
+    def __init__(self, group: GroupSpec, facts: Sequence[str] = DEFAULT_FACTS) -> None:
         super().__init__()
         shape = tuple(group.observation_shape)
         if len(shape) != 3 or shape[-1] != 2:
@@ -110,17 +112,10 @@ class ThreatFeaturesEncoder(nn.Module):
             elif fact == "lift_own":
                 computed[fact] = cells_at(mine, landing - 1)  # a threat the mover had before this drop
             elif fact == "double_threat":
-                computed[fact] = self._double_threats(own, empty) & legal & ~win
+                computed[fact] = (winning_drops_after_each_drop(own, empty) >= 2) & ~win
             else:  # their_double_threat
-                computed[fact] = self._double_threats(theirs, empty) & legal & ~block
+                computed[fact] = (winning_drops_after_each_drop(theirs, empty) >= 2) & ~block
         return computed
-
-    def _double_threats(self, pieces: torch.Tensor, empty: torch.Tensor) -> torch.Tensor:
-        """``[N, columns]``: after one more of ``pieces`` in the column, that side has two or more winning drops."""
-        after_pieces, after_empty = drop_each_column(pieces, empty)  # [N, columns, rows, columns]
-        flat_pieces, flat_empty = after_pieces.flatten(0, 1), after_empty.flatten(0, 1)
-        wins = cells_at(winning_cells(flat_pieces, flat_empty), landing_rows(flat_empty))
-        return (wins.sum(-1) >= 2).view(pieces.shape[0], self.columns)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         batch = observation.shape[: observation.dim() - 3]
