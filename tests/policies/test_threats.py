@@ -9,7 +9,7 @@ from tensordict import TensorDict
 
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies import MLPActorCritic, gravity_rules
-from lightmarl.policies.threats import FACTS, ThreatFeaturesEncoder
+from lightmarl.policies.threats import DEFAULT_FACTS, FACTS, ThreatFeaturesEncoder
 
 GROUP = GroupSpec("player", ("player_0", "player_1"), (0, 1), (6, 7, 2), "discrete", num_actions=7)
 ENCODER = ThreatFeaturesEncoder(GROUP, facts=FACTS)
@@ -128,13 +128,19 @@ def brute_force(observation: torch.Tensor) -> dict[str, list[bool]]:
 
 def test_every_fact_matches_its_definition_on_random_positions():
     positions = [observation for _, observation in random_game_positions(games=6, seed=2)]
-    computed = ENCODER.column_facts(torch.stack(positions)[..., 0], torch.stack(positions)[..., 1])
+    boards = torch.stack(positions)
+    computed = ENCODER.column_facts(boards[..., 0], boards[..., 1])
     seen = dict.fromkeys(FACTS, 0)
     for i, observation in enumerate(positions):
         for fact, expected in brute_force(observation).items():
             assert computed[fact][i].tolist() == expected, (fact, observation)
             seen[fact] += sum(expected)
     assert all(count > 0 for count in seen.values()), seen  # every fact occurs somewhere
+    # Encoders asked for some of the facts compute the same ones (the double threats side by side or alone).
+    for facts in (DEFAULT_FACTS, ["their_double_threat", "win"]):
+        subset = ThreatFeaturesEncoder(GROUP, facts=facts).column_facts(boards[..., 0], boards[..., 1])
+        assert list(subset) == list(facts)
+        assert all(torch.equal(subset[fact], computed[fact]) for fact in facts)
 
 
 def test_win_and_under_agree_with_pettingzoo_on_random_games():

@@ -32,6 +32,8 @@ from lightmarl.policies.gravity_rules import (
 FACTS = ("legal", "win", "block", "under", "lift_own", "double_threat", "their_double_threat")
 #: the facts computed by default: all but ``their_double_threat``, which costs as much as the rest together.
 DEFAULT_FACTS = FACTS[:-1]
+#: the double-threat facts of the mover and of the opponent, in the order of the sides.
+_DOUBLE_THREATS = ("double_threat", "their_double_threat")
 
 
 class ThreatFeaturesEncoder(nn.Module):
@@ -96,26 +98,25 @@ class ThreatFeaturesEncoder(nn.Module):
         """Each requested fact as a ``[N, columns]`` bool tensor, for boards ``own`` / ``theirs`` (``[N, rows, columns]``)."""
         empty = (own + theirs) == 0
         landing = landing_rows(empty)
-        legal = landing >= 0
-        mine, their = winning_cells(own, empty), winning_cells(theirs, empty)
-        win, block = cells_at(mine, landing), cells_at(their, landing)
-        computed: dict[str, torch.Tensor] = {}
-        for fact in self.facts:
-            if fact == "legal":
-                computed[fact] = legal
-            elif fact == "win":
-                computed[fact] = win
-            elif fact == "block":
-                computed[fact] = block
-            elif fact == "under":
-                computed[fact] = cells_at(their, landing - 1)  # a full column's landing - 1 is off the board
-            elif fact == "lift_own":
-                computed[fact] = cells_at(mine, landing - 1)  # a threat the mover had before this drop
-            elif fact == "double_threat":
-                computed[fact] = (winning_drops_after_each_drop(own, empty) >= 2) & ~win
-            else:  # their_double_threat
-                computed[fact] = (winning_drops_after_each_drop(theirs, empty) >= 2) & ~block
-        return computed
+        # Both sides at once ([N, 2, ...]: the mover, then the opponent): one matrix product per step.
+        sides, side_empty, side_landing = torch.stack([own, theirs], 1), empty.unsqueeze(1), landing.unsqueeze(1)
+        cells = winning_cells(sides, side_empty)
+        at_landing, above_landing = cells_at(cells, side_landing), cells_at(cells, side_landing - 1)
+        computed = {
+            "legal": landing >= 0,
+            "win": at_landing[:, 0],
+            "block": at_landing[:, 1],
+            "under": above_landing[:, 1],  # a full column's landing - 1 is off the board
+            "lift_own": above_landing[:, 0],  # a threat the mover had before this drop
+        }
+        # Counting a side's winning drops after each of its drops is the costly part: only where asked.
+        sides_asked = [k for k, fact in enumerate(_DOUBLE_THREATS) if fact in self.facts]
+        if sides_asked:
+            counts = winning_drops_after_each_drop(sides[:, sides_asked], side_empty)
+            for i, k in enumerate(sides_asked):
+                # A drop that wins is a win, not a double threat.
+                computed[_DOUBLE_THREATS[k]] = (counts[:, i] >= 2) & ~at_landing[:, k]
+        return {fact: computed[fact] for fact in self.facts}
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         batch = observation.shape[: observation.dim() - 3]
