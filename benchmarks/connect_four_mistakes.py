@@ -31,31 +31,22 @@ import torch
 from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from lightmarl.policies import Policy, PolicyDict
+from lightmarl.policies import Policy, PolicyDict, gravity_rules
 from lightmarl.policies.scripted import ConnectFourHeuristicPolicy
 
 ROWS, COLUMNS = 6, 7
 #: mistake kinds, in the order reports list them.
 KINDS = ("missed_win", "missed_block", "played_under", "double_threat")
 
-# 4x4 kernels that sum a horizontal, a vertical and both diagonal lines of four.
-_LINES = torch.zeros(4, 1, 4, 4)
-_LINES[0, 0, 0, :] = 1
-_LINES[1, 0, :, 0] = 1
-_LINES[2, 0] = torch.eye(4)
-_LINES[3, 0] = torch.eye(4).flip(-1)
-
 
 def landing_rows(boards: torch.Tensor) -> torch.Tensor:
     """``[B, 7]``: the row a piece dropped in each column lands on (the lowest empty cell; -1: full)."""
-    rows = torch.arange(ROWS).view(1, ROWS, 1)
-    return torch.where(boards == 0, rows, -1).amax(1)
+    return gravity_rules.landing_rows(boards == 0)
 
 
 def has_four(pieces: torch.Tensor) -> torch.Tensor:
     """``[B]``: the 0/1 boards ``pieces`` (``[B, 6, 7]``) hold four in a row."""
-    lines = torch.nn.functional.conv2d(torch.nn.functional.pad(pieces.unsqueeze(1).float(), (3, 3, 3, 3)), _LINES)
-    return (lines >= 4).flatten(1).any(-1)
+    return gravity_rules.has_four(pieces)
 
 
 def drop(boards: torch.Tensor, columns: torch.Tensor, piece: int | torch.Tensor) -> torch.Tensor:
@@ -68,17 +59,8 @@ def drop(boards: torch.Tensor, columns: torch.Tensor, piece: int | torch.Tensor)
 
 def winning_columns(boards: torch.Tensor, piece: int | torch.Tensor) -> torch.Tensor:
     """``[B, 7]`` bool: dropping ``piece`` (per board or one for all) into the column completes four."""
-    batch = boards.shape[0]
-    piece = torch.as_tensor(piece, dtype=boards.dtype).expand(batch)
-    landing = landing_rows(boards)
-    # Every board with a piece dropped in each column at once: [B * 7, 6, 7].
-    tried = boards.repeat_interleave(COLUMNS, 0)
-    index = torch.arange(batch * COLUMNS)
-    column = torch.arange(COLUMNS).repeat(batch)
-    row = landing.reshape(-1)
-    owner = piece.repeat_interleave(COLUMNS)
-    tried[index, row.clamp(min=0), column] = torch.where(row >= 0, owner, tried[index, row.clamp(min=0), column])
-    return has_four(tried == owner.view(-1, 1, 1)).view(batch, COLUMNS) & (landing >= 0)
+    owner = torch.as_tensor(piece, dtype=boards.dtype).expand(boards.shape[0]).view(-1, 1, 1)
+    return gravity_rules.winning_drops(boards == owner, boards == 0)
 
 
 def observe(boards: torch.Tensor, piece: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

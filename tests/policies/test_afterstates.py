@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from connect_four_positions import board
 from tensordict import TensorDict
 
 from lightmarl.envs.spec import GroupSpec
@@ -11,14 +12,6 @@ from lightmarl.policies import MLPActorCritic
 from lightmarl.policies.afterstates import DropAfterstateEncoder
 
 GROUP = GroupSpec("player", ("player_0", "player_1"), (0, 1), (6, 7, 2), "discrete", num_actions=7)
-
-
-def board(*rows: str) -> torch.Tensor:
-    """``[6, 7, 2]`` from its bottom rows, top row first: ``x`` the mover's pieces, ``o`` the opponent's."""
-    full = ["......."] * (6 - len(rows)) + list(rows)
-    own = torch.tensor([[c == "x" for c in row] for row in full], dtype=torch.float32)
-    theirs = torch.tensor([[c == "o" for c in row] for row in full], dtype=torch.float32)
-    return torch.stack([own, theirs], -1)
 
 
 def test_each_afterstate_has_the_piece_on_the_columns_lowest_empty_cell_from_the_droppers_side():

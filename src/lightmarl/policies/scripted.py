@@ -8,6 +8,7 @@ import torch
 
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import ScriptedPolicy
+from lightmarl.policies.gravity_rules import winning_drops
 
 # mpe2 discrete moves: 0 no-op, 1 -x, 2 +x, 3 -y, 4 +y (``SimpleEnv._set_action``).
 _MPE_MOVES = ((0.0, 0.0), (-1.0, 0.0), (1.0, 0.0), (0.0, -1.0), (0.0, 1.0))
@@ -200,8 +201,6 @@ class ConnectFourHeuristicPolicy(ScriptedPolicy):
         block: also block the opponent's immediate wins (``False``: win-or-random).
     """
 
-    kernels: torch.Tensor
-
     def __init__(self, group: GroupSpec, seed: int | None = None, block: bool = True) -> None:
         if group.action_kind != "discrete" or group.num_actions != 7 or tuple(group.observation_shape) != (6, 7, 2):
             raise ValueError(
@@ -212,30 +211,6 @@ class ConnectFourHeuristicPolicy(ScriptedPolicy):
         super().__init__(group)
         self.block = block
         self._generator = None if seed is None else torch.Generator().manual_seed(seed)
-        # 4x4 kernels that sum a horizontal, vertical and both diagonal lines of four.
-        kernels = torch.zeros(4, 1, 4, 4)
-        kernels[0, 0, 0, :] = 1
-        kernels[1, 0, :, 0] = 1
-        kernels[2, 0] = torch.eye(4)
-        kernels[3, 0] = torch.eye(4).flip(-1)
-        self.register_buffer("kernels", kernels, persistent=False)
-
-    def _wins(self, pieces: torch.Tensor, empty: torch.Tensor) -> torch.Tensor:
-        """``[B, 7]``: dropping a piece of ``pieces``' owner in each column completes four in a row."""
-        batch = pieces.shape[0]
-        # Landing row of each column: the lowest empty cell (-1 when the column is full).
-        rows = torch.arange(6, device=pieces.device).view(1, 6, 1)
-        landing = torch.where(empty, rows, -1).amax(1)  # [B, 7]
-        boards = pieces.unsqueeze(1).repeat(1, 7, 1, 1)  # [B, column played, 6, 7]
-        column = torch.arange(7, device=pieces.device)
-        placed = torch.zeros_like(boards)
-        rows_idx = landing.clamp(min=0)
-        placed[torch.arange(batch).unsqueeze(1), column, rows_idx, column] = 1.0
-        boards = boards + placed * (landing >= 0).unsqueeze(-1).unsqueeze(-1)
-        lines = torch.nn.functional.conv2d(
-            torch.nn.functional.pad(boards.reshape(-1, 1, 6, 7), (3, 3, 3, 3)), self.kernels.to(boards.dtype)
-        )
-        return (lines >= 4).flatten(1).any(-1).view(batch, 7) & (landing >= 0)
 
     def act(
         self, observation: torch.Tensor, action_mask: torch.Tensor | None = None, agent_id: torch.Tensor | None = None
@@ -247,8 +222,8 @@ class ConnectFourHeuristicPolicy(ScriptedPolicy):
         legal = empty[:, 0, :] if action_mask is None else action_mask.reshape(-1, 7).bool()
         score = torch.zeros(board.shape[0], 7, device=board.device)
         if self.block:
-            score += self._wins(theirs, empty).float()
-        score += 2 * self._wins(own, empty).float()
+            score += winning_drops(theirs, empty).float()
+        score += 2 * winning_drops(own, empty).float()
         score = torch.where(legal, score, -1.0)
         # Uniform among the legal columns with the best score (any column where none is legal: an absent row).
         best = (score == score.amax(-1, keepdim=True)) & (legal | ~legal.any(-1, keepdim=True))
