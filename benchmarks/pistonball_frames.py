@@ -2,7 +2,11 @@
 
 Steps, with uniform random actions, in this order and repeated ``--repeats`` times:
 
-* ``raw``: one PettingZoo parallel env in a minimal Python loop (reset when the episode ends);
+* ``raw``: one PettingZoo parallel env in a minimal Python loop (reset when the episode ends),
+  built with ``render_mode="rgb_array"`` as the recipe builds it: pistonball draws the ball and
+  the pistons into its observations only when it has a render mode;
+* ``raw-undrawn``: the same without a render mode (what the env costs when it draws nothing, and
+  the observations never change);
 * ``vector``: ``PettingZooEnvConfig.make_vector`` over ``--num-envs`` in-process copies, no
   transforms: the full 457x120x3 ``uint8`` frames are copied into the vector's arrays;
 * ``recipe``: the same vector with ``recipes/pistonball.yaml``'s transforms (``Resize`` 32x16
@@ -29,13 +33,14 @@ from lightmarl.envs.checks import random_actions
 from lightmarl.envs.transforms import FrameStack, Grayscale, Resize, VecTransform
 
 ENV_FN = "pettingzoo.butterfly.pistonball_v6.parallel_env"
-ENV_KWARGS = {"n_pistons": 20, "continuous": False, "max_cycles": 125}
+ENV_KWARGS = {"n_pistons": 20, "continuous": False, "max_cycles": 125, "render_mode": "rgb_array"}
 
 
-def raw_steps_per_second(steps: int) -> float:
+def raw_steps_per_second(steps: int, drawn: bool = True) -> float:
     from pettingzoo.butterfly import pistonball_v6
 
-    env = pistonball_v6.parallel_env(**ENV_KWARGS)
+    kwargs = ENV_KWARGS if drawn else {k: v for k, v in ENV_KWARGS.items() if k != "render_mode"}
+    env = pistonball_v6.parallel_env(**kwargs)
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     start = time.perf_counter()
@@ -73,7 +78,8 @@ def main() -> None:
     }
     for repeat in range(args.repeats):
         raw = raw_steps_per_second(args.steps)
-        line = [f"repeat {repeat}: raw {raw:.1f} env steps/s"]
+        undrawn = raw_steps_per_second(args.steps, drawn=False)
+        line = [f"repeat {repeat}: raw {raw:.1f} env steps/s", f"raw-undrawn {undrawn:.1f} ({undrawn / raw:.2f}x raw)"]
         for name, transforms in paths.items():
             rate = vector_steps_per_second(transforms(), args.num_envs, args.steps // args.num_envs)
             line.append(f"{name} {rate:.1f} ({rate / raw:.2f}x raw)")

@@ -43,7 +43,9 @@ def tiny(recipe_name: str) -> list[str]:
 TINY_EPISODES = {
     "knights_archers_zombies.yaml": ["--model.env.env_kwargs.max_cycles=20"],
     # and 4 pistons instead of 20: the full env steps about 40 times a second here.
-    "pistonball.yaml": ['--model.env.env_kwargs={"n_pistons": 4, "continuous": false, "max_cycles": 20}'],
+    "pistonball.yaml": [
+        '--model.env.env_kwargs={"n_pistons": 4, "continuous": false, "max_cycles": 20, "render_mode": "rgb_array"}'
+    ],
     "pursuit.yaml": ["--model.env.env_kwargs.max_cycles=20"],
     "multiwalker.yaml": ["--model.env.env_kwargs.max_cycles=20"],
     "vmas_balance.yaml": ["--model.env.max_steps=10"],

@@ -8,16 +8,20 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from lightmarl import keys
+from lightmarl._imports import instantiate
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.envs.checks import random_actions
 from lightmarl.envs.image_ops import GrayscaleOp, ResizeOp
+from lightmarl.envs.pettingzoo.checks import warn_if_frames_frozen
 from lightmarl.envs.transforms import FrameStack, Grayscale, ObservationNorm, Resize
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -26,7 +30,8 @@ PISTONBALL = "pettingzoo.butterfly.pistonball_v6.parallel_env"
 
 def pistonball(num_envs=2, num_workers=0, transforms=(), **kwargs) -> PettingZooEnvConfig:
     pytest.importorskip("pettingzoo.butterfly.pistonball_v6")
-    env_kwargs = {"n_pistons": 3, "continuous": False, "max_cycles": 6, **kwargs}
+    # rgb_array: pistonball draws the ball and the pistons into its observations only with a render mode.
+    env_kwargs = {"n_pistons": 3, "continuous": False, "max_cycles": 6, "render_mode": "rgb_array", **kwargs}
     return PettingZooEnvConfig(PISTONBALL, env_kwargs, num_envs, num_workers, transforms=list(transforms))
 
 
@@ -121,15 +126,18 @@ def test_worker_processes_give_the_frames_of_the_in_process_vector():
 
 
 def test_frame_stack_keeps_uint8_images_and_stacks_channels():
-    config = pistonball(num_envs=1, transforms=[Resize(8, 4, "nearest"), Grayscale(), FrameStack(num_frames=3)])
-    vector = config.make_vector(seed=0)
+    # 6 pistons: with 3 the ball starts at the left wall and the first step ends the episode.
+    transforms = [Resize(8, 4, "nearest"), Grayscale(), FrameStack(num_frames=3)]
+    vector = pistonball(num_envs=1, transforms=transforms, n_pistons=6).make_vector(seed=0)
     try:
         first = vector.reset()["piston"]["observation"].clone()
-        assert first.dtype == torch.uint8 and first.shape == (1, 3, 8, 4, 3)
+        assert first.dtype == torch.uint8 and first.shape == (1, 6, 8, 4, 3)
         assert torch.equal(first[..., 0], first[..., 2])  # a fresh stack repeats the first frame
-        vector.step({"piston": torch.full((1, 3), 2, dtype=torch.int64)})
+        _, ended = vector.step({"piston": torch.full((1, 6), 2, dtype=torch.int64)})
+        assert not ended.any()
         now = vector.current["piston"]["observation"]
         assert torch.equal(now[..., :2], first[..., 1:])  # shifted by one frame, oldest first
+        assert not torch.equal(now[..., 2], first[..., 2])  # the newest frame is the new one
     finally:
         vector.close()
 
@@ -227,3 +235,54 @@ def test_recording_vector_for_videos_sees_the_transformed_frames():
         assert len(frames) == 2 and frames[0].ndim == 3 and frames[0].shape[-1] == 3  # full RGB frames for the video
     finally:
         vector.close()
+
+
+# -- envs that draw their frames only when they render ----------------------------------------
+
+
+def test_frozen_frames_warn_and_drawn_ones_do_not():
+    frame = np.zeros((4, 3, 3), dtype=np.uint8)
+    with pytest.warns(UserWarning, match=r"env 'toy'.*no agent's image observation changed.*render_mode: rgb_array"):
+        warn_if_frames_frozen("toy", {"a": frame, "b": frame + 1}, {"a": frame.copy(), "b": frame + 1})
+    moved = frame.copy()
+    moved[0, 0, 0] = 9
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_frames_frozen("toy", {"a": frame, "b": frame}, {"a": frame, "b": moved})  # one agent's changed
+        warn_if_frames_frozen("toy", {}, {})  # no images
+
+
+def test_pistonball_without_a_render_mode_is_caught_by_the_env_check():
+    # Without a render mode pistonball never draws the ball or the pistons: every frame is the
+    # background, the same at every step.
+    with pytest.warns(UserWarning, match=r"env 'pistonball_v6'.*render_mode: rgb_array"):
+        pistonball(render_mode=None).spec()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pistonball(render_mode="rgb_array").spec()
+
+
+def test_the_pistonball_recipe_frames_show_the_ball_and_change_every_step():
+    pytest.importorskip("pettingzoo.butterfly.pistonball_v6")
+    env = yaml.safe_load((Path(__file__).resolve().parents[2] / "recipes/pistonball.yaml").read_text())["model"]["env"]
+    transforms = [instantiate(t, field="env.transforms") for t in env["transforms"]]
+    config = PettingZooEnvConfig(env["env_fn"], env["env_kwargs"], 1, transforms=transforms)
+    vector = config.make_vector(seed=3)
+    try:
+        vector.reset()
+        vector.step({"piston": torch.ones(1, 20, dtype=torch.int64)})
+        before = vector.current["piston"]["observation"].clone()
+        raw = vector.base.envs[0].unwrapped
+        under_ball = int((raw.ball.position[0] - raw.wall_width) // raw.piston_width)
+        vector.step({"piston": torch.ones(1, 20, dtype=torch.int64)})
+        after = vector.current["piston"]["observation"]
+    finally:
+        vector.close()
+    newest = after[0, :, :, :, -1].float()  # the latest gray frame of each piston
+    assert not torch.equal(before, after), "the frames did not change in a step"
+    # The ball and the pistons' bodies are the same blue (gray 138 on a white background): the
+    # strip under the ball holds more of it than any strip far from the ball.
+    blue = ((newest > 100) & (newest < 180)).flatten(1).sum(1)
+    assert blue[under_ball] > blue[[i for i in range(20) if abs(i - under_ball) > 3]].max()
+    far = [i for i in range(20) if abs(i - under_ball) > 3]
+    assert (newest[far].std(0) > 0).any(), "pistons far from the ball see the same frame"

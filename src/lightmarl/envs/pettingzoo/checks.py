@@ -2,15 +2,17 @@
 
 :func:`check_parallel_env`: one ``reset`` and one ``step`` of a ``ParallelEnv`` against its
 :class:`~lightmarl.envs.spec.EnvSpec` (observations only for known agents, of the declared
-shapes). :meth:`~lightmarl.envs.pettingzoo.config.PettingZooEnvConfig.base_spec` runs it (and
-:func:`~lightmarl.envs.pettingzoo.aec.check_aec_env` for turn-based envs), so a recipe whose
+shapes), and a warning when no agent's image changed in that step (an env that draws its
+frames only when it renders). :meth:`~lightmarl.envs.pettingzoo.config.PettingZooEnvConfig.base_spec`
+runs it (and :func:`~lightmarl.envs.pettingzoo.aec.check_aec_env` for turn-based envs), so a recipe whose
 env breaks the PettingZoo API fails before training starts. Vectors of copies are checked by
 :mod:`lightmarl.envs.checks`. Torch-free.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -25,7 +27,9 @@ def check_parallel_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
     Checks the PettingZoo parallel API as the env layer uses it: ``reset`` returns
     ``(observations, infos)`` and ``step`` five dicts; every key is an agent of
     ``possible_agents``; observations (and action masks) have the shapes of the declared
-    spaces. Leaves ``env`` mid-episode: close it or reset it afterwards.
+    spaces. Leaves ``env`` mid-episode: close it or reset it afterwards. Warns (``UserWarning``)
+    when the env has image observations and none of them changed in that step (see
+    :func:`warn_if_frames_frozen`).
 
     Raises:
         EnvContractError: naming the env, the call and the agent.
@@ -46,6 +50,7 @@ def check_parallel_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
     if missing:
         raise EnvContractError(f"{where}: reset() returned no observation for agents {missing} of env.agents")
     actions = {agent: _fixed_action(spec.group_of(agent), result[0][agent]) for agent in agents}
+    first_images = _images(result[0], spec)
     result = call_checked(where, "step()", lambda: env.step(actions), detail=f" (actions {actions})")
     if not (isinstance(result, tuple) and len(result) == 5):
         raise EnvContractError(
@@ -54,9 +59,41 @@ def check_parallel_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
         )
     observations, rewards, terminations, truncations, _ = result
     _check_observations(where, "step()", observations, spec)
+    warn_if_frames_frozen(spec.name, first_images, _images(observations, spec))
     for what, values in (("rewards", rewards), ("terminations", terminations), ("truncations", truncations)):
         _check_known(where, f"step() {what}", values, spec)
     _check_known(where, "env.agents after step()", list(env.agents), spec)
+
+
+def warn_if_frames_frozen(name: str, before: Mapping[Any, np.ndarray], after: Mapping[Any, np.ndarray]) -> None:
+    """Warn when agents had image observations (``before``: after ``reset``) and not one of them
+    differs after a step (``after``).
+
+    Some envs draw their frames only when they render: PettingZoo's butterfly pistonball and
+    cooperative_pong built without a ``render_mode`` show every agent the same picture (the
+    background, no ball) for the whole episode, and a policy trained on it can only learn a fixed
+    action preference. A warning, not an error: an env whose picture really stays still for a
+    step is possible."""
+    common = [agent for agent in before if agent in after]
+    if not common or any(not np.array_equal(before[agent], after[agent]) for agent in common):
+        return
+    warnings.warn(
+        f"env {name!r}: no agent's image observation changed in the step after reset(); an env that draws "
+        "its frames only when it renders shows the same picture all episode (PettingZoo's pistonball and "
+        "cooperative_pong draw theirs only with a render mode: add `render_mode: rgb_array` to env.env_kwargs)",
+        UserWarning,
+        stacklevel=2,
+    )
+
+
+def _images(observations: Any, spec: EnvSpec) -> dict[Any, np.ndarray]:
+    """Copies of the ``uint8`` ``[H, W, C]`` (image) observations among ``observations``, by agent."""
+    images = {}
+    for agent, obs in observations.items():
+        group = spec.group_of(agent)
+        if group.observation_dtype == "uint8" and len(group.observation_shape) == 3:
+            images[agent] = np.array(obs["observation"] if isinstance(obs, dict) else obs)
+    return images
 
 
 def call_checked(where: str, call: str, fn: Callable[[], Any], detail: str = "") -> Any:
