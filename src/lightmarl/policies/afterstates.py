@@ -16,6 +16,7 @@ from torch import nn
 
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.encoders import ACTIVATIONS, activation_class
+from lightmarl.policies.gravity_rules import board_size
 
 
 class DropAfterstateEncoder(nn.Module):
@@ -48,13 +49,7 @@ class DropAfterstateEncoder(nn.Module):
 
     def __init__(self, group: GroupSpec, channels: int = 32, kernel_size: int = 4, activation: str = "relu") -> None:
         super().__init__()
-        shape = tuple(group.observation_shape)
-        if len(shape) != 3 or shape[-1] != 2:
-            raise ValueError(
-                f"DropAfterstateEncoder reads boards [rows, columns, 2] (own pieces, opponent's pieces); group "
-                f"{group.name!r} has observations of shape {shape}"
-            )
-        rows, columns = shape[0], shape[1]
+        rows, columns = board_size(group, "DropAfterstateEncoder")
         if not 1 <= kernel_size <= min(rows, columns):
             raise ValueError(
                 f"DropAfterstateEncoder: kernel_size {kernel_size} does not fit a {rows}x{columns} board "
@@ -66,7 +61,7 @@ class DropAfterstateEncoder(nn.Module):
                 f"{group.action_kind} actions ({group.num_actions or group.action_shape})"
             )
         activation_class(activation, "encoder activation")
-        self.observation_shape = shape
+        self.observation_shape = tuple(group.observation_shape)
         self.rows, self.columns, self.channels = rows, columns, int(channels)
         self.conv = nn.Conv2d(2, self.channels, kernel_size)
         self.activation = ACTIVATIONS[activation]()

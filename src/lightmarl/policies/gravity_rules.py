@@ -15,10 +15,24 @@ import functools
 
 import torch
 
+from lightmarl.envs.spec import GroupSpec
+
 #: pieces in a row that win.
 CONNECT = 4
 #: the directions a line can run in: along a row, down a column, and both diagonals.
 _DIRECTIONS = ((0, 1), (1, 0), (1, 1), (1, -1))
+
+
+def board_size(group: GroupSpec, reader: str) -> tuple[int, int]:
+    """``(rows, columns)`` of ``group``'s board observations ``[rows, columns, 2]``; ``reader`` names who
+    reads them in the error a bad shape raises."""
+    shape = tuple(group.observation_shape)
+    if len(shape) != 3 or shape[-1] != 2:
+        raise ValueError(
+            f"{reader} reads boards [rows, columns, 2] (own pieces, opponent's pieces); group "
+            f"{group.name!r} has observations of shape {shape}"
+        )
+    return shape[0], shape[1]
 
 
 @functools.lru_cache(maxsize=8)

@@ -22,6 +22,7 @@ from torch import nn
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.gravity_rules import (
     CONNECT,
+    board_size,
     cells_at,
     landing_rows,
     winning_cells,
@@ -69,13 +70,7 @@ class ThreatFeaturesEncoder(nn.Module):
 
     def __init__(self, group: GroupSpec, facts: Sequence[str] = DEFAULT_FACTS) -> None:
         super().__init__()
-        shape = tuple(group.observation_shape)
-        if len(shape) != 3 or shape[-1] != 2:
-            raise ValueError(
-                f"ThreatFeaturesEncoder reads boards [rows, columns, 2] (own pieces, opponent's pieces); group "
-                f"{group.name!r} has observations of shape {shape}"
-            )
-        rows, columns = shape[0], shape[1]
+        rows, columns = board_size(group, "ThreatFeaturesEncoder")
         if max(rows, columns) < CONNECT:
             raise ValueError(f"ThreatFeaturesEncoder: a {rows}x{columns} board holds no line of {CONNECT}")
         if group.action_kind != "discrete" or group.num_actions != columns:
@@ -89,7 +84,7 @@ class ThreatFeaturesEncoder(nn.Module):
             raise ValueError(
                 f"ThreatFeaturesEncoder: facts must be distinct names from {list(FACTS)}, at least one; got {facts}"
             )
-        self.observation_shape = shape
+        self.observation_shape = tuple(group.observation_shape)
         self.rows, self.columns = rows, columns
         self.facts = tuple(facts)
         self.out_features = len(self.facts) * columns + rows * columns * 2
