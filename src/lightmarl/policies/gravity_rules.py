@@ -36,13 +36,18 @@ def board_size(group: GroupSpec, reader: str) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=8)
-def line_matrix(rows: int, columns: int) -> torch.Tensor:
+def line_matrix(rows: int, columns: int, device: torch.device | None = None) -> torch.Tensor:
     """``[lines, rows * columns]``: row ``l`` is 1 on the four cells of line ``l`` (69 lines on a 6x7 board).
+
+    Cached per board size and device (``None``: the CPU), so boards on a GPU do not copy it there
+    at every call.
 
     Every rule below is a product with it: a board's ``[B, rows * columns]`` cells times its
     transpose count each line's pieces, and a ``[B, lines]`` mask times it marks the lines' cells.
     (Products of such small matrices run far faster on a CPU than 4x4 convolutions over a padded board.)
     """
+    if device is not None and device != torch.device("cpu"):
+        return line_matrix(rows, columns).to(device)
     lines = []
     for row in range(rows):
         for column in range(columns):
@@ -57,7 +62,7 @@ def line_matrix(rows: int, columns: int) -> torch.Tensor:
 
 def _lines(board: torch.Tensor) -> torch.Tensor:
     """The line matrix of ``board``'s shape (``[..., rows, columns]``), on its device, float32."""
-    return line_matrix(board.shape[-2], board.shape[-1]).to(board.device)
+    return line_matrix(board.shape[-2], board.shape[-1], board.device)
 
 
 def _products(rows: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
