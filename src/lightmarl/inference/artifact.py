@@ -388,6 +388,33 @@ def _read_snapshot_weights(path: str, *, field: str) -> dict[str, torch.Tensor]:
     return state
 
 
+def parse_mixture(text: str, artifact: Artifact) -> tuple[str, dict[str, float]]:
+    """``NAME=MEMBER:WEIGHT,MEMBER:WEIGHT`` -> ``(NAME, {member: weight})``, weights normalized to sum 1.
+
+    Raises:
+        ValueError: naming the text for a malformed entry, an unknown member (neither a binding nor
+            a snapshot of ``artifact``) or weights that are negative or sum to 0.
+    """
+    name, sep, body = text.partition("=")
+    members = {*artifact.bindings, *(s.id for s in artifact.snapshots)}
+    weights: dict[str, float] = {}
+    try:
+        for part in body.split(","):
+            member, _, weight = part.rpartition(":")
+            weights[member] = float(weight)
+    except ValueError:
+        weights = {}
+    if not sep or not name or not weights or "" in weights:
+        raise ValueError(f"--mixture {text!r}: expected NAME=MEMBER:WEIGHT,MEMBER:WEIGHT,...")
+    unknown = sorted(set(weights) - members)
+    if unknown:
+        raise ValueError(f"--mixture {text!r}: no members {unknown}; bindings and snapshots are {sorted(members)}")
+    total = sum(weights.values())
+    if any(w < 0 for w in weights.values()) or not total > 0:
+        raise ValueError(f"--mixture {text!r}: weights must be >= 0 and sum to more than 0")
+    return name, {member: w / total for member, w in weights.items()}
+
+
 def write_artifact(artifact: Artifact, directory: str | Path, *, with_snapshots: bool = True) -> Path:
     """``artifact`` in the export format (``docs/export_format.md``), snapshots' weights included."""
     transforms, transform_tensors = split_tensors(artifact.transforms, "transforms")
