@@ -60,7 +60,10 @@ def test_mlp_discrete(tmp_path):
 
 def test_cnn_on_uint8_images(tmp_path):
     images = group(observation_shape=(12, 12, 3), observation_dtype="uint8")
-    kwargs = {"hidden_sizes": [16], "encoder": {"class_path": "lightmarl.policies.CNNEncoder", "init_args": {"channels": [4], "out_features": 16}}}
+    kwargs = {
+        "hidden_sizes": [16],
+        "encoder": {"class_path": "lightmarl.policies.CNNEncoder", "init_args": {"channels": [4], "out_features": 16}},
+    }
     policy = MLPActorCritic(images, **kwargs).eval()
     session, manifest = exported(tmp_path, policy, **kwargs)
     observation = torch.randint(0, 256, (N, 12, 12, 3), dtype=torch.uint8)
@@ -94,7 +97,11 @@ def test_recurrent_state_in_and_out(tmp_path):
         )
         expected = torch_actions(
             policy,
-            {keys.OBSERVATION: observation, keys.RECURRENT_STATE: state, keys.IS_INIT: torch.zeros(N, dtype=torch.bool)},
+            {
+                keys.OBSERVATION: observation,
+                keys.RECURRENT_STATE: state,
+                keys.IS_INIT: torch.zeros(N, dtype=torch.bool),
+            },
         )
         assert np.array_equal(action, expected[keys.ACTION][:, 0].numpy())
         state = expected[keys.NEXT_RECURRENT_STATE][:, 0]
@@ -103,7 +110,9 @@ def test_recurrent_state_in_and_out(tmp_path):
 
 
 def test_continuous_actions(tmp_path):
-    box = group(action_kind="continuous", num_actions=0, action_shape=(2,), action_low=(-1.0, 0.0), action_high=(1.0, 2.0))
+    box = group(
+        action_kind="continuous", num_actions=0, action_shape=(2,), action_low=(-1.0, 0.0), action_high=(1.0, 2.0)
+    )
     policy = MLPActorCritic(box, hidden_sizes=[32]).eval()
     session, manifest = exported(tmp_path, policy, hidden_sizes=[32])
     observation = torch.randn(N, 6)

@@ -26,7 +26,7 @@ def test_export_writes_weights_and_a_description_that_load_back(tmp_path, capsys
     main(["export", str(ASSET), "--out", str(tmp_path / "exported")])
     assert "lightmarl: exported main to" in capsys.readouterr().out
     description = json.loads((tmp_path / "exported/population.json").read_text())
-    assert description["format"] == "lightmarl.export/1" and set(description["bindings"]) == {"main"}
+    assert description["format"] == "lightmarl.export/2" and set(description["bindings"]) == {"main"}
     assert sorted(p.name for p in (tmp_path / "exported").iterdir()) == ["population.json", "weights.safetensors"]
     trained = PolicyDict.load(ASSET)
     exported = PolicyDict.load(tmp_path / "exported")

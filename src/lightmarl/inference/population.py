@@ -29,12 +29,12 @@ from lightmarl.envs.spec import GroupSpec
 from lightmarl.inference.artifact import Artifact, Snapshot, read_artifact
 from lightmarl.inference.observations import ObservationPipeline, group_of_agents
 from lightmarl.policies.base import Policy
+from lightmarl.policies.input_transforms import ORIGIN_KEY as INPUT_TRANSFORMS
+from lightmarl.policies.input_transforms import attach_input_transforms
 from lightmarl.policies.registry import _load_weights, build_policy, rebuild_shared_modules
 
 
-def load_population(
-    path: str | Path, *, allow: Collection[str] = (), device: str | torch.device = "cpu"
-) -> Population:
+def load_population(path: str | Path, *, allow: Collection[str] = (), device: str | torch.device = "cpu") -> Population:
     """Load a trained population to act: from a run directory, a checkpoint, an export or a league snapshot.
 
     Files are read weights-only; the classes they name are built only if they are lightmarl's
@@ -74,9 +74,7 @@ class Population:
         transforms: the env transforms applied inside :meth:`act` (settings and frozen statistics).
     """
 
-    def __init__(
-        self, artifact: Artifact, *, allow: Collection[str] = (), device: str | torch.device = "cpu"
-    ) -> None:
+    def __init__(self, artifact: Artifact, *, allow: Collection[str] = (), device: str | torch.device = "cpu") -> None:
         artifact.check_classes(allow)
         self.artifact = artifact
         self.allow = tuple(allow)
@@ -197,7 +195,9 @@ class Population:
             group, i = self._where[agent]
             binding = self.agent_map.get(self.groups[group].agents[i])
             if binding is None:
-                raise ValueError(f"act: no binding acts for agent {agent!r} (the population has {sorted(self.bindings)})")
+                raise ValueError(
+                    f"act: no binding acts for agent {agent!r} (the population has {sorted(self.bindings)})"
+                )
             if isinstance(observation, Mapping):
                 if group in masks:
                     if keys.ACTION_MASK not in observation:
@@ -287,5 +287,6 @@ def build_bindings(artifact: Artifact, groups: Mapping[str, GroupSpec]) -> dict[
         prefix = f"{binding_id}."
         weights = {k[len(prefix) :]: v for k, v in artifact.state.items() if k.startswith(prefix)}
         _load_weights(policy, weights, field, f"binding {binding_id!r} of {artifact.source!r}")
-        policies[binding_id] = policy
+        # An NPC its run loaded from another run keeps that run's input normalization.
+        policies[binding_id] = attach_input_transforms(policy, entry.get(INPUT_TRANSFORMS))
     return policies

@@ -16,6 +16,8 @@ from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
 from lightmarl.policies.exported import is_export, read_export
+from lightmarl.policies.input_transforms import ORIGIN_KEY as INPUT_TRANSFORMS
+from lightmarl.policies.input_transforms import attach_input_transforms, input_transforms_of
 from lightmarl.policies.loading import load_torch_file
 from lightmarl.population import PolicyBinding
 
@@ -108,10 +110,12 @@ def load_policy_from_uri(
     path_text, _, query = location.partition("?")
     path = Path(path_text)
     if is_export(path):
-        return _from_population(*read_export(path, field=field), path, fragment or binding_id, group, field)
+        policy = _from_population(*read_export(path, field=field), path, fragment or binding_id, group, field)
+        return _with_source_transforms(policy, path, group, field)
     saved = load_torch_file(path, field=field, trust_pickle=trust_pickle)
     if _is_population(saved):
-        return _from_population(*_population_of(saved), path, fragment or binding_id, group, field)
+        policy = _from_population(*_population_of(saved), path, fragment or binding_id, group, field)
+        return _with_source_transforms(policy, path, group, field, saved) if CHECKPOINT_KEY in saved else policy
     if isinstance(saved, dict) and saved and all(isinstance(v, torch.Tensor) for v in saved.values()):
         class_path = parse_qs(query).get("class_path", [None])[0]
         if class_path is None:
@@ -189,7 +193,28 @@ def _from_population(
     prefix = f"{source_id}."
     weights = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
     _load_weights(policy, weights, field, f"binding {source_id!r} of {str(path)!r}")
-    return policy
+    # A policy that its run already loaded with its own normalization keeps it.
+    return attach_input_transforms(policy, entry.get(INPUT_TRANSFORMS))
+
+
+def _with_source_transforms(
+    policy: Policy, path: Path, group: GroupSpec, field: str, checkpoint: dict[str, Any] | None = None
+) -> Policy:
+    """``policy`` normalizing its inputs as the run that trained it did (:mod:`lightmarl.policies.input_transforms`);
+    ``checkpoint``: the file already read (a training checkpoint), else ``path`` is an export."""
+    from lightmarl.inference.artifact import checkpoint_transforms, read_artifact  # above this layer
+
+    if INPUT_TRANSFORMS in policy.origin:
+        return policy
+    if checkpoint is not None:
+        transforms = checkpoint_transforms(checkpoint[CHECKPOINT_KEY], path, field)
+    else:
+        transforms = read_artifact(path, field=field).transforms
+    try:
+        norms = input_transforms_of(transforms, group.name)
+    except ValueError as err:
+        raise ValueError(f"{field}: {err}") from None
+    return attach_input_transforms(policy, norms)
 
 
 def rebuild_shared_modules(
