@@ -27,6 +27,7 @@ from lightmarl.inference.allowed import check_class_paths
 from lightmarl.policies.exported import (
     DESCRIPTION_FILE,
     SNAPSHOT_DIR,
+    SNAPSHOT_FORMAT,
     TRANSFORMS_FILE,
     is_export,
     join_tensors,
@@ -38,8 +39,6 @@ from lightmarl.policies.exported import (
 from lightmarl.policies.loading import load_torch_file
 from lightmarl.policies.registry import CHECKPOINT_KEY, POLICY_DICT_FORMAT, _population_of
 
-#: the ``format`` entry of a self-describing league snapshot file (:class:`~lightmarl.league.SnapshotStore`).
-SNAPSHOT_FORMAT = "lightmarl.snapshot/1"
 #: the Lightning checkpoint entry of the league's state (``lightmarl.training.league.CHECKPOINT_KEY``).
 LEAGUE_KEY = "lightmarl_league"
 
@@ -219,7 +218,7 @@ def _default_map(description: Mapping[str, Any]) -> dict[str, Any]:
 
 def _from_saved(saved: Any, path: Path, field: str) -> Artifact:
     if isinstance(saved, dict) and saved.get("format") == SNAPSHOT_FORMAT:
-        return _from_snapshot(saved, path, field)
+        return snapshot_artifact(saved, path, field)
     if not isinstance(saved, dict) or not (CHECKPOINT_KEY in saved or saved.get("format") == POLICY_DICT_FORMAT):
         raise ValueError(
             f"{field}: {str(path)!r} is neither a lightmarl checkpoint, a run directory, an export, a saved "
@@ -328,12 +327,14 @@ def _league_snapshots(league: Mapping[str, Any], bindings: Mapping[str, Any], pa
     historical = manager.get("historical") or []
     if not historical:
         return []
-    players = list((manager.get("active") or {}).keys())
-    # Every player's binding has the same class and kwargs (the league checks it): the first describes them all.
-    template = next((copy.deepcopy(bindings[p]) for p in players if p in bindings), None)
+    # Every player's binding has the same class and kwargs (the league checks it), as have its opponent
+    # slots: the first trainable binding describes every snapshot.
+    trainable = [b for b, entry in bindings.items() if entry.get("trainable", True)]
+    template = copy.deepcopy(bindings[trainable[0] if trainable else next(iter(bindings))])
+    template.pop("input_transforms", None)
     snapshots = []
     for entry in historical:
-        binding = template or {}
+        binding = template
         snapshots.append(
             Snapshot(
                 str(entry["player_id"]),
@@ -361,7 +362,8 @@ def _mixtures(league: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     return {str(n): {str(m): float(w) for m, w in members.items()} for n, members in mixtures.items()}
 
 
-def _from_snapshot(saved: Mapping[str, Any], path: Path, field: str) -> Artifact:
+def snapshot_artifact(saved: Mapping[str, Any], path: Path, field: str) -> Artifact:
+    """The artifact of a self-describing league snapshot file (already read): one binding, the player's id."""
     policy = dict(saved["policy"])
     binding_id = str(saved.get("player") or path.stem)
     group = policy.pop("group_spec")

@@ -15,7 +15,7 @@ from lightmarl._imports import import_object, instantiate
 from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
-from lightmarl.policies.exported import is_export, read_export
+from lightmarl.policies.exported import SNAPSHOT_FORMAT, is_export, read_export
 from lightmarl.policies.input_transforms import ORIGIN_KEY as INPUT_TRANSFORMS
 from lightmarl.policies.input_transforms import attach_input_transforms, input_transforms_of
 from lightmarl.policies.loading import load_torch_file
@@ -113,6 +113,8 @@ def load_policy_from_uri(
         policy = _from_population(*read_export(path, field=field), path, fragment or binding_id, group, field)
         return _with_source_transforms(policy, path, group, field)
     saved = load_torch_file(path, field=field, trust_pickle=trust_pickle)
+    if isinstance(saved, dict) and saved.get("format") == SNAPSHOT_FORMAT:
+        return _from_snapshot_file(saved, path, fragment, group, field)
     if _is_population(saved):
         policy = _from_population(*_population_of(saved), path, fragment or binding_id, group, field)
         return _with_source_transforms(policy, path, group, field, saved) if CHECKPOINT_KEY in saved else policy
@@ -195,6 +197,22 @@ def _from_population(
     _load_weights(policy, weights, field, f"binding {source_id!r} of {str(path)!r}")
     # A policy that its run already loaded with its own normalization keeps it.
     return attach_input_transforms(policy, entry.get(INPUT_TRANSFORMS))
+
+
+def _from_snapshot_file(saved: dict[str, Any], path: Path, fragment: str, group: GroupSpec, field: str) -> Policy:
+    """A self-describing league snapshot (its only binding is the player's), with its run's input normalization."""
+    from lightmarl.inference.artifact import snapshot_artifact  # above this layer: imported when used
+
+    artifact = snapshot_artifact(saved, path, field)
+    (source_id,) = artifact.bindings
+    if fragment and fragment != source_id:
+        raise ValueError(f"{field}: {str(path)!r} is the snapshot of player {source_id!r}, not {fragment!r}")
+    description = {"bindings": artifact.bindings, "shared_modules": artifact.shared_modules}
+    policy = _from_population(description, artifact.state, path, source_id, group, field)
+    try:
+        return attach_input_transforms(policy, input_transforms_of(artifact.transforms, group.name))
+    except ValueError as err:
+        raise ValueError(f"{field}: {err}") from None
 
 
 def _with_source_transforms(

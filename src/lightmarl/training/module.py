@@ -255,6 +255,24 @@ class MARLModule(LightningModule):
             "trainable": self.table.binding(binding_id).trainable,
         }
 
+    def snapshot_description(self, binding_id: str) -> dict[str, Any]:
+        """What a league snapshot file of ``binding_id`` carries besides its weights: the policy's class,
+        kwargs and group spec, the shared modules' specs, the env and its transforms (statistics as now)."""
+        origin = self.describe_binding(binding_id)
+        group = self.env_spec.groups[origin.pop("group")]
+        origin.pop("trainable", None)
+        return {
+            "policy": {**origin, "group_spec": dataclasses.asdict(group)},
+            "shared_modules": self.shared.describe(),
+            "transforms": [{**t.describe(), "state": t.state_dict()} for t in self.env_config.transforms],
+            "env": {
+                **self.env_config.describe(),
+                "possible_agents": list(self.env_spec.possible_agents),
+                "turn_based": self.env_spec.turn_based,
+                "base_groups": {n: dataclasses.asdict(g) for n, g in self.env_base_spec.groups.items()},
+            },
+        }
+
     def _policy_of(self, binding_id: str) -> nn.Module:
         if binding_id not in self.policies:
             raise KeyError(f"no policy for binding {binding_id!r}; bindings with policies are {list(self.policies)}")
