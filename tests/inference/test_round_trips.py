@@ -155,21 +155,40 @@ def test_an_npc_from_a_normalized_run_sees_normalized_inputs(normalized_run, tmp
     assert torch.allclose(again, wanted, atol=1e-5)
 
 
-def test_an_npc_with_its_own_normalization_in_a_normalizing_recipe_is_refused(normalized_run, tmp_path, capsys):
+def test_an_npc_in_a_recipe_that_normalizes_too_sees_its_own_runs_normalization(normalized_run, tmp_path, monkeypatch):
+    """The recipe's ObservationNorm (its own statistics) is undone for the NPC, which applies its run's."""
     run, _, _ = normalized_run
-    checkpoint = run / "checkpoints" / "last.ckpt"
+    source = lightmarl.load_population(run)
     bindings = json.dumps(
         [
             {"id": "main", "class_path": "lightmarl.policies.MLPActorCritic", "policy_kwargs": {"critic": "local"}},
-            {"id": "npc", "policy_uri": f"{checkpoint}#main", "trainable": False},
+            {"id": "npc", "policy_uri": f"{run / 'checkpoints' / 'last.ckpt'}#main", "trainable": False},
         ]
     )
-    with pytest.raises(SystemExit) as exit_info:
-        main(
-            [
-                "fit", "--config", str(NORMALIZED), *tiny_cli_run(NORMALIZED), f"--model.policy_bindings={bindings}",
-                '--model.agent_binding_map=["main","npc","main"]', f"--trainer.default_root_dir={tmp_path}",
-            ]
-        )  # fmt: skip
-    assert exit_info.value.code == 2
-    assert "normalized twice" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    tiny = [*tiny_cli_run(NORMALIZED), "--model.max_frames=30", f"--model.policy_bindings={bindings}"]
+    main(["fit", "--config", str(NORMALIZED), *tiny, '--model.agent_binding_map=["main","npc","main"]'])
+    host = lightmarl.load_population(tmp_path / "runs" / "ippo_normalized")
+    host_stats = host.transforms[0].statistics["agent"]
+    assert not torch.allclose(host_stats.mean, source.transforms[0].statistics["agent"].mean), (
+        "two runs, two statistics"
+    )
+    env = simple_spread_v3.parallel_env(N=3, max_cycles=25, continuous_actions=False)
+    observations, _ = env.reset(seed=11)
+    group = PettingZooEnvConfig(env_kwargs={"N": 3, "max_cycles": 25}).spec().groups["agent"]
+    # As the host run's collector built it: the recipe's transforms given to the registry.
+    npc = PolicyRegistry(host.transforms).get(
+        PolicyBinding("npc", policy_uri=f"{run / 'checkpoints' / 'last.ckpt'}#main", trainable=False), group
+    )
+    present = torch.ones(1, 3, dtype=torch.bool)
+    while env.agents:
+        mine, theirs = host.act(observations), source.act(observations)
+        assert mine["agent_1"] == theirs["agent_1"], "the NPC acts as in its own run"
+        raw = torch.as_tensor(np.stack([observations[a] for a in env.possible_agents]))[None]
+        seen = TensorDict({"agent": {"observation": host.transforms[0].normalize("agent", raw, present)}}, [1])
+        own = TensorDict({"agent": {"observation": source.transforms[0].normalize("agent", raw, present)}}, [1])
+        with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+            assert torch.allclose(
+                npc(seen)["agent", "logits"], source.bindings["main"](own)["agent", "logits"], atol=1e-4
+            )
+        observations, *_ = env.step(mine)

@@ -79,6 +79,8 @@ class Artifact:
         snapshots: the league's snapshots.
         mixtures: name -> {member (binding or snapshot id) -> weight}, weights summing to 1.
         source: the path it was read from.
+        transforms_recorded: whether the source records its run's transforms (``transforms`` empty
+            then means none); ``False`` for ``PolicyDict.save`` files and version 1 exports.
     """
 
     bindings: dict[str, dict[str, Any]]
@@ -92,6 +94,7 @@ class Artifact:
     snapshots: list[Snapshot] = field(default_factory=list)
     mixtures: dict[str, dict[str, float]] = field(default_factory=dict)
     source: str = ""
+    transforms_recorded: bool = True
 
     def group_spec(self, name: str) -> GroupSpec:
         """The :class:`GroupSpec` of group ``name``."""
@@ -158,8 +161,8 @@ def read_artifact(path: str | Path, *, field: str = "load_population") -> Artifa
         return _from_export(path, field)
     if path.is_dir():
         checkpoint = run_checkpoint(path, field=field)
-        return _from_saved(load_torch_file(checkpoint, field=field), checkpoint, field)
-    return _from_saved(load_torch_file(path, field=field), path, field)
+        return artifact_of_saved(load_torch_file(checkpoint, field=field), checkpoint, field)
+    return artifact_of_saved(load_torch_file(path, field=field), path, field)
 
 
 def run_checkpoint(run_dir: Path, *, field: str) -> Path:
@@ -202,6 +205,7 @@ def _from_export(path: Path, field: str) -> Artifact:
         snapshots=snapshots,
         mixtures=league.get("mixtures", {}),
         source=str(path),
+        transforms_recorded=description.get("format") != "lightmarl.export/1",
     )
 
 
@@ -216,7 +220,8 @@ def _default_map(description: Mapping[str, Any]) -> dict[str, Any]:
     return {"default": default, "per_env": {}}
 
 
-def _from_saved(saved: Any, path: Path, field: str) -> Artifact:
+def artifact_of_saved(saved: Any, path: Path, field: str) -> Artifact:
+    """The artifact of a torch file already read (weights-only): a checkpoint, a PolicyDict file or a snapshot."""
     if isinstance(saved, dict) and saved.get("format") == SNAPSHOT_FORMAT:
         return snapshot_artifact(saved, path, field)
     if not isinstance(saved, dict) or not (CHECKPOINT_KEY in saved or saved.get("format") == POLICY_DICT_FORMAT):
@@ -226,8 +231,7 @@ def _from_saved(saved: Any, path: Path, field: str) -> Artifact:
             "policy class are bare state dicts: load them with the checkpoint of their run)"
         )
     description, state = _population_of(saved)
-    if "groups" not in description:
-        raise ValueError(f"{field}: {str(path)!r} predates saved group specs; re-save it with this lightmarl")
+    description.setdefault("groups", {})  # checkpoints before saved group specs: bindings still load by policy_uri
     if saved.get("format") == POLICY_DICT_FORMAT:
         return Artifact(
             bindings=description["bindings"],
@@ -236,6 +240,7 @@ def _from_saved(saved: Any, path: Path, field: str) -> Artifact:
             state=state,
             agent_binding_map=_default_map(description),
             source=str(path),
+            transforms_recorded=False,
         )
     run = saved[CHECKPOINT_KEY]
     bindings = {b: e for b, e in description["bindings"].items() if e.get("group") is not None}

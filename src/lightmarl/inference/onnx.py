@@ -161,8 +161,8 @@ def export_onnx(artifact: Artifact, directory: str | Path, *, allow: Collection[
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     groups = {name: artifact.group_spec(name) for name in artifact.groups}
-    policies = build_bindings(artifact, groups)
     transforms = build_transforms(artifact, allow)
+    policies = build_bindings(artifact, groups, transforms)
     frames = [t for t in transforms if isinstance(t, FrameTransform)]
     vector = [t for t in transforms if not isinstance(t, FrameTransform)]
     input_groups = dict(vector_input_spec(artifact, frames, vector).groups)

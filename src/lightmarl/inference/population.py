@@ -14,7 +14,7 @@ agent -> binding map, action masks, each agent's recurrent state (reset by :meth
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,12 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
+from lightmarl.envs.transforms import VecTransform
 from lightmarl.inference.artifact import Artifact, Snapshot, read_artifact
 from lightmarl.inference.observations import ObservationPipeline, group_of_agents
 from lightmarl.policies.base import Policy
 from lightmarl.policies.input_transforms import ORIGIN_KEY as INPUT_TRANSFORMS
-from lightmarl.policies.input_transforms import attach_input_transforms
+from lightmarl.policies.input_transforms import attach_input_transforms, host_normalization
 from lightmarl.policies.registry import _load_weights, build_policy, rebuild_shared_modules
 
 
@@ -79,8 +80,16 @@ class Population:
         self.artifact = artifact
         self.allow = tuple(allow)
         self.device = torch.device(device)
+        missing = sorted({e["group"] for e in artifact.bindings.values()} - set(artifact.groups))
+        if missing:
+            raise ValueError(
+                f"{artifact.source!r} does not describe agent groups {missing} (it predates saved group specs); "
+                "re-save it with this lightmarl"
+            )
         self.groups = {name: artifact.group_spec(name) for name in artifact.groups}
-        self.bindings: dict[str, nn.Module] = build_bindings(artifact, self.groups)
+        self.pipeline = ObservationPipeline(artifact, self.allow)
+        self.transforms = self.pipeline.transforms
+        self.bindings: dict[str, nn.Module] = build_bindings(artifact, self.groups, self.transforms)
         for policy in self.bindings.values():
             policy.to(self.device).eval().requires_grad_(False)
         self.agent_map: dict[str, str] = dict(artifact.agent_binding_map.get("default", {}))
@@ -91,8 +100,6 @@ class Population:
         self.frames = int(artifact.counters.get("frames", 0))
         self.iterations = int(artifact.counters.get("iterations", 0))
         self.mixtures = {name: dict(members) for name, members in artifact.mixtures.items()}
-        self.pipeline = ObservationPipeline(artifact, self.allow)
-        self.transforms = self.pipeline.transforms
         self._where = group_of_agents(self.groups)
         self._states: dict[str, torch.Tensor] = {}  # recurrent binding -> [1, agents, *state_shape]
         self._is_init = True
@@ -268,10 +275,14 @@ class Population:
         )
 
 
-def build_bindings(artifact: Artifact, groups: Mapping[str, GroupSpec]) -> dict[str, nn.Module]:
+def build_bindings(
+    artifact: Artifact, groups: Mapping[str, GroupSpec], transforms: Sequence[VecTransform] = ()
+) -> dict[str, nn.Module]:
     """Each binding's policy, built from its class and kwargs with its weights loaded (shared modules shared).
 
-    The caller has checked the artifact's class paths (:meth:`Artifact.check_classes`).
+    A binding its run loaded from yet another run (an NPC) keeps that run's input normalization,
+    with the artifact's own ``transforms`` normalization undone first. The caller has checked the
+    artifact's class paths (:meth:`Artifact.check_classes`).
     """
     built: dict[str, nn.Module] = {}
     policies: dict[str, nn.Module] = {}
@@ -288,5 +299,7 @@ def build_bindings(artifact: Artifact, groups: Mapping[str, GroupSpec]) -> dict[
         weights = {k[len(prefix) :]: v for k, v in artifact.state.items() if k.startswith(prefix)}
         _load_weights(policy, weights, field, f"binding {binding_id!r} of {artifact.source!r}")
         # An NPC its run loaded from another run keeps that run's input normalization.
-        policies[binding_id] = attach_input_transforms(policy, entry.get(INPUT_TRANSFORMS))
+        norms = entry.get(INPUT_TRANSFORMS)
+        host = host_normalization(transforms, group.name) if norms else None
+        policies[binding_id] = attach_input_transforms(policy, norms, host)
     return policies

@@ -1,10 +1,13 @@
 """A loaded policy's own observation normalization, so it sees inputs as in the run that trained it.
 
-A policy trained with ``ObservationNorm`` learned from normalized observations. Loaded into another
-recipe (``policy_uri: run.ckpt#binding``: a frozen NPC or a league opponent), it would get that
-recipe's raw observations. :func:`attach_input_transforms` makes the policy normalize what it
-reads with the statistics of its own run (frozen), before its forward, and records them in
-``policy.origin["input_transforms"]`` so that checkpoints and exports of the new run keep them.
+A policy trained with ``ObservationNorm`` learned from observations normalized by its run's
+statistics. Loaded into another recipe (``policy_uri: run.ckpt#binding``: a frozen NPC, an
+evaluation binding), it would get that recipe's observations: raw, or normalized by the other
+run's statistics. :func:`attach_input_transforms` makes the policy undo the recipe's own
+normalization of its group, if any (:func:`host_normalization`; exact except for values the
+recipe clipped), and apply its own run's (frozen), before its forward. Its own statistics are
+recorded in ``policy.origin["input_transforms"]`` so that checkpoints and exports of the new run
+keep them.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import torch
 from tensordict import TensorDictBase
 
 from lightmarl import keys
+from lightmarl.envs.transforms import FrameStack, FrameTransform, ObservationNorm, RewardNorm, VecTransform
 from lightmarl.policies.base import Policy
 
 #: the ``origin`` entry that records a policy's input normalization.
@@ -64,12 +68,41 @@ def input_transforms_of(transforms: Sequence[Mapping[str, Any]], group: str) -> 
     return norms
 
 
-def attach_input_transforms(policy: Policy, norms: Sequence[Mapping[str, Any]] | None) -> Policy:
-    """Make ``policy`` normalize its observations with ``norms`` (:func:`input_transforms_of`) before each forward."""
-    if not norms:
+def host_normalization(transforms: Sequence[VecTransform], group: str) -> ObservationNorm | None:
+    """The recipe's ``ObservationNorm`` of ``group``, which a policy loaded from another run undoes first.
+
+    Raises:
+        ValueError: where the recipe also stacks frames of ``group`` after normalizing them, or
+            normalizes it twice (the observations a policy gets cannot be turned back here).
+    """
+    found: list[ObservationNorm] = []
+    stacked_after = False
+    for transform in transforms:
+        if transform.groups is not None and group not in transform.groups:
+            continue
+        if isinstance(transform, ObservationNorm):
+            found.append(transform)
+        elif isinstance(transform, FrameStack) and found:
+            stacked_after = True
+        elif not isinstance(transform, FrameStack | FrameTransform | RewardNorm):
+            stacked_after = stacked_after or bool(found)
+    if len(found) > 1 or stacked_after:
+        raise ValueError(
+            f"env.transforms: group {group!r} is normalized and then transformed again; a policy loaded from another "
+            "run (policy_uri) cannot get the observations it was trained on: normalize that group last and once"
+        )
+    return found[0] if found else None
+
+
+def attach_input_transforms(
+    policy: Policy, norms: Sequence[Mapping[str, Any]] | None, host: ObservationNorm | None = None
+) -> Policy:
+    """Make ``policy`` undo ``host``'s normalization of its group (the recipe's, read at each call:
+    its statistics keep training) and apply ``norms`` (:func:`input_transforms_of`) before each forward."""
+    if not norms and host is None:
         return policy
     steps = []
-    for norm in norms:
+    for norm in norms or ():
         mean = torch.tensor(norm["mean"], dtype=torch.float64)
         var = torch.tensor(norm["var"], dtype=torch.float64)
         if norm["repeat"] > 1:
@@ -83,6 +116,10 @@ def attach_input_transforms(policy: Policy, norms: Sequence[Mapping[str, Any]] |
         tensordict: TensorDictBase = args[0]
         observation = tensordict.get(key)
         raw.append(observation)
+        if host is not None:  # back to the env's own values (the recipe's statistics as they are now)
+            stats = host.statistics[policy.group.name]
+            std = (stats.var + host.epsilon).sqrt().to(device=observation.device, dtype=torch.float32)
+            observation = observation.to(torch.float32) * std + stats.mean.to(observation.device, torch.float32)
         for mean, inverse_std, clip in steps:
             observation = (observation.to(torch.float32) - mean.to(observation.device)) * inverse_std.to(
                 observation.device
@@ -97,5 +134,6 @@ def attach_input_transforms(policy: Policy, norms: Sequence[Mapping[str, Any]] |
 
     policy.register_forward_pre_hook(normalize)
     policy.register_forward_hook(restore)
-    policy.origin = {**policy.origin, ORIGIN_KEY: [dict(n) for n in norms]}
+    if norms:
+        policy.origin = {**policy.origin, ORIGIN_KEY: [dict(n) for n in norms]}
     return policy

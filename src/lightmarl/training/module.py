@@ -20,7 +20,6 @@ from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs.config import EnvConfig
 from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.transforms import (
-    ObservationNorm,
     load_transforms_state_dict,
     transformed_spec,
     transforms_state_dict,
@@ -30,7 +29,6 @@ from lightmarl.evaluation.episodes import WinRule, evaluate_episodes
 from lightmarl.evaluation.suite import preserved_rng
 from lightmarl.evaluation.video import check_renders, write_evaluation_video
 from lightmarl.policies.base import Policy
-from lightmarl.policies.input_transforms import ORIGIN_KEY as INPUT_TRANSFORMS
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.registry import CHECKPOINT_KEY, PolicyRegistry
 from lightmarl.policies.shared_modules import SharedModules
@@ -188,7 +186,7 @@ class MARLModule(LightningModule):
                     f"trainable bindings are {self.table.trainable_ids}"
                 )
         self.shared = SharedModules(shared_modules, self.table, self.env_spec)
-        registry = PolicyRegistry()
+        registry = PolicyRegistry(self.env_config.transforms)  # loaded policies see inputs as in their own runs
         policies = {
             b: registry.get(
                 self.table.binding(b),
@@ -201,7 +199,6 @@ class MARLModule(LightningModule):
             if not binding.trainable and binding.id in policies:
                 policies[binding.id].requires_grad_(False)
         self.shared.restore_trainability()  # a module a trainable binding uses keeps learning
-        self._check_input_normalization(policies)
         self.population = MultiAgentPolicy(policies, self.table)
         self.marl_trainer_factory = marl_trainer
         self.marl_trainer: MARLTrainer | None = None
@@ -229,22 +226,6 @@ class MARLModule(LightningModule):
             policy.load_state_dict(weights)
         except (RuntimeError, ValueError) as err:
             raise ValueError(f"set_weights: the weights do not fit binding {binding_id!r}: {err}") from None
-
-    def _check_input_normalization(self, policies: dict[str, Policy]) -> None:
-        """A policy loaded with its own run's normalization must get this env's raw observations."""
-        for binding_id, policy in policies.items():
-            if not policy.origin.get(INPUT_TRANSFORMS):
-                continue
-            for transform in self.env_config.transforms:
-                if isinstance(transform, ObservationNorm) and policy.group.name in [
-                    g.name for g in transform.selected(self.env_spec)
-                ]:
-                    raise ValueError(
-                        f"binding {binding_id!r}.policy_uri: the policy normalizes its observations with the "
-                        f"statistics of the run that trained it, but env.transforms ObservationNorm normalizes group "
-                        f"{policy.group.name!r} too (it would be normalized twice); limit ObservationNorm to other "
-                        "groups (groups: [...]) or drop it"
-                    )
 
     def describe_binding(self, binding_id: str) -> dict[str, Any]:
         """How to rebuild one binding's policy: class path, keyword arguments, shared modules, group
