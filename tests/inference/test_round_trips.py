@@ -192,3 +192,22 @@ def test_an_npc_in_a_recipe_that_normalizes_too_sees_its_own_runs_normalization(
                 npc(seen)["agent", "logits"], source.bindings["main"](own)["agent", "logits"], atol=1e-4
             )
         observations, *_ = env.step(mine)
+
+
+def test_the_onnx_export_of_a_normalized_run_acts_as_the_population(normalized_run, tmp_path):
+    """Normalization folded into the graph: onnxruntime on raw observations = load_population's actions."""
+    ort = pytest.importorskip("onnxruntime")
+    run, exported, _ = normalized_run
+    main(["export", str(exported), "--out", str(tmp_path / "onnx"), "--format", "onnx"])
+    manifest = json.loads((tmp_path / "onnx" / "manifest.json").read_text())["bindings"]["main"]
+    assert manifest["folded"] == ["ObservationNorm"] and manifest["preprocess"] == []
+    session = ort.InferenceSession(str(tmp_path / "onnx" / "main.onnx"))
+    population = lightmarl.load_population(exported)
+    env = simple_spread_v3.parallel_env(N=3, max_cycles=25, continuous_actions=False)
+    observations, _ = env.reset(seed=EVAL_SEED)
+    while env.agents:
+        rows = np.stack([observations[a] for a in env.agents]).astype(np.float32)
+        (actions,) = session.run(["action"], {"observation": rows})
+        expected = population.act(observations)
+        assert dict(zip(env.agents, actions.tolist())) == expected
+        observations, *_ = env.step(expected)

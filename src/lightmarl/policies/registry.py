@@ -130,10 +130,6 @@ def load_policy_from_uri(
     location, _, fragment = uri.partition("#")
     path_text, _, query = location.partition("?")
     path = Path(path_text)
-    try:
-        host = host_normalization(env_transforms, group.name)
-    except ValueError as err:
-        raise ValueError(f"{field}: {err}") from None
     saved = None if is_export(path) else load_torch_file(path, field=field, trust_pickle=trust_pickle)
     if saved is None or _is_population(saved) or (isinstance(saved, dict) and saved.get("format") == SNAPSHOT_FORMAT):
         artifact = read_artifact(path, field=field) if saved is None else artifact_of_saved(saved, path, field)
@@ -154,6 +150,10 @@ def load_policy_from_uri(
                 raise ValueError(f"{field}: {err}") from None
         else:  # a file that does not say how its run saw observations (a PolicyDict file): used as saved
             return policy
+        try:
+            host = host_normalization(env_transforms, group.name)
+        except ValueError as err:
+            raise ValueError(f"{field}: {err}") from None
         return attach_input_transforms(policy, norms, host)
     if isinstance(saved, dict) and saved and all(isinstance(v, torch.Tensor) for v in saved.values()):
         class_path = parse_qs(query).get("class_path", [None])[0]
