@@ -197,7 +197,7 @@ def test_an_npc_in_a_recipe_that_normalizes_too_sees_its_own_runs_normalization(
 def test_the_onnx_export_of_a_normalized_run_acts_as_the_population(normalized_run, tmp_path):
     """Normalization folded into the graph: onnxruntime on raw observations = load_population's actions."""
     ort = pytest.importorskip("onnxruntime")
-    run, exported, _ = normalized_run
+    _, exported, _ = normalized_run
     main(["export", str(exported), "--out", str(tmp_path / "onnx"), "--format", "onnx"])
     manifest = json.loads((tmp_path / "onnx" / "manifest.json").read_text())["bindings"]["main"]
     assert manifest["folded"] == ["ObservationNorm"] and manifest["preprocess"] == []

@@ -24,10 +24,10 @@ import torch
 
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.inference.allowed import check_class_paths
+from lightmarl.league.snapshots import SNAPSHOT_FORMAT
 from lightmarl.policies.exported import (
     DESCRIPTION_FILE,
     SNAPSHOT_DIR,
-    SNAPSHOT_FORMAT,
     TRANSFORMS_FILE,
     is_export,
     join_tensors,

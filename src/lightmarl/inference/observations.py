@@ -91,9 +91,9 @@ class ObservationPipeline:
         names = list(artifact.groups)
         #: group -> the image ops every agent's frame goes through, in order.
         self.frame_ops: dict[str, list[FrameOp]] = {n: [] for n in names}
-        for transform in frames:
-            for name in transform.groups or names:
-                self.frame_ops[name].append(transform.frame_op())
+        for frame_transform in frames:
+            for name in frame_transform.groups or names:
+                self.frame_ops[name].append(frame_transform.frame_op())
         spec = self.input_spec
         self.bound: list[BoundTransform] = []
         for transform in vector:

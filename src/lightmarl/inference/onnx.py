@@ -40,6 +40,7 @@ from lightmarl.envs.transforms import FrameStack, FrameTransform, ObservationNor
 from lightmarl.inference.artifact import Artifact
 from lightmarl.inference.observations import build_transforms, vector_input_spec
 from lightmarl.inference.population import build_bindings
+from lightmarl.policies.base import Policy
 
 MANIFEST_FILE = "manifest.json"
 MANIFEST_FORMAT = "lightmarl.onnx/1"
@@ -56,6 +57,9 @@ def require_onnx() -> None:
 
 class _Normalize(nn.Module):
     """A frozen ``ObservationNorm`` on the graph's (possibly stacked) observations."""
+
+    mean: torch.Tensor
+    inverse_std: torch.Tensor
 
     def __init__(self, mean: torch.Tensor, var: torch.Tensor, epsilon: float, clip: float | None) -> None:
         super().__init__()
@@ -77,7 +81,7 @@ class ActingGraph(nn.Module):
         outputs: the entries of the policy's output to return, in order.
     """
 
-    def __init__(self, policy: nn.Module, normalize: list[nn.Module], outputs: list[str]) -> None:
+    def __init__(self, policy: Policy, normalize: list[nn.Module], outputs: list[str]) -> None:
         super().__init__()
         self.policy = policy
         self.normalize = nn.ModuleList(normalize)
@@ -211,7 +215,7 @@ def export_onnx(artifact: Artifact, directory: str | Path, *, allow: Collection[
     return directory
 
 
-def _example_inputs(policy: nn.Module, group: GroupSpec, batch: int = 2) -> dict[str, torch.Tensor]:
+def _example_inputs(policy: Policy, group: GroupSpec, batch: int = 2) -> dict[str, torch.Tensor]:
     """Inputs of the right shapes and dtypes for tracing."""
     uint8 = observation_storage_dtype(group.observation_dtype) == "uint8"
     observation = (
@@ -225,7 +229,7 @@ def _example_inputs(policy: nn.Module, group: GroupSpec, batch: int = 2) -> dict
     if getattr(policy, "agent_id_input", False):
         example[keys.AGENT_ID] = torch.tensor([group.agent_ids[0]] * batch)
     if getattr(policy, "is_recurrent", False):
-        example[keys.RECURRENT_STATE] = torch.zeros(batch, *policy.state_shape)
+        example[keys.RECURRENT_STATE] = torch.zeros(batch, *tuple(getattr(policy, "state_shape", ())))
     return example
 
 

@@ -89,7 +89,7 @@ class Population:
         self.groups = {name: artifact.group_spec(name) for name in artifact.groups}
         self.pipeline = ObservationPipeline(artifact, self.allow)
         self.transforms = self.pipeline.transforms
-        self.bindings: dict[str, nn.Module] = build_bindings(artifact, self.groups, self.transforms)
+        self.bindings: dict[str, Policy] = build_bindings(artifact, self.groups, self.transforms)
         for policy in self.bindings.values():
             policy.to(self.device).eval().requires_grad_(False)
         self.agent_map: dict[str, str] = dict(artifact.agent_binding_map.get("default", {}))
@@ -112,7 +112,7 @@ class Population:
         """The league's snapshots (id, parent player, how to build it, where its weights are)."""
         return list(self.artifact.snapshots)
 
-    def snapshot_policy(self, snapshot_id: str) -> nn.Module:
+    def snapshot_policy(self, snapshot_id: str) -> Policy:
         """The policy of league snapshot ``snapshot_id``, built and loaded (eval mode)."""
         found = {s.id: s for s in self.artifact.snapshots}
         if snapshot_id not in found:
@@ -253,7 +253,8 @@ class Population:
         if recurrent:
             state = self._states.get(binding)
             if state is None:
-                state = torch.zeros(1, spec.num_agents, *policy.state_shape, device=self.device)
+                shape: tuple[int, ...] = tuple(getattr(policy, "state_shape", ()))
+                state = torch.zeros(1, spec.num_agents, *shape, device=self.device)
             entries[keys.RECURRENT_STATE] = state
             entries[keys.IS_INIT] = torch.full((1, spec.num_agents), self._is_init, device=self.device)
         td = TensorDict({spec.name: TensorDict(entries, batch_size=[1, spec.num_agents])}, batch_size=[1])
@@ -277,7 +278,7 @@ class Population:
 
 def build_bindings(
     artifact: Artifact, groups: Mapping[str, GroupSpec], transforms: Sequence[VecTransform] = ()
-) -> dict[str, nn.Module]:
+) -> dict[str, Policy]:
     """Each binding's policy, built from its class and kwargs with its weights loaded (shared modules shared).
 
     A binding its run loaded from yet another run (an NPC) keeps that run's input normalization,
@@ -285,7 +286,7 @@ def build_bindings(
     artifact's class paths (:meth:`Artifact.check_classes`).
     """
     built: dict[str, nn.Module] = {}
-    policies: dict[str, nn.Module] = {}
+    policies: dict[str, Policy] = {}
     for binding_id, entry in artifact.bindings.items():
         field = f"{artifact.source!r} binding {binding_id!r}"
         group = groups[entry["group"]]

@@ -24,9 +24,10 @@ from typing import Any
 
 import torch
 
-from lightmarl.policies.exported import SNAPSHOT_FORMAT
-
 log = logging.getLogger(__name__)
+
+#: the ``format`` entry of a self-describing snapshot file.
+SNAPSHOT_FORMAT = "lightmarl.snapshot/1"
 
 
 def detached_copy(state: Any) -> Any:

@@ -36,8 +36,6 @@ DESCRIPTION_FILE = "population.json"
 WEIGHTS_FILE = "weights.safetensors"
 TRANSFORMS_FILE = "transforms.safetensors"
 SNAPSHOT_DIR = "snapshots"
-#: the ``format`` entry of a self-describing league snapshot file (:class:`lightmarl.league.SnapshotStore`).
-SNAPSHOT_FORMAT = "lightmarl.snapshot/1"
 #: how ``population.json`` points at a tensor stored in ``transforms.safetensors``.
 TENSOR_REF = "__tensor__"
 

@@ -16,7 +16,7 @@ from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.envs.transforms import VecTransform
 from lightmarl.policies.base import Policy
-from lightmarl.policies.exported import SNAPSHOT_FORMAT, is_export, read_export
+from lightmarl.policies.exported import is_export, read_export
 from lightmarl.policies.input_transforms import ORIGIN_KEY as INPUT_TRANSFORMS
 from lightmarl.policies.input_transforms import attach_input_transforms, host_normalization, input_transforms_of
 from lightmarl.policies.loading import load_torch_file
@@ -124,7 +124,8 @@ def load_policy_from_uri(
     snapshot) sees its observations as in that run: ``env_transforms`` (the recipe's) normalization
     of its group is undone and its own run's applied (:mod:`lightmarl.policies.input_transforms`).
     """
-    from lightmarl.inference.artifact import artifact_of_saved, read_artifact  # above this layer: imported when used
+    # Above this layer (the inference package reads every saved form): imported when used.
+    from lightmarl.inference.artifact import SNAPSHOT_FORMAT, artifact_of_saved, read_artifact
 
     field = f"binding {binding_id!r}.policy_uri"
     location, _, fragment = uri.partition("#")
