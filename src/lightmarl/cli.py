@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import sys
 import warnings
@@ -401,6 +402,9 @@ def export_main(args: list[str]) -> None:
         from lightmarl.inference.onnx import export_onnx
 
         out = export_onnx(artifact, options.out, allow=options.allow)
+        skipped = json.loads((out / "manifest.json").read_text())["skipped"]
+        for binding, reason in skipped.items():
+            print(f"lightmarl: no ONNX graph for {binding}: {reason}")  # noqa: T201
     else:
         out = write_artifact(artifact, options.out, with_snapshots=not options.no_snapshots)
     print(f"lightmarl: exported {', '.join(artifact.bindings)} to {out}")  # noqa: T201

@@ -144,3 +144,19 @@ def test_observation_norm_is_folded_and_frame_stacks_are_listed(tmp_path):
     normalized = ((raw - mean.repeat(2).float()) / (var.repeat(2).float() + 1e-8).sqrt()).clamp(-3, 3)
     expected = torch_actions(policy, {keys.OBSERVATION: normalized})[keys.LOGITS][:, 0]
     assert np.allclose(logits, expected.numpy(), atol=1e-4)
+
+
+def test_scripted_bindings_are_listed_as_skipped(tmp_path, capsys):
+    from lightmarl.cli import main
+    from lightmarl.policies import NoOpPolicy
+
+    learner = MLPActorCritic(group(), hidden_sizes=[8])
+    learner.origin = {"class_path": "lightmarl.policies.MLPActorCritic", "policy_kwargs": {"hidden_sizes": [8]}}
+    script = NoOpPolicy(group())
+    script.origin = {"class_path": "lightmarl.policies.NoOpPolicy", "policy_kwargs": {}}
+    PolicyDict({"main": learner, "npc": script}).export(tmp_path / "export")
+    main(["export", str(tmp_path / "export"), "--out", str(tmp_path / "onnx"), "--format", "onnx"])
+    assert "no ONNX graph for npc: scripted policy NoOpPolicy" in capsys.readouterr().out
+    manifest = json.loads((tmp_path / "onnx" / "manifest.json").read_text())
+    assert set(manifest["bindings"]) == {"main"} and set(manifest["skipped"]) == {"npc"}
+    assert sorted(p.name for p in (tmp_path / "onnx").iterdir()) == ["main.onnx", "manifest.json"]

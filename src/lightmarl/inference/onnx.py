@@ -3,6 +3,7 @@
 For every binding :func:`export_onnx` writes ``<binding>.onnx``: a graph from a batch of one
 agent's inputs to its greedy action and the distribution's parameters, and ``manifest.json``
 describing each graph's inputs, outputs and the preprocessing the caller does before it.
+Scripted bindings (hand-written code, no network) are listed under ``skipped``.
 
 Inputs (batch first, any batch size): ``observation`` ``[B, *shape]`` (``uint8`` where the env's
 images are, else ``float32``); ``action_mask`` ``[B, num_actions]`` (bool) where the group has
@@ -40,7 +41,7 @@ from lightmarl.envs.transforms import FrameStack, FrameTransform, ObservationNor
 from lightmarl.inference.artifact import Artifact
 from lightmarl.inference.observations import build_transforms, vector_input_spec
 from lightmarl.inference.population import build_bindings
-from lightmarl.policies.base import Policy
+from lightmarl.policies.base import Policy, ScriptedPolicy
 
 MANIFEST_FILE = "manifest.json"
 MANIFEST_FORMAT = "lightmarl.onnx/1"
@@ -172,7 +173,12 @@ def export_onnx(artifact: Artifact, directory: str | Path, *, allow: Collection[
     input_groups = dict(vector_input_spec(artifact, frames, vector).groups)
     manifest: dict[str, Any] = {"format": MANIFEST_FORMAT, "opset": OPSET, "env": artifact.env, "bindings": {}}
     manifest["agent_binding_map"] = artifact.agent_binding_map.get("default", {})
+    manifest["skipped"] = {}
     for binding_id, policy in policies.items():
+        if isinstance(policy, ScriptedPolicy):
+            # Hand-written code (its own generators, NumPy, Python branches) is no graph to trace.
+            manifest["skipped"][binding_id] = f"scripted policy {type(policy).__name__}: not a neural network"
+            continue
         policy.eval().requires_grad_(False)
         group = policy.group
         normalize, preprocess = _folded_and_preprocess(group.name, transforms, input_groups)
