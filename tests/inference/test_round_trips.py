@@ -49,7 +49,8 @@ def normalized_run(tmp_path_factory):
 
 
 def replay(population) -> float:
-    """The mean per-agent return of the validate episodes (copy i reset with EVAL_SEED + i), played by `population`."""
+    """The mean per-agent return of the validate episodes, played by `population`: copy i is reset with
+    EVAL_SEED + i, and simple_spread's episodes all last 25 steps, so the first episodes to end are those."""
     returns = []
     for i in range(EPISODES):
         env = simple_spread_v3.parallel_env(N=3, max_cycles=25, continuous_actions=False)
@@ -211,3 +212,37 @@ def test_the_onnx_export_of_a_normalized_run_acts_as_the_population(normalized_r
         expected = population.act(observations)
         assert dict(zip(env.agents, actions.tolist())) == expected
         observations, *_ = env.step(expected)
+
+
+@pytest.mark.slow
+def test_an_image_recipe_replays_validates_score(tmp_path, monkeypatch):
+    """recipes/pistonball.yaml (Resize, Grayscale where the env runs, FrameStack): the export's replay
+    on PettingZoo's own env scores what `validate` scores on the same seeds."""
+    pistonball = pytest.importorskip("pettingzoo.butterfly.pistonball_v6")
+    recipe = ROOT / "recipes/pistonball.yaml"
+    env_kwargs = {"n_pistons": 4, "continuous": False, "max_cycles": 20, "render_mode": "rgb_array"}
+    monkeypatch.chdir(tmp_path)
+    tiny = [
+        *tiny_cli_run(recipe),
+        f"--model.env.env_kwargs={json.dumps(env_kwargs)}",
+        "--model.max_frames=40",
+        "--model.eval_deterministic=true",
+        "--trainer.callbacks=[]",
+    ]
+    main(["fit", "--config", str(recipe), *tiny])
+    population = lightmarl.load_population(tmp_path / "runs" / "pistonball")
+    # One episode per validate: with several copies the first episodes to end count, not one per seed.
+    for seed in (EVAL_SEED, EVAL_SEED + 1):
+        evaluation = ["--model.eval_episodes=1", "--model.eval_num_envs=1", f"--model.eval_seed={seed}"]
+        main(["validate", "--config", str(recipe), *tiny, *evaluation, "--trainer.logger=null", "--ckpt_path", "last"])
+        metrics = sorted((tmp_path / "runs").rglob("metrics.csv"))[-1]
+        rows = [r for r in csv.DictReader(metrics.open()) if r.get("eval/main/episode_return")]
+        score = float(rows[-1]["eval/main/episode_return"])
+        env = pistonball.parallel_env(**env_kwargs)
+        observations, _ = env.reset(seed=seed)
+        population.reset()
+        total = 0.0
+        while env.agents:
+            observations, rewards, *_ = env.step(population.act(observations))
+            total += sum(rewards.values()) / len(rewards)
+        assert total == pytest.approx(score, abs=1e-4), seed
