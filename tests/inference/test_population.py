@@ -169,10 +169,19 @@ def test_a_class_outside_lightmarl_is_not_imported_unless_allowed(tmp_path):
     description = json.loads(path.read_text())
     description["bindings"]["main"]["class_path"] = "lightmarl_test_not_imported.Evil"
     path.write_text(json.dumps(description))
-    with pytest.raises(ValueError, match="outside lightmarl; it is not imported"):
+    with pytest.raises(ValueError, match="outside lightmarl's policies and env transforms; it is not imported"):
         load_population(tmp_path / "masked")
     assert "lightmarl_test_not_imported" not in sys.modules
-    description["bindings"]["main"]["class_path"] = "lightmarl.envs.spec.GroupSpec"  # lightmarl's, but no module
+    for elsewhere in ("lightmarl.training.module.MARLModule", "lightmarl.envs.spec.GroupSpec"):
+        description["bindings"]["main"]["class_path"] = elsewhere  # lightmarl's, but no policy
+        path.write_text(json.dumps(description))
+        with pytest.raises(ValueError, match="it is not imported"):
+            read_artifact(tmp_path / "masked").check_classes()
+    description["bindings"]["main"]["class_path"] = "lightmarl.policies.base.torch"  # a module, not a class
     path.write_text(json.dumps(description))
-    with pytest.raises(ValueError, match="is not a lightmarl module, policy"):
+    with pytest.raises(ValueError, match="is not a lightmarl policy, encoder or env transform class"):
         read_artifact(tmp_path / "masked").check_classes()
+    # Allowed by the caller: imported and used.
+    description["bindings"]["main"]["class_path"] = "lightmarl.policies.MLPActorCritic"
+    path.write_text(json.dumps(description))
+    assert load_population(tmp_path / "masked", allow=["lightmarl.policies.MLPActorCritic"]).bindings

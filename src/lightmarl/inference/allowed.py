@@ -3,10 +3,11 @@
 A saved population names classes (each binding's policy, the encoders and shared modules in its
 keyword arguments, the env transforms). Importing a module runs its code, so a file that could
 name any import path could run any code on load. Every class path read from a file goes through
-:func:`resolve_allowed_class` before anything is imported: a path under ``lightmarl.`` that
-resolves to a ``torch.nn.Module`` (a policy, encoder, shared module) or a
-:class:`~lightmarl.envs.transforms.VecTransform`, or a path the caller lists in ``allow``
-(e.g. a game's policy class from ``examples/``), and nothing else.
+:func:`resolve_allowed_class` before anything is imported: a path under ``lightmarl.policies``
+(policies, encoders, shared networks) that resolves to a ``torch.nn.Module`` defined there, a
+path under ``lightmarl.envs.transforms`` that resolves to a
+:class:`~lightmarl.envs.transforms.VecTransform` defined there, or a path the caller lists in
+``allow`` (e.g. a game's policy class from ``examples/``), and nothing else.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Any
 
 from lightmarl._imports import import_object
 
-#: the package whose classes a file may always name.
-TRUSTED_PACKAGE = "lightmarl."
+#: the packages whose classes a file may always name: lightmarl's networks and env transforms.
+TRUSTED_PACKAGES = ("lightmarl.policies.", "lightmarl.envs.transforms.")
 
 
 def resolve_allowed_class(path: str, *, field: str, allow: Collection[str] = ()) -> type:
@@ -38,14 +39,24 @@ def resolve_allowed_class(path: str, *, field: str, allow: Collection[str] = ())
 
     if not isinstance(path, str):
         raise ValueError(f"{field}: expected a class path string, got {path!r}")
-    if path not in allow and not path.startswith(TRUSTED_PACKAGE):
+    if path in allow:
+        return import_object(path, field=field)
+    if not path.startswith(TRUSTED_PACKAGES):
         raise ValueError(
-            f"{field}: the file names class {path!r}, outside lightmarl; it is not imported (importing runs its "
-            f"module's code). If you trust it, allow it: load_population(..., allow=[{path!r}])"
+            f"{field}: the file names class {path!r}, outside lightmarl's policies and env transforms; it is not "
+            f"imported (importing runs its module's code). If you trust it, allow it: "
+            f"load_population(..., allow=[{path!r}]) or `lightmarl export --allow {path}`"
         )
     cls = import_object(path, field=field)
-    if path not in allow and not (isinstance(cls, type) and issubclass(cls, nn.Module | VecTransform)):
-        raise ValueError(f"{field}: {path!r} is not a lightmarl module, policy, encoder or env transform class")
+    defined = getattr(cls, "__module__", "") + "."
+    if not (
+        isinstance(cls, type)
+        and (
+            (issubclass(cls, nn.Module) and defined.startswith(TRUSTED_PACKAGES[0]))
+            or (issubclass(cls, VecTransform) and defined.startswith(TRUSTED_PACKAGES[1]))
+        )
+    ):
+        raise ValueError(f"{field}: {path!r} is not a lightmarl policy, encoder or env transform class")
     return cls
 
 
