@@ -35,9 +35,9 @@ from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.evaluation import evaluate_episodes
 from lightmarl.evaluation.statistics import OutcomeSummary, ValueSummary, summarize_outcomes, summarize_values
+from lightmarl.inference import read_artifact
+from lightmarl.league import SnapshotStore
 from lightmarl.policies import MultiAgentPolicy, Policy, PolicyDict, UniformRandomPolicy
-from lightmarl.policies.loading import load_torch_file
-from lightmarl.policies.registry import CHECKPOINT_KEY
 from lightmarl.policies.scripted import ConnectFourHeuristicPolicy
 from lightmarl.population import BindingTable, PolicyBinding
 
@@ -161,7 +161,7 @@ def load_policy(checkpoint: str | Path, binding: str, weights: str | Path | None
         raise ValueError(f"{str(checkpoint)!r} has no binding {binding!r}; it has {sorted(policies.keys())}")
     policy: Policy = policies[binding]  # type: ignore[assignment]
     if weights is not None:
-        policy.load_state_dict(load_torch_file(weights, field=f"snapshot of {binding!r}"))
+        policy.load_state_dict(SnapshotStore(max_resident=0).load(weights))  # bare or self-describing files
     return policy.eval()
 
 
@@ -205,7 +205,7 @@ def main(args: list[str] | None = None) -> None:
     checkpoint = options.checkpoint or options.run / "checkpoints" / "last.ckpt"
     snapshot_dir = options.run / "league"
     snapshot_path = first_snapshot(snapshot_dir, options.player)
-    state = load_torch_file(checkpoint, field="--checkpoint")[CHECKPOINT_KEY]
+    state = read_artifact(checkpoint, field="--checkpoint").counters
     print(
         f"{checkpoint}: {state['frames']} frames, {state['iterations']} iterations; first snapshot {snapshot_path.name}"
     )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import sys
 import warnings
@@ -43,7 +44,6 @@ from lightmarl.evaluation.report import markdown_summary
 from lightmarl.evaluation.scenarios import EvaluationConfig
 from lightmarl.evaluation.suite import write_outputs
 from lightmarl.policies.loading import load_torch_file
-from lightmarl.policies.policy_dict import PolicyDict
 from lightmarl.training.module import MARLModule
 from lightmarl.training.periodic_evaluation import PeriodicEvaluation, run_suite, suite_for
 from lightmarl.training.preemption import PREEMPTED_EXIT_CODES, Preemption
@@ -354,23 +354,60 @@ def _check_config_files(args: list[str]) -> None:
 
 
 def export_main(args: list[str]) -> None:
-    """``lightmarl export CHECKPOINT --out DIR``: the trained population, for inference or as NPCs."""
+    """``lightmarl export SOURCE --out DIR``: the trained population, for inference, as NPCs or as ONNX."""
+    from lightmarl.inference import read_artifact, write_artifact
+    from lightmarl.inference.artifact import parse_mixture
+
     parser = argparse.ArgumentParser(
         prog="lightmarl export",
-        description="Write a run's policies (no optimizer or trainer state) as population.json + "
-        "weights.safetensors; `policy_uri: DIR#binding` and PolicyDict.load(DIR) load them.",
+        description="Write everything a run's population needs to act (policies, env transforms with their "
+        "statistics, the agent -> binding map, counters, league snapshots and mixtures; no optimizer or trainer "
+        "state) as population.json + safetensors, or each binding's acting graph as ONNX. "
+        "`policy_uri: DIR#binding`, PolicyDict.load(DIR) and lightmarl.load_population(DIR) load an export "
+        "(docs/export_format.md).",
     )
     parser.add_argument(
-        "checkpoint", help="a training checkpoint (e.g. runs/x/checkpoints/last.ckpt) or PolicyDict file"
+        "checkpoint",
+        help="a run directory (runs/x), a training checkpoint (runs/x/checkpoints/last.ckpt), an export, a "
+        "PolicyDict file or a league snapshot file",
     )
     parser.add_argument("--out", required=True, help="the directory to write")
     parser.add_argument("--bindings", nargs="+", help="export only these bindings (default: all)")
+    parser.add_argument(
+        "--format",
+        choices=["safetensors", "onnx"],
+        default="safetensors",
+        help="safetensors: the export format; onnx: <binding>.onnx + manifest.json (needs the onnx extra)",
+    )
+    parser.add_argument(
+        "--mixture",
+        action="append",
+        default=[],
+        metavar="NAME=MEMBER:WEIGHT,...",
+        help="a league mixture to record: weights per member (a binding or snapshot id), normalized to sum 1",
+    )
+    parser.add_argument(
+        "--allow", nargs="+", default=[], help="class paths outside lightmarl that the file may name (trusted)"
+    )
+    parser.add_argument("--no-snapshots", action="store_true", help="leave the league's snapshots out")
     options = parser.parse_args(args)
-    policies = PolicyDict.load(options.checkpoint)
+    artifact = read_artifact(options.checkpoint, field="lightmarl export")
+    artifact.check_classes(options.allow)
     if options.bindings:
-        policies = policies.select(options.bindings)
-    out = policies.export(options.out)
-    print(f"lightmarl: exported {', '.join(policies.keys())} to {out}")  # noqa: T201
+        artifact = artifact.select(options.bindings)
+    for text in options.mixture:
+        name, weights = parse_mixture(text, artifact)
+        artifact.mixtures[name] = weights
+    if options.format == "onnx":
+        from lightmarl.inference.onnx import export_onnx
+
+        out = export_onnx(artifact, options.out, allow=options.allow)
+        skipped = json.loads((out / "manifest.json").read_text())["skipped"]
+        for binding, reason in skipped.items():
+            print(f"lightmarl: no ONNX graph for {binding}: {reason}")  # noqa: T201
+    else:
+        out = write_artifact(artifact, options.out, with_snapshots=not options.no_snapshots)
+    print(f"lightmarl: exported {', '.join(artifact.bindings)} to {out}")  # noqa: T201
 
 
 def main(args: list[str] | None = None) -> None:
@@ -384,7 +421,7 @@ def main(args: list[str] | None = None) -> None:
         if argv[:1] == ["export"]:
             try:
                 return export_main(argv[1:])
-            except ValueError as err:
+            except (ValueError, ImportError) as err:
                 raise ConfigError(str(err)) from err
         _check_config_files(argv)
         if argv[:1] == ["evaluate"]:

@@ -15,7 +15,7 @@ from lightmarl import keys
 from lightmarl.algorithms import PPO
 from lightmarl.algorithms.dqn import DQN
 from lightmarl.envs import PettingZooEnvConfig
-from lightmarl.league import PayoffSettings
+from lightmarl.league import PayoffSettings, SnapshotStore
 from lightmarl.training.league import SLOT_PREFIX, LeagueConfig, LeagueRole, LeagueTraining
 from lightmarl.training.module import MARLModule
 
@@ -73,6 +73,11 @@ def _trainer(tmp_path: Path, checkpoints: bool = False) -> Trainer:
     )
 
 
+def _on_disk(path: str | Path) -> dict[str, torch.Tensor]:
+    """A snapshot file's weights (the files describe themselves: the weights are one entry)."""
+    return SnapshotStore(max_resident=0).load(path)
+
+
 def _record(module: MARLModule) -> dict[str, list[Any]]:
     """Keep every rollout, every seating and every snapshot's weights as saved."""
     seen: dict[str, list[Any]] = {"experience": [], "seatings": [], "snapshots": []}
@@ -88,9 +93,9 @@ def _record(module: MARLModule) -> dict[str, list[Any]]:
         seen["seatings"].extend(seatings)
         return apply(seatings)
 
-    def record_save(path, state_dict):
+    def record_save(path, state_dict, description=None):
         seen["snapshots"].append((str(path), copy.deepcopy({k: v.clone() for k, v in state_dict.items()})))
-        return save(path, state_dict)
+        return save(path, state_dict, description)
 
     league.after_iteration, league._apply, league.store.save = after_iteration, record_apply, record_save  # type: ignore[method-assign]
     return seen
@@ -137,7 +142,7 @@ def test_snapshots_stay_bit_identical_while_the_live_binding_trains(tmp_path):
     assert len(snapshots) >= 3
     live = module.get_weights("main")
     for path, saved in snapshots:
-        on_disk = torch.load(path, weights_only=True)
+        on_disk = _on_disk(path)
         assert all(torch.equal(on_disk[k], saved[k]) for k in saved), f"{path} changed after it was saved"
     # The live binding moved on after the snapshots it took before its last update.
     assert any(not torch.equal(snapshots[0][1][k], live[k]) for k in live)
@@ -147,7 +152,7 @@ def test_snapshots_stay_bit_identical_while_the_live_binding_trains(tmp_path):
         if player_id is not None:
             path = league.manager.get_player(player_id).checkpoint_path
             weights = module.get_weights(f"{SLOT_PREFIX}{k}")
-            assert all(torch.equal(weights[name], value) for name, value in torch.load(path, weights_only=True).items())
+            assert all(torch.equal(weights[name], value) for name, value in _on_disk(path).items())
 
 
 def test_opponent_weights_in_memory_are_bounded_by_max_resident(tmp_path):
@@ -231,7 +236,7 @@ def test_a_main_exploiter_resets_to_its_initial_weights_and_a_fresh_optimizer(tm
         load_live(player_id, path)
         resets.append(player_id)
         binding = module.league.binding_of(player_id)  # type: ignore[union-attr]
-        initial = torch.load(path, weights_only=True)
+        initial = _on_disk(path)
         assert path.endswith("_init.pt")
         assert all(torch.equal(module.get_weights(binding)[k], v) for k, v in initial.items())
         optimizer = module.named_optimizers()[binding]
@@ -285,7 +290,7 @@ def test_a_solo_league_records_returns_and_the_last_player_copies_the_best(tmp_p
         assert Path(path).name.startswith(other)  # a snapshot of the other player, never its own
         load_live(player_id, path)
         binding = module.league.binding_of(player_id)  # type: ignore[union-attr]
-        copied = torch.load(path, weights_only=True)
+        copied = _on_disk(path)
         assert all(torch.equal(module.get_weights(binding)[k], v) for k, v in copied.items())
         copies.append((player_id, path))
 

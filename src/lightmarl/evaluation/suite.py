@@ -153,7 +153,7 @@ class EvaluationSuite:
         # One deepcopy of them all: modules shared between bindings stay shared in the copies.
         clones = cast(dict[str, Policy], dict(copy.deepcopy(nn.ModuleDict(copied)).items()) if copied else {})
         policies = {(b, p.group.name): p for b, p in clones.items()}
-        registry = PolicyRegistry()
+        registry = PolicyRegistry(self.env_config.transforms)  # loaded policies see inputs as in their own runs
         for binding_id, group in sorted(used - set(policies)):
             if binding_id in live and self.bindings[binding_id].trainable:
                 raise ValueError(

@@ -4,6 +4,12 @@ Two failure modes of other leagues shape this module: snapshots that keep *refer
 live weights and silently follow training (RLlib), and leagues that keep every historical policy
 in memory (growing RAM with the league). A snapshot here is a deep copy written to disk
 atomically; at most ``max_resident`` snapshots are held in memory and the rest load on demand.
+
+A snapshot written with a ``description`` (what a league in ``lightmarl fit`` does) describes
+itself: ``{"format": SNAPSHOT_FORMAT, "player", "policy": {class_path, policy_kwargs, group_spec},
+"shared_modules", "transforms", "env", "state_dict"}``, so ``policy_uri: snapshot.pt`` and
+``lightmarl.load_population("snapshot.pt")`` open it alone. :meth:`SnapshotStore.load` returns
+the state dict either way.
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ from typing import Any
 import torch
 
 log = logging.getLogger(__name__)
+
+#: the ``format`` entry of a self-describing snapshot file.
+SNAPSHOT_FORMAT = "lightmarl.snapshot/1"
 
 
 def detached_copy(state: Any) -> Any:
@@ -59,16 +68,22 @@ class SnapshotStore:
         self._lock = threading.Lock()
         self.loads_from_disk = 0
 
-    def save(self, path: str | os.PathLike[str], state_dict: Mapping[str, Any]) -> None:
-        """Write a deep copy of ``state_dict`` to ``path`` atomically (replacing any file there)."""
+    def save(
+        self, path: str | os.PathLike[str], state_dict: Mapping[str, Any], description: Mapping[str, Any] | None = None
+    ) -> None:
+        """Write a deep copy of ``state_dict`` to ``path`` atomically (replacing any file there);
+        with ``description`` (plain data: the policy's class, kwargs, group, ...), a self-describing file."""
         path = os.fspath(path)
         snapshot = detached_copy(state_dict)
+        content = snapshot if description is None else {**detached_copy(description), "format": SNAPSHOT_FORMAT}
+        if description is not None:
+            content["state_dict"] = snapshot
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
         handle, tmp = tempfile.mkstemp(dir=folder, prefix=".snapshot-", suffix=".tmp")
         try:
             with os.fdopen(handle, "wb") as file:
-                torch.save(snapshot, file)
+                torch.save(content, file)
                 file.flush()
                 os.fsync(file.fileno())
             os.replace(tmp, path)
@@ -90,6 +105,8 @@ class SnapshotStore:
         if not os.path.exists(path):
             raise FileNotFoundError(f"league snapshot {path!r} does not exist (was it saved?)")
         state = torch.load(path, map_location="cpu", weights_only=True)
+        if isinstance(state, dict) and state.get("format") == SNAPSHOT_FORMAT:
+            state = state["state_dict"]
         with self._lock:
             self.loads_from_disk += 1
             self._remember(path, state)

@@ -4,10 +4,16 @@
 
 * ``population.json``: the format version and, per binding, its policy class, keyword
   arguments, agent group (with the group's spaces) and the shared modules it was built with;
-* ``weights.safetensors``: every weight, as safetensors (plain tensors: loading runs no code).
+  since version 2 also the env (its description and agents), the env transforms with their
+  settings, the agent -> binding map (default and per env copy), the run's counters and the
+  league's snapshots and mixtures (``docs/export_format.md`` lists every field);
+* ``weights.safetensors``: every weight, as safetensors (plain tensors: loading runs no code);
+* ``transforms.safetensors``: the transforms' tensors (e.g. normalization statistics), where any;
+* ``snapshots/<player>.safetensors``: each league snapshot's weights.
 
 No optimizer or trainer state is kept. ``policy_uri: exported/#binding`` loads one binding as a
-frozen NPC or league opponent, and :meth:`PolicyDict.load` loads them all for inference.
+frozen NPC or league opponent, :meth:`PolicyDict.load` loads them all, and
+:func:`lightmarl.load_population` loads everything needed to act. Version 1 exports still load.
 """
 
 from __future__ import annotations
@@ -22,10 +28,16 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-#: the ``format`` entry of ``population.json``.
-EXPORT_FORMAT = "lightmarl.export/1"
+#: the ``format`` entry of ``population.json`` this lightmarl writes.
+EXPORT_FORMAT = "lightmarl.export/2"
+#: formats this lightmarl reads (version 1 has no env, transforms, map, counters or league).
+READABLE_FORMATS = ("lightmarl.export/1", EXPORT_FORMAT)
 DESCRIPTION_FILE = "population.json"
 WEIGHTS_FILE = "weights.safetensors"
+TRANSFORMS_FILE = "transforms.safetensors"
+SNAPSHOT_DIR = "snapshots"
+#: how ``population.json`` points at a tensor stored in ``transforms.safetensors``.
+TENSOR_REF = "__tensor__"
 
 
 def is_export(path: str | Path) -> bool:
@@ -33,20 +45,43 @@ def is_export(path: str | Path) -> bool:
     return (Path(path) / DESCRIPTION_FILE).is_file()
 
 
-def write_export(directory: str | Path, description: Mapping[str, Any], state: Mapping[str, torch.Tensor]) -> Path:
-    """Write ``description`` (bindings, groups, shared modules) and ``state`` into ``directory``.
+def write_export(
+    directory: str | Path,
+    description: Mapping[str, Any],
+    state: Mapping[str, torch.Tensor],
+    *,
+    transform_tensors: Mapping[str, torch.Tensor] | None = None,
+    snapshots: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
+) -> Path:
+    """Write ``description`` and the tensors into ``directory`` (see the module doc).
+
+    Args:
+        directory: created if missing.
+        description: plain data (bindings, groups, shared modules, env, transforms, ...).
+        state: ``<binding>.<parameter>`` -> tensor.
+        transform_tensors: tensors that ``description["transforms"]`` points at (:func:`split_tensors`).
+        snapshots: league snapshot file name (without suffix) -> its state dict.
 
     Each file is written to a temporary name and renamed, so a crash never leaves half a file.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    # safetensors refuses tensors that share memory (a shared module appears under each user): copy each.
-    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}
-    with _replacing(directory / WEIGHTS_FILE) as tmp:
-        save_file(tensors, tmp)
+    _save_tensors(directory / WEIGHTS_FILE, state)
+    if transform_tensors:
+        _save_tensors(directory / TRANSFORMS_FILE, transform_tensors)
+    for name, weights in (snapshots or {}).items():
+        (directory / SNAPSHOT_DIR).mkdir(exist_ok=True)
+        _save_tensors(directory / SNAPSHOT_DIR / f"{name}.safetensors", weights)
     with _replacing(directory / DESCRIPTION_FILE) as tmp:
-        Path(tmp).write_text(json.dumps({"format": EXPORT_FORMAT, **description}, indent=2, sort_keys=True))
+        Path(tmp).write_text(json.dumps({**description, "format": EXPORT_FORMAT}, indent=2, sort_keys=True))
     return directory
+
+
+def _save_tensors(path: Path, tensors: Mapping[str, torch.Tensor]) -> None:
+    # safetensors refuses tensors that share memory (a shared module appears under each user): copy each.
+    copies = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
+    with _replacing(path) as tmp:
+        save_file(copies, tmp)
 
 
 def read_export(directory: str | Path, *, field: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -60,15 +95,52 @@ def read_export(directory: str | Path, *, field: str) -> tuple[dict[str, Any], d
         description = json.loads((directory / DESCRIPTION_FILE).read_text())
     except (OSError, ValueError) as err:
         raise ValueError(f"{field}: cannot read {str(directory / DESCRIPTION_FILE)!r}: {err}") from err
-    if description.get("format") != EXPORT_FORMAT:
+    if not isinstance(description, dict) or description.get("format") not in READABLE_FORMATS:
+        found = description.get("format") if isinstance(description, dict) else None
         raise ValueError(
-            f"{field}: {str(directory)!r} is format {description.get('format')!r}; this lightmarl reads {EXPORT_FORMAT!r}"
+            f"{field}: {str(directory)!r} is format {found!r}; this lightmarl reads {list(READABLE_FORMATS)} "
+            "(a newer export needs a newer lightmarl)"
         )
+    return description, read_tensors(directory / WEIGHTS_FILE, field=field)
+
+
+def read_tensors(path: str | Path, *, field: str) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors; a ``ValueError`` naming ``field`` where it is missing or broken."""
     try:
-        state = load_file(str(directory / WEIGHTS_FILE))
+        return load_file(str(path))
     except Exception as err:  # missing or truncated weights: a config error, not a traceback
-        raise ValueError(f"{field}: cannot read {str(directory / WEIGHTS_FILE)!r}: {err}") from err
-    return description, state
+        raise ValueError(f"{field}: cannot read {str(path)!r}: {err}") from err
+
+
+def split_tensors(value: Any, prefix: str) -> tuple[Any, dict[str, torch.Tensor]]:
+    """``value`` (nested dicts and lists) with every tensor replaced by ``{"__tensor__": key}``, and the tensors by key."""
+    tensors: dict[str, torch.Tensor] = {}
+
+    def walk(item: Any, key: str) -> Any:
+        if isinstance(item, torch.Tensor):
+            tensors[key] = item
+            return {TENSOR_REF: key}
+        if isinstance(item, Mapping):
+            return {str(k): walk(v, f"{key}.{k}") for k, v in item.items()}
+        if isinstance(item, list | tuple):
+            return [walk(v, f"{key}.{i}") for i, v in enumerate(item)]
+        return item
+
+    return walk(value, prefix), tensors
+
+
+def join_tensors(value: Any, tensors: Mapping[str, torch.Tensor], *, field: str) -> Any:
+    """The inverse of :func:`split_tensors`."""
+    if isinstance(value, Mapping):
+        if set(value) == {TENSOR_REF}:
+            try:
+                return tensors[value[TENSOR_REF]]
+            except KeyError:
+                raise ValueError(f"{field}: tensor {value[TENSOR_REF]!r} is missing from {TRANSFORMS_FILE}") from None
+        return {k: join_tensors(v, tensors, field=field) for k, v in value.items()}
+    if isinstance(value, list):
+        return [join_tensors(v, tensors, field=field) for v in value]
+    return value
 
 
 class _replacing:

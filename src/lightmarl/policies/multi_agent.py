@@ -211,6 +211,8 @@ class _StackedMLPActors:
         """What must match for two policies to share a stacked forward; ``None``: cannot be stacked."""
         if type(policy).forward is not MLPActorCritic.forward or not isinstance(policy, MLPActorCritic):
             return None
+        if policy._forward_pre_hooks or policy._forward_hooks:
+            return None  # e.g. a loaded NPC's own input normalization: its forward must run
         actor = policy.actor
         if policy.group.action_kind != "discrete" or len(actor.module) != 2:
             return None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -14,8 +14,11 @@ from torch import nn
 from lightmarl._imports import import_object, instantiate
 from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.spec import GroupSpec
+from lightmarl.envs.transforms import VecTransform
 from lightmarl.policies.base import Policy
 from lightmarl.policies.exported import is_export, read_export
+from lightmarl.policies.input_transforms import ORIGIN_KEY as INPUT_TRANSFORMS
+from lightmarl.policies.input_transforms import attach_input_transforms, host_normalization, input_transforms_of
 from lightmarl.policies.loading import load_torch_file
 from lightmarl.population import PolicyBinding
 
@@ -43,7 +46,9 @@ class PolicyRegistry:
     checkpoint of a run that loaded it can be loaded again.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, env_transforms: Sequence[VecTransform] = ()) -> None:
+        #: the recipe's env transforms: a loaded policy undoes their normalization of its group.
+        self.env_transforms = list(env_transforms)
         self._cache: dict[tuple, Policy] = {}
 
     def get(
@@ -70,7 +75,12 @@ class PolicyRegistry:
                 binding.class_path, binding.policy_kwargs, group, field=f"binding {binding.id!r}", injected=injected
             )
         return load_policy_from_uri(
-            str(binding.policy_uri), binding.id, group, binding.policy_kwargs, trust_pickle=binding.trust_pickle
+            str(binding.policy_uri),
+            binding.id,
+            group,
+            binding.policy_kwargs,
+            trust_pickle=binding.trust_pickle,
+            env_transforms=self.env_transforms,
         )
 
 
@@ -100,18 +110,52 @@ def build_policy(
 
 
 def load_policy_from_uri(
-    uri: str, binding_id: str, group: GroupSpec, policy_kwargs: dict[str, Any], *, trust_pickle: bool = False
+    uri: str,
+    binding_id: str,
+    group: GroupSpec,
+    policy_kwargs: dict[str, Any],
+    *,
+    trust_pickle: bool = False,
+    env_transforms: Sequence[VecTransform] = (),
 ) -> Policy:
-    """The policy saved at ``uri`` (see :class:`PolicyRegistry`), read weights-only unless ``trust_pickle``."""
+    """The policy saved at ``uri`` (see :class:`PolicyRegistry`), read weights-only unless ``trust_pickle``.
+
+    A policy from a file that records its run's env transforms (a checkpoint, an export, a league
+    snapshot) sees its observations as in that run: ``env_transforms`` (the recipe's) normalization
+    of its group is undone and its own run's applied (:mod:`lightmarl.policies.input_transforms`).
+    """
+    # Above this layer (the inference package reads every saved form): imported when used.
+    from lightmarl.inference.artifact import SNAPSHOT_FORMAT, artifact_of_saved, read_artifact
+
     field = f"binding {binding_id!r}.policy_uri"
     location, _, fragment = uri.partition("#")
     path_text, _, query = location.partition("?")
     path = Path(path_text)
-    if is_export(path):
-        return _from_population(*read_export(path, field=field), path, fragment or binding_id, group, field)
-    saved = load_torch_file(path, field=field, trust_pickle=trust_pickle)
-    if _is_population(saved):
-        return _from_population(*_population_of(saved), path, fragment or binding_id, group, field)
+    saved = None if is_export(path) else load_torch_file(path, field=field, trust_pickle=trust_pickle)
+    if saved is None or _is_population(saved) or (isinstance(saved, dict) and saved.get("format") == SNAPSHOT_FORMAT):
+        artifact = read_artifact(path, field=field) if saved is None else artifact_of_saved(saved, path, field)
+        source_id = fragment or binding_id
+        if saved is not None and saved.get("format") == SNAPSHOT_FORMAT:
+            (source_id,) = artifact.bindings  # a snapshot holds one player's policy
+            if fragment and fragment != source_id:
+                raise ValueError(f"{field}: {str(path)!r} is the snapshot of player {source_id!r}, not {fragment!r}")
+        description = {"bindings": artifact.bindings, "shared_modules": artifact.shared_modules}
+        policy = _from_population(description, artifact.state, path, source_id, group, field)
+        entry = artifact.bindings[source_id]
+        if INPUT_TRANSFORMS in entry:  # an NPC of that run: its own run's normalization, kept through
+            norms = entry[INPUT_TRANSFORMS]
+        elif artifact.transforms_recorded:
+            try:
+                norms = input_transforms_of(artifact.transforms, entry["group"])
+            except ValueError as err:
+                raise ValueError(f"{field}: {err}") from None
+        else:  # a file that does not say how its run saw observations (a PolicyDict file): used as saved
+            return policy
+        try:
+            host = host_normalization(env_transforms, group.name)
+        except ValueError as err:
+            raise ValueError(f"{field}: {err}") from None
+        return attach_input_transforms(policy, norms, host)
     if isinstance(saved, dict) and saved and all(isinstance(v, torch.Tensor) for v in saved.values()):
         class_path = parse_qs(query).get("class_path", [None])[0]
         if class_path is None:

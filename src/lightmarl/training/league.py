@@ -68,6 +68,8 @@ class LeagueHost(Protocol):
 
     def get_weights(self, binding_id: str) -> dict[str, torch.Tensor]: ...
 
+    def snapshot_description(self, binding_id: str) -> dict[str, Any]: ...
+
     def set_weights(self, binding_id: str, weights: dict[str, torch.Tensor]) -> None: ...
 
     def named_optimizers(self) -> dict[str, torch.optim.Optimizer]: ...
@@ -288,8 +290,11 @@ class LeagueTraining:
         if _rank() == 0:
             for player in self.manager.active_players:
                 if not os.path.exists(player.initial_checkpoint_path):
+                    binding = self.binding_of(player.player_id)
                     self.store.save(
-                        player.initial_checkpoint_path, self.module.get_weights(self.binding_of(player.player_id))
+                        player.initial_checkpoint_path,
+                        self.module.get_weights(binding),
+                        {**self.module.snapshot_description(binding), "player": player.player_id},
                     )
         fresh = self.matchmaker.start() if _rank() == 0 else []
         self._apply(_broadcast(fresh))
@@ -389,7 +394,10 @@ class LeagueTraining:
 
     def _save_snapshot(self, player: ActivePlayer, snapshot: HistoricalPlayer) -> None:
         assert self.module is not None
-        self.store.save(snapshot.checkpoint_path, self.module.get_weights(self.binding_of(player.player_id)))
+        binding = self.binding_of(player.player_id)
+        # Self-describing: the file opens alone (policy_uri, load_population), not only inside this league.
+        description = {**self.module.snapshot_description(binding), "player": snapshot.player_id}
+        self.store.save(snapshot.checkpoint_path, self.module.get_weights(binding), description)
 
     def _reset_player(self, player: ActivePlayer, path: str) -> None:
         self._load_live(player.player_id, path)

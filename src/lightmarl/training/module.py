@@ -19,7 +19,11 @@ from lightmarl.algorithms.marl_trainer import MARLTrainerFactory
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs.config import EnvConfig
 from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
-from lightmarl.envs.transforms import load_transforms_state_dict, transforms_state_dict
+from lightmarl.envs.transforms import (
+    load_transforms_state_dict,
+    transformed_spec,
+    transforms_state_dict,
+)
 from lightmarl.errors import ConfigError
 from lightmarl.evaluation.episodes import WinRule, evaluate_episodes
 from lightmarl.evaluation.suite import preserved_rng
@@ -152,7 +156,9 @@ class MARLModule(LightningModule):
         self.cpu_threads = cpu_threads
 
         # Everything below validates the recipe before any training starts.
-        self.env_spec = self.env_config.spec()
+        # The env's own spec too: exports rebuild the transforms' inputs from it (EnvConfig.spec() is the same chain).
+        self.env_base_spec = self.env_config.base_spec()
+        self.env_spec = transformed_spec(self.env_base_spec, self.env_config.transforms)
         if self.eval_video_episodes:
             check_renders(self.env_config)  # an env that cannot draw RGB frames fails here, not after an epoch
         # League: its opponent slot bindings join the population; it owns the agent binding map.
@@ -180,7 +186,7 @@ class MARLModule(LightningModule):
                     f"trainable bindings are {self.table.trainable_ids}"
                 )
         self.shared = SharedModules(shared_modules, self.table, self.env_spec)
-        registry = PolicyRegistry()
+        registry = PolicyRegistry(self.env_config.transforms)  # loaded policies see inputs as in their own runs
         policies = {
             b: registry.get(
                 self.table.binding(b),
@@ -220,6 +226,33 @@ class MARLModule(LightningModule):
             policy.load_state_dict(weights)
         except (RuntimeError, ValueError) as err:
             raise ValueError(f"set_weights: the weights do not fit binding {binding_id!r}: {err}") from None
+
+    def describe_binding(self, binding_id: str) -> dict[str, Any]:
+        """How to rebuild one binding's policy: class path, keyword arguments, shared modules, group
+        and whether it trains (plain data: checkpoints and league snapshot files carry it)."""
+        return {
+            **cast(Policy, self._policy_of(binding_id)).origin,
+            "group": self.table.group_of_binding.get(binding_id),
+            "trainable": self.table.binding(binding_id).trainable,
+        }
+
+    def snapshot_description(self, binding_id: str) -> dict[str, Any]:
+        """What a league snapshot file of ``binding_id`` carries besides its weights: the policy's class,
+        kwargs and group spec, the shared modules' specs, the env and its transforms (statistics as now)."""
+        origin = self.describe_binding(binding_id)
+        group = self.env_spec.groups[origin.pop("group")]
+        origin.pop("trainable", None)
+        return {
+            "policy": {**origin, "group_spec": dataclasses.asdict(group)},
+            "shared_modules": self.shared.describe(),
+            "transforms": [{**t.describe(), "state": t.state_dict()} for t in self.env_config.transforms],
+            "env": {
+                **self.env_config.describe(),
+                "possible_agents": list(self.env_spec.possible_agents),
+                "turn_based": self.env_spec.turn_based,
+                "base_groups": {n: dataclasses.asdict(g) for n, g in self.env_base_spec.groups.items()},
+            },
+        }
 
     def _policy_of(self, binding_id: str) -> nn.Module:
         if binding_id not in self.policies:
@@ -476,18 +509,20 @@ class MARLModule(LightningModule):
             "env": self.env_config.describe(),
             # Running statistics of the env's transforms (e.g. ObservationNorm), used frozen by `validate`.
             "env_transforms": transforms_state_dict(self.env_config.transforms),
+            # ... and how to rebuild them, so that an export or `load_population` applies them alone.
+            "env_transforms_config": [t.describe() for t in self.env_config.transforms],
+            "possible_agents": list(self.env_spec.possible_agents),
+            "base_groups": {name: dataclasses.asdict(group) for name, group in self.env_base_spec.groups.items()},
+            "turn_based": self.env_spec.turn_based,
+            "agent_binding_map": {
+                "default": list(self.table.agent_binding_map),
+                "per_env": {str(k): list(v) for k, v in self.table.per_env_maps.items()},
+            },
             # With the bindings' origins, enough to rebuild the policies alone (PolicyDict.load).
             "groups": {name: dataclasses.asdict(group) for name, group in self.env_spec.groups.items()},
             "shared_modules": self.shared.describe(),
             # Self-describing: `policy_uri: this.ckpt#binding` rebuilds a policy from here alone.
-            "bindings": {
-                binding_id: {
-                    **cast(Policy, policy).origin,
-                    "group": self.table.group_of_binding.get(binding_id),
-                    "trainable": self.table.binding(binding_id).trainable,
-                }
-                for binding_id, policy in self.policies.items()
-            },
+            "bindings": {binding_id: self.describe_binding(binding_id) for binding_id in self.policies},
             "trainers": self.marl_trainer.state_dict() if self.marl_trainer is not None else {},
         }
         if self.league is not None and self.league.matchmaker is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -99,6 +100,26 @@ class VecTransform(ABC):
     def state_dict(self) -> dict[str, Any]:
         """Learned statistics, for checkpoints (plain dicts of tensors and numbers)."""
         return {}
+
+    def describe(self) -> dict[str, Any]:
+        """``{class_path, init_args}`` that rebuild this transform: its constructor's arguments, read
+        from the attributes of the same names (checkpoints and exports record it beside the statistics).
+
+        Raises:
+            ValueError: when a constructor argument is not kept as an attribute of that name.
+        """
+        cls = type(self)
+        init_args = {}
+        for name, parameter in inspect.signature(cls.__init__).parameters.items():
+            if name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                continue
+            if not hasattr(self, name):
+                raise ValueError(
+                    f"{self.field}: cannot record argument {name!r}: the transform keeps no attribute of that name"
+                )
+            value = getattr(self, name)
+            init_args[name] = list(value) if isinstance(value, tuple) else value
+        return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": init_args}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""

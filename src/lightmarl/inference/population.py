@@ -1,0 +1,306 @@
+"""A trained population, ready to act in PettingZoo's own loop: :func:`load_population`.
+
+>>> population = load_population("runs/quickstart")            # doctest: +SKIP
+>>> observations, infos = env.reset(seed=0)                     # doctest: +SKIP
+>>> while env.agents:                                           # doctest: +SKIP
+...     observations, *_ = env.step(population.act(observations))
+
+``act`` takes and returns PettingZoo dicts (agent -> observation, agent -> action) of a
+parallel env; ``act_turn(agent, observation)`` acts for the agent whose turn it is in an AEC
+env (its ``action_mask`` respected). Everything a policy needs to see its inputs as in training
+happens inside: the env transforms (normalization statistics, frame stacks, image ops), the
+agent -> binding map, action masks, each agent's recurrent state (reset by :meth:`Population.reset`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+from torch import nn
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+from lightmarl import keys
+from lightmarl.envs.spec import GroupSpec
+from lightmarl.envs.transforms import VecTransform
+from lightmarl.inference.artifact import Artifact, Snapshot, read_artifact
+from lightmarl.inference.observations import ObservationPipeline, group_of_agents
+from lightmarl.policies.base import Policy
+from lightmarl.policies.input_transforms import ORIGIN_KEY as INPUT_TRANSFORMS
+from lightmarl.policies.input_transforms import attach_input_transforms, host_normalization
+from lightmarl.policies.registry import _load_weights, build_policy, rebuild_shared_modules
+
+
+def load_population(path: str | Path, *, allow: Collection[str] = (), device: str | torch.device = "cpu") -> Population:
+    """Load a trained population to act: from a run directory, a checkpoint, an export or a league snapshot.
+
+    Files are read weights-only; the classes they name are built only if they are lightmarl's
+    own or listed in ``allow`` (see :mod:`lightmarl.inference.allowed`).
+
+    Args:
+        path: a run directory (``runs/<name>``: its ``checkpoints/last.ckpt``), a training
+            checkpoint, a ``lightmarl export`` directory, a ``PolicyDict.save`` file or a
+            self-describing league snapshot file.
+        allow: class paths outside lightmarl (e.g. a game's policy in ``examples/``) to trust.
+        device: where the policies run.
+
+    Raises:
+        ValueError: naming the path when it is none of those, cannot be read, or names a class
+            that is not allowed.
+    """
+    return Population(read_artifact(path), allow=allow, device=device)
+
+
+class Population:
+    """The policies of a saved population, its env transforms and agent -> binding map (see the module doc).
+
+    Args:
+        artifact: what :func:`~lightmarl.inference.artifact.read_artifact` read.
+        allow: class paths outside lightmarl to trust.
+        device: where the policies run.
+
+    Attributes:
+        bindings: binding id -> policy (a ``torch.nn.Module`` in eval mode).
+        agent_map: agent -> the binding that acts for it (the run's default map).
+        agent_map_per_env: env copy -> {agent -> binding} where the run seated copies differently (a league).
+        groups: group name -> :class:`~lightmarl.envs.spec.GroupSpec` (the spaces the policies read).
+        env: the env's description as the run recorded it (``env_fn``, ``env_kwargs``, ``possible_agents``, ...).
+        frames: env steps the run trained for (0 for sources without counters).
+        iterations: training iterations of the run.
+        mixtures: league mixtures: name -> {member (binding or snapshot id) -> weight}.
+        transforms: the env transforms applied inside :meth:`act` (settings and frozen statistics).
+    """
+
+    def __init__(self, artifact: Artifact, *, allow: Collection[str] = (), device: str | torch.device = "cpu") -> None:
+        artifact.check_classes(allow)
+        self.artifact = artifact
+        self.allow = tuple(allow)
+        self.device = torch.device(device)
+        missing = sorted({e["group"] for e in artifact.bindings.values()} - set(artifact.groups))
+        if missing:
+            raise ValueError(
+                f"{artifact.source!r} does not describe agent groups {missing} (it predates saved group specs); "
+                "re-save it with this lightmarl"
+            )
+        self.groups = {name: artifact.group_spec(name) for name in artifact.groups}
+        self.pipeline = ObservationPipeline(artifact, self.allow)
+        self.transforms = self.pipeline.transforms
+        self.bindings: dict[str, Policy] = build_bindings(artifact, self.groups, self.transforms)
+        for policy in self.bindings.values():
+            policy.to(self.device).eval().requires_grad_(False)
+        self.agent_map: dict[str, str] = dict(artifact.agent_binding_map.get("default", {}))
+        self.agent_map_per_env: dict[int, dict[str, str]] = {
+            int(k): dict(v) for k, v in artifact.agent_binding_map.get("per_env", {}).items()
+        }
+        self.env = dict(artifact.env)
+        self.frames = int(artifact.counters.get("frames", 0))
+        self.iterations = int(artifact.counters.get("iterations", 0))
+        self.mixtures = {name: dict(members) for name, members in artifact.mixtures.items()}
+        self._where = group_of_agents(self.groups)
+        self._states: dict[str, torch.Tensor] = {}  # recurrent binding -> [1, agents, *state_shape]
+        self._is_init = True
+        for agent, binding in self.agent_map.items():
+            if binding not in self.bindings:
+                raise ValueError(f"{artifact.source!r}: agent {agent!r} is mapped to unknown binding {binding!r}")
+
+    # -- metadata -------------------------------------------------------------------------
+    def snapshots(self) -> list[Snapshot]:
+        """The league's snapshots (id, parent player, how to build it, where its weights are)."""
+        return list(self.artifact.snapshots)
+
+    def snapshot_policy(self, snapshot_id: str) -> Policy:
+        """The policy of league snapshot ``snapshot_id``, built and loaded (eval mode)."""
+        found = {s.id: s for s in self.artifact.snapshots}
+        if snapshot_id not in found:
+            raise ValueError(f"no league snapshot {snapshot_id!r}; the population has {sorted(found)}")
+        snapshot = found[snapshot_id]
+        group = self.groups[snapshot.binding["group"]]
+        policy = build_policy(
+            snapshot.binding["class_path"], snapshot.binding["policy_kwargs"], group, field=f"snapshot {snapshot_id!r}"
+        )
+        _load_weights(policy, self.artifact.snapshot_weights(snapshot), f"snapshot {snapshot_id!r}", snapshot.path)
+        return policy.to(self.device).eval().requires_grad_(False)
+
+    def seat(self, agent_map: Mapping[str, str]) -> None:
+        """Change who acts for whom: ``{agent: binding or snapshot id}``; snapshots join as frozen bindings.
+
+        Raises:
+            ValueError: for an unknown agent or binding, or a binding of another agent group.
+        """
+        snapshot_ids = {s.id for s in self.artifact.snapshots}
+        for agent, binding in agent_map.items():
+            if agent not in self._where:
+                raise ValueError(f"seat: no agent {agent!r}; the agents are {list(self.agent_map)}")
+            if binding not in self.bindings:
+                if binding not in snapshot_ids:
+                    raise ValueError(
+                        f"seat: no binding or snapshot {binding!r}; bindings {sorted(self.bindings)}, "
+                        f"snapshots {sorted(snapshot_ids)}"
+                    )
+                self.bindings[binding] = self.snapshot_policy(binding)
+            group = self._where[agent][0]
+            if self.bindings[binding].group.name != group:
+                raise ValueError(
+                    f"seat: binding {binding!r} acts for group {self.bindings[binding].group.name!r}, agent {agent!r} "
+                    f"is in group {group!r}"
+                )
+            self.agent_map[self._name(agent)] = binding
+        self.reset()
+
+    def reset(self) -> None:
+        """A new episode: recurrent states and frame stacks start afresh."""
+        self._states = {}
+        self._is_init = True
+        self.pipeline.reset()
+
+    # -- acting ---------------------------------------------------------------------------
+    def act(self, observations: Mapping[Any, Any], *, greedy: bool = True) -> dict[Any, Any]:
+        """Actions of every agent in ``observations`` (a PettingZoo parallel env's dict).
+
+        Args:
+            observations: agent -> its observation (an array, or PettingZoo's dict with
+                ``observation`` and ``action_mask``), as ``env.reset()`` / ``env.step()`` return them.
+            greedy: the most likely action (``True``), or a sample of the policy's distribution.
+
+        Returns:
+            agent -> action (an ``int`` for discrete actions, a NumPy array otherwise), keyed as given.
+
+        Raises:
+            ValueError: for an agent the population does not know, or a masked binding's agent
+                whose observation has no ``action_mask``.
+        """
+        return self._act(observations, greedy=greedy, advance=None)
+
+    def act_turn(self, agent: Any, observation: Any, *, greedy: bool = True) -> Any:
+        """The action of ``agent`` whose turn it is in an AEC env (``env.last()``'s observation).
+
+        Only that agent's recurrent state advances. A masked group's observation must carry its
+        ``action_mask``; the action is always a legal one under it.
+        """
+        return self._act({agent: observation}, greedy=greedy, advance=agent)[agent]
+
+    def _name(self, agent: Any) -> str:
+        group, i = self._where[agent]
+        return self.groups[group].agents[i]
+
+    def _act(self, observations: Mapping[Any, Any], *, greedy: bool, advance: Any) -> dict[Any, Any]:
+        rows: dict[str, torch.Tensor] = {g: self.pipeline.empty(g) for g in self.groups}
+        valid = {g: torch.zeros(1, spec.num_agents, dtype=torch.bool) for g, spec in self.groups.items()}
+        masks: dict[str, torch.Tensor] = {
+            g: torch.ones(1, spec.num_agents, spec.num_actions, dtype=torch.bool)
+            for g, spec in self.groups.items()
+            if spec.has_action_mask
+        }
+        placed: list[tuple[Any, str, int]] = []
+        for agent, observation in observations.items():
+            if agent not in self._where:
+                raise ValueError(f"act: unknown agent {agent!r}; the population's agents are {list(self.agent_map)}")
+            group, i = self._where[agent]
+            binding = self.agent_map.get(self.groups[group].agents[i])
+            if binding is None:
+                raise ValueError(
+                    f"act: no binding acts for agent {agent!r} (the population has {sorted(self.bindings)})"
+                )
+            if isinstance(observation, Mapping):
+                if group in masks:
+                    if keys.ACTION_MASK not in observation:
+                        raise ValueError(self._mask_message(agent, binding, group))
+                    masks[group][0, i] = torch.as_tensor(np.asarray(observation[keys.ACTION_MASK]), dtype=torch.bool)
+                observation = observation[keys.OBSERVATION]
+            elif group in masks:
+                raise ValueError(self._mask_message(agent, binding, group))
+            rows[group][0, i] = torch.as_tensor(self.pipeline.frame(group, observation)).to(rows[group].dtype)
+            valid[group][0, i] = True
+            placed.append((agent, group, i))
+        transformed = self.pipeline(rows, valid)
+        outputs: dict[tuple[str, str], torch.Tensor] = {}
+        exploration = ExplorationType.DETERMINISTIC if greedy else ExplorationType.RANDOM
+        with torch.no_grad(), set_exploration_type(exploration):
+            for group, spec in self.groups.items():
+                used = {self.agent_map[self.groups[group].agents[i]] for (_, g, i) in placed if g == group}
+                for binding in sorted(used):
+                    outputs[(group, binding)] = self._forward(
+                        binding, spec, transformed[group], masks.get(group), valid[group], advance
+                    )
+        self._is_init = False
+        actions = {}
+        for agent, group, i in placed:
+            action = outputs[(group, self.agent_map[self.groups[group].agents[i]])][0, i].cpu()
+            actions[agent] = int(action) if self.groups[group].action_kind == "discrete" else action.numpy()
+        return actions
+
+    def _forward(
+        self,
+        binding: str,
+        spec: GroupSpec,
+        observation: torch.Tensor,
+        mask: torch.Tensor | None,
+        valid: torch.Tensor,
+        advance: Any,
+    ) -> torch.Tensor:
+        policy = self.bindings[binding]
+        entries: dict[str, torch.Tensor] = {
+            keys.OBSERVATION: observation.to(self.device),
+            keys.AGENT_ID: torch.tensor([spec.agent_ids], device=self.device),
+        }
+        if mask is not None:
+            entries[keys.ACTION_MASK] = mask.to(self.device)
+        recurrent = getattr(policy, "is_recurrent", False)
+        if recurrent:
+            state = self._states.get(binding)
+            if state is None:
+                shape: tuple[int, ...] = tuple(getattr(policy, "state_shape", ()))
+                state = torch.zeros(1, spec.num_agents, *shape, device=self.device)
+            entries[keys.RECURRENT_STATE] = state
+            entries[keys.IS_INIT] = torch.full((1, spec.num_agents), self._is_init, device=self.device)
+        td = TensorDict({spec.name: TensorDict(entries, batch_size=[1, spec.num_agents])}, batch_size=[1])
+        result = policy(td).get(spec.name)
+        if recurrent:
+            new = result.get(keys.NEXT_RECURRENT_STATE)
+            if advance is not None:  # a turn: only the acting agent's memory moves on
+                keep = torch.zeros(1, spec.num_agents, dtype=torch.bool, device=self.device)
+                keep[0, self._where[advance][1]] = True
+                new = torch.where(keep.view(1, -1, *([1] * (new.dim() - 2))), new, entries[keys.RECURRENT_STATE])
+            self._states[binding] = new
+        return result.get(keys.ACTION)
+
+    def _mask_message(self, agent: Any, binding: str, group: str) -> str:
+        return (
+            f"act: binding {binding!r} (group {group!r}) acts under an action mask, but agent {agent!r}'s observation "
+            f"has no {keys.ACTION_MASK!r}: pass PettingZoo's dict observation {{'observation': ..., "
+            f"'{keys.ACTION_MASK}': ...}} (env.last() / env.observe(agent) of an AEC env)"
+        )
+
+
+def build_bindings(
+    artifact: Artifact, groups: Mapping[str, GroupSpec], transforms: Sequence[VecTransform] = ()
+) -> dict[str, Policy]:
+    """Each binding's policy, built from its class and kwargs with its weights loaded (shared modules shared).
+
+    A binding its run loaded from yet another run (an NPC) keeps that run's input normalization,
+    with the artifact's own ``transforms`` normalization undone first. The caller has checked the
+    artifact's class paths (:meth:`Artifact.check_classes`).
+    """
+    built: dict[str, nn.Module] = {}
+    policies: dict[str, Policy] = {}
+    for binding_id, entry in artifact.bindings.items():
+        field = f"{artifact.source!r} binding {binding_id!r}"
+        group = groups[entry["group"]]
+        injected = rebuild_shared_modules(
+            entry.get("shared_modules", {}), artifact.shared_modules, group, field=field, built=built
+        )
+        policy: Policy = build_policy(
+            entry["class_path"], entry["policy_kwargs"], group, field=field, injected=injected
+        )
+        prefix = f"{binding_id}."
+        weights = {k[len(prefix) :]: v for k, v in artifact.state.items() if k.startswith(prefix)}
+        _load_weights(policy, weights, field, f"binding {binding_id!r} of {artifact.source!r}")
+        # An NPC its run loaded from another run keeps that run's input normalization.
+        norms = entry.get(INPUT_TRANSFORMS)
+        host = host_normalization(transforms, group.name) if norms else None
+        policies[binding_id] = attach_input_transforms(policy, norms, host)
+    return policies
