@@ -89,6 +89,7 @@ def write_result(
     directory: Path | str | None = None,
     measured_on: Mapping[str, Any] | None = None,
     date: str | None = None,
+    commit: str | None = None,
 ) -> Path:
     """Write ``benchmarks/results/<name>.json`` and return its path.
 
@@ -108,6 +109,8 @@ def write_result(
         measured_on: the machine, for numbers measured elsewhere or earlier (default: this one,
             :func:`machine`).
         date: the measurement's date (ISO 8601), for the same case (default: now, UTC).
+        commit: the commit whose code was measured, for the same case (default: ``HEAD``, with
+            ``dirty`` saying whether tracked files had changes); ``""`` when it is not known.
 
     Raises:
         ValueError: a bad ``name``, an empty ``command``, ``rows`` without ``columns`` or rows of
@@ -123,12 +126,15 @@ def write_result(
         for row in rows:
             if len(row) != len(columns):
                 raise ValueError(f"rows: {list(row)!r} has {len(row)} cells for {len(columns)} columns")
-    commit = _git("rev-parse", "HEAD")
+    dirty = None
+    if commit is None:
+        commit = _git("rev-parse", "HEAD")
+        dirty = bool(_git("status", "--porcelain", "--untracked-files=no")) if commit else None
     result: dict[str, Any] = {
         "name": name,
         "command": command,
-        "commit": commit,
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")) if commit else None,
+        "commit": commit or None,
+        "dirty": dirty,
         "date": date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": dict(measured_on) if measured_on is not None else machine(),
         "per_seed": dict(per_seed),

@@ -46,11 +46,19 @@ def _cell(value: Any, fmt: str | None) -> str:
     return str(value).replace("|", "\\|")
 
 
+NUMBER = re.compile(r"^\**[−+-]?[\d,]*\.?\d+(\s?[×x%]|\s?[a-zµ]+)?\**$|^$")
+
+
+def _numeric(value: Any) -> bool:
+    # Numbers, and cells written as numbers ("1,234", "−0.42", "1.07×", "4.3 ms"), align right.
+    return value is None or isinstance(value, int | float) or (isinstance(value, str) and bool(NUMBER.match(value)))
+
+
 def _table(columns: list[Any], rows: Iterable[list[Any]]) -> list[str]:
     names = [c if isinstance(c, str) else c["name"] for c in columns]
     formats = [None if isinstance(c, str) else c.get("format") for c in columns]
     rows = [list(r) for r in rows]
-    numeric = [bool(rows) and all(isinstance(r[i], int | float) or r[i] is None for r in rows) for i in range(len(names))]
+    numeric = [bool(rows) and all(_numeric(r[i]) for r in rows) for i in range(len(names))]
     lines = ["| " + " | ".join(names) + " |", "| " + " | ".join("---:" if n else "---" for n in numeric) + " |"]
     lines += ["| " + " | ".join(_cell(v, f) for v, f in zip(row, formats)) + " |" for row in rows]
     return lines
@@ -75,7 +83,7 @@ def render(result: Mapping[str, Any]) -> str:
         for part in (
             machine.get("cpu"),
             f"{machine['cores']} cores" if machine.get("cores") else None,
-            "load " + " / ".join(f"{x:g}" for x in machine["load"]) if machine.get("load") else None,
+            "load " + " / ".join(f"{x:g}" for x in machine["load"] if x is not None) if machine.get("load") else None,
         )
         if part
     )
