@@ -1,4 +1,4 @@
-"""Training speed with 1 and 2 DDP processes on CPU: frames/s of a recipe and the ratio (issue 18, item 7).
+"""Training speed with 1 and 2 DDP processes on CPU: frames/s of a recipe and the ratio.
 
 Runs ``lightmarl fit --config <recipe>`` for ``--iterations`` iterations, alternately with one
 process (no DDP) and with ``--trainer.strategy ddp --trainer.devices 2`` on CPU (gloo), for

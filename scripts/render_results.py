@@ -128,14 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         differ = stale(pages())
         for line in differ:
-            print(f"stale table: {line} (run python scripts/render_results.py)", file=sys.stderr)
+            print(f"stale table: {line} (run python scripts/render_results.py)", file=sys.stderr)  # noqa: T201
         return 1 if differ else 0
     for path in pages():
         text = path.read_text()
         new = rendered(text)
         if new != text:
             path.write_text(new)
-            print(f"rewrote {path.relative_to(ROOT)}")
+            print(f"rewrote {path.relative_to(ROOT)}")  # noqa: T201
     return 0
 
 

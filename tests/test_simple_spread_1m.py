@@ -1,5 +1,5 @@
 """benchmarks/benchmarl/simple_spread_1m.py: the recipes it trains parse with its overrides, and its
-table's means and intervals are the seeds' (issue 19, item 3)."""
+table's means and intervals are the seeds'."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MAPPO and IPPO on mpe2 simple_spread for 1M frames over several seeds (issue 19, item 3).
+"""MAPPO and IPPO on mpe2 simple_spread for 1M frames over several seeds.
 
 Trains ``recipes/quickstart.yaml`` (MAPPO: the critic reads every agent's observation) and
 ``recipes/ippo_simple_spread.yaml`` (IPPO: the critic reads the agent's own observation) with

@@ -2,7 +2,7 @@
 
 The buffer holds rows in one of two ways: **kept rollouts** (:meth:`MultiAgentRolloutBuffer.add_rollout`,
 the training path: the collector's ``[envs, time]`` rollout TensorDicts themselves, by
-reference, which the trainers then read) or **copied rows** (the seed's single-env API and
+reference, which the trainers then read) or **copied rows** (the single-env API of :meth:`~MultiAgentRolloutBuffer.add_transition` and
 :meth:`~MultiAgentRolloutBuffer.add_batch`: a flat, preallocated store with batch
 ``[capacity]``). Every row carries the annotations of :mod:`lightmarl.keys` plus
 :data:`~lightmarl.keys.TIME_INDEX`, the env step within its episode, so any
@@ -28,7 +28,7 @@ from tensordict.utils import NestedKey
 from lightmarl import keys
 from lightmarl.data.episode_tracking import EpisodeTracker, episode_record
 
-# The seed's ``current_episode`` field names -> the TensorDict keys the rows are stored under.
+# The single-env API's ``current_episode`` field names -> the TensorDict keys the rows are stored under.
 SEED_FIELDS: dict[str, NestedKey] = {
     "states": keys.OBSERVATION,
     "state_values": keys.STATE_VALUE,
@@ -53,7 +53,7 @@ class MultiAgentRolloutBuffer:
 
     One buffer holds one agent group of ``n_agents`` agents. It offers two ways in:
 
-    * the single-env API of the design seed: :meth:`add_transition` appends one step of all
+    * the single-env API: :meth:`add_transition` appends one step of all
       agents to :attr:`current_episode`, :meth:`end_episode` closes it (per-agent and average
       length and reward) and moves it to the row store, :meth:`reset_current_episode` drops it;
     * the vectorized API: :meth:`add_batch` takes one step of ``num_envs`` envs as a
@@ -282,7 +282,7 @@ class MultiAgentRolloutBuffer:
 
     @property
     def current_episode(self) -> dict[str, Any]:
-        """The seed's dict view of the episode in progress.
+        """The single-env API's dict view of the episode in progress.
 
         ``states``, ``state_values``, ``actions``, ``log_probs``, ``rewards``, ``next_states``,
         ``next_state_values`` and ``dones`` map to a list (one entry per agent) of tensors with

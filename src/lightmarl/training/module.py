@@ -210,11 +210,11 @@ class MARLModule(LightningModule):
         return self.population.policies
 
     def get_weights(self, binding_id: str) -> dict[str, torch.Tensor]:
-        """A CPU copy of one binding's policy weights (seed 000's ``get_weight``)."""
+        """A CPU copy of one binding's policy weights (what :class:`~lightmarl.training.weight_exchange.WeightExchange` publishes)."""
         return {k: v.detach().cpu().clone() for k, v in self._policy_of(binding_id).state_dict().items()}
 
     def set_weights(self, binding_id: str, weights: dict[str, torch.Tensor]) -> None:
-        """Load weights into one binding's policy (seed 000's ``update_weight``); shapes must match."""
+        """Load weights into one binding's policy (another run's, from :class:`~lightmarl.training.weight_exchange.WeightExchange`); shapes must match."""
         policy = self._policy_of(binding_id)
         try:
             policy.load_state_dict(weights)
