@@ -46,11 +46,11 @@ def _cell(value: Any, fmt: str | None) -> str:
     return str(value).replace("|", "\\|")
 
 
-NUMBER = re.compile(r"^\**[−+-]?[\d,]*\.?\d+(\s?[×x%]|\s?[a-zµ]+)?\**$|^$")
+NUMBER = re.compile(r"^\**[−+-]?[\d,]*\.?\d+(\s?±\s?[\d,.]+)?(\s?[×x%]|\s?[a-zµ]+)?\**$|^$")
 
 
 def _numeric(value: Any) -> bool:
-    # Numbers, and cells written as numbers ("1,234", "−0.42", "1.07×", "4.3 ms"), align right.
+    # Numbers, and cells written as numbers ("1,234", "−0.42 ± 0.1", "1.07×", "4.3 ms"), align right.
     return value is None or isinstance(value, int | float) or (isinstance(value, str) and bool(NUMBER.match(value)))
 
 
