@@ -89,7 +89,8 @@ def render(result: Mapping[str, Any]) -> str:
     )
     commit = (result.get("commit") or "")[:10]
     lines += ["", f"`{result['command']}`", ""]
-    detail = f"Measured {result['date'][:10]}" + (f" on {where}" if where else "") + (f", commit `{commit}`" if commit else "")
+    detail = f"Measured {result['date'][:10]}" + (f" on {where}" if where else "")
+    detail += (f", commit `{commit}`" if commit else "") + (" with uncommitted changes" if result.get("dirty") else "")
     if result.get("source"):
         detail += f"; {result['source']}"
     lines.append(detail + f" (`benchmarks/results/{result['name']}.json`).")

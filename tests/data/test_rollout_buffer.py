@@ -16,7 +16,7 @@ OBS_DIM = 5
 HIDDEN = 4
 
 
-# --------------------------------------------------------------------------- seed API
+# --------------------------------------------------------------------- single-env API
 
 
 def _seed_step(buffer: MultiAgentRolloutBuffer, t: int, rewards: list[float], dones: list[bool], valid=None) -> None:
