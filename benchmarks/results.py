@@ -129,7 +129,9 @@ def write_result(
     dirty = None
     if commit is None:
         commit = _git("rev-parse", "HEAD")
-        dirty = bool(_git("status", "--porcelain", "--untracked-files=no")) if commit else None
+        # Results written by an earlier benchmark of the same session do not make the code dirty.
+        changed = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results")
+        dirty = bool(changed) if commit else None
     result: dict[str, Any] = {
         "name": name,
         "command": command,
