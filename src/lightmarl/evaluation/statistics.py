@@ -7,8 +7,9 @@ outcomes with the seat played, env info fields, per binding); output is one
 Which interval for a mean? The **t interval is the default**: it is exact for normally
 distributed returns, deterministic, and widens honestly for small ``n``, where the percentile
 bootstrap's resampling understates the spread (measured: with ``n = 5`` normal returns a
-nominal 95% t interval covered 95.4% of the time, the percentile bootstrap 85.1%; on skewed,
-exponential returns with ``n = 30``, 93.4% and 92.0%; docs/evaluation.md has the table). The
+nominal 95% t interval covered 94.2% of the time, the percentile bootstrap 83.6%; on skewed,
+exponential returns with ``n = 30``, 93.0% and 92.4%; docs/evaluation.md has the table and
+``benchmarks/interval_coverage.py`` reproduces it). The
 **percentile bootstrap** (``interval="bootstrap"``, seeded, so it is reproducible) matches tools
 that report bootstrap intervals (rliable, marl-eval) and agrees with the t interval for large
 ``n``. Rates (win, draw, loss) always use the Wilson score interval, which stays inside
