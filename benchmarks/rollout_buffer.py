@@ -142,7 +142,11 @@ def run_single_env_api(args: argparse.Namespace) -> tuple[str, str, str]:
         buffer.end_episode()
 
     dt = best_of(episode, args.repeats)
-    return ("single-env API (1 env)", "add_transition + end_episode", f"{args.steps * A / dt / 1e3:,.0f} k agent-steps/s")
+    return (
+        "single-env API (1 env)",
+        "add_transition + end_episode",
+        f"{args.steps * A / dt / 1e3:,.0f} k agent-steps/s",
+    )
 
 
 def main() -> None:
