@@ -26,6 +26,7 @@ import argparse
 import os
 import platform
 import statistics
+import sys
 import time
 
 import torch
@@ -83,6 +84,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--write-result", action="store_true", help="also write benchmarks/results/binding_forward.json"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -99,6 +103,8 @@ def main() -> None:
         "| grouped, separate forwards (µs) | × batched |"
     )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    rows: list[list[object]] = []
+    per_run: dict[str, dict[str, list[float]]] = {}
     with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
         for layout in args.layouts:
             for num_agents in args.agents:
@@ -124,6 +130,34 @@ def main() -> None:
                         f"{r_stk:.2f} | {sep * 1e6:,.0f} | {r_sep:.2f} |",
                         flush=True,
                     )
+                    timings = [
+                        f"{ref * 1e6:,.0f}",
+                        f"{stk * 1e6:,.0f}",
+                        f"{r_stk:.2f}",
+                        f"{sep * 1e6:,.0f}",
+                        f"{r_sep:.2f}",
+                    ]
+                    rows.append([layout, num_agents, num_bindings, *timings])
+                    per_run[f"{layout} / {num_agents} / {num_bindings}"] = {
+                        "batched_s": times[0],
+                        "stacked_s": times[1],
+                        "separate_s": times[2],
+                    }
+    if args.write_result:
+        from results import write_result  # benchmarks/results.py, beside this script
+
+        argv = " ".join(a for a in sys.argv[1:] if a != "--write-result")
+        columns = ["layout", "A (rows)", "B", "one batched forward (µs)", "grouped, stacked (µs)", "× batched"]
+        path = write_result(
+            "binding_forward",
+            command=f"python benchmarks/binding_forward.py {argv}".strip(),
+            per_seed=per_run,
+            columns=[*columns, "grouped, separate forwards (µs)", "× batched"],
+            rows=rows,
+            notes=f"Synthetic group: {OBS_DIM}-dim observations, {NUM_ACTIONS} actions, MLPActorCritic 64×64 per "
+            f"binding; {args.repeats} rounds × {args.calls} calls, median; torch threads {args.threads}.",
+        )
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Training speed with 1 and 2 DDP processes on CPU: frames/s of a recipe and the ratio (issue 18, item 7).
+"""Training speed with 1 and 2 DDP processes on CPU: frames/s of a recipe and the ratio.
 
 Runs ``lightmarl fit --config <recipe>`` for ``--iterations`` iterations, alternately with one
 process (no DDP) and with ``--trainer.strategy ddp --trainer.devices 2`` on CPU (gloo), for
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import os
 import shutil
 import statistics
@@ -109,6 +110,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=12, help="iterations per run")
     parser.add_argument("--warmup", type=int, default=2, help="first iterations left out of the median")
+    parser.add_argument("--write-result", action="store_true", help="also write benchmarks/results/ddp_speed.json")
     parser.add_argument("extra", nargs="*", help="more `lightmarl fit` overrides, e.g. --model.env.num_envs=16")
     args = parser.parse_args()
     runs: list[tuple[Run, Run]] = []
@@ -126,16 +128,33 @@ def main() -> None:
         "| round | processes | frames/s | collect s / it | update s / it | load (1 min) | CPU busy, all processes (cores) | ratio 2 / 1 |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    rows: list[list[object]] = []
     for i, (one, two) in enumerate(runs, 1):
         for run in (one, two):
-            ratio = f"{two.fps / one.fps:.2f}x" if run is two else ""
-            lines.append(
-                f"| {i} | {run.processes} | {run.fps:.0f} | {run.collect_s:.3f} | {run.update_s:.3f} | "
-                f"{run.load:.2f} | {run.busy_cores:.2f} | {ratio} |"
-            )
+            ratio = f"{two.fps / one.fps:.2f}×" if run is two else ""
+            cells = [f"{run.fps:.0f}", f"{run.collect_s:.3f}", f"{run.update_s:.3f}", f"{run.load:.2f}"]
+            rows.append([str(i), str(run.processes), *cells, f"{run.busy_cores:.2f}", ratio])
+            lines.append("| " + " | ".join(rows[-1]) + " |")
     ratios = [two.fps / one.fps for one, two in runs]
     lines.append(f"\nmedian ratio {statistics.median(ratios):.2f}x (rounds: {', '.join(f'{r:.2f}' for r in ratios)})")
     print("\n".join(lines))
+    if args.write_result:
+        from results import write_result  # benchmarks/results.py, beside this script
+
+        argv = " ".join(a for a in sys.argv[1:] if a != "--write-result")
+        path = write_result(
+            "ddp_speed",
+            command=f"python benchmarks/ddp_speed.py {argv}".strip(),
+            per_seed={
+                f"round {i}": {f"{run.processes} processes": dataclasses.asdict(run) for run in pair}
+                for i, pair in enumerate(runs, 1)
+            },
+            columns=[c.strip() for c in lines[2].strip("|").split("|")],
+            rows=rows,
+            notes=f"{args.iterations} iterations per run, medians after {args.warmup} warm-up iterations; median "
+            f"ratio {statistics.median(ratios):.2f}×.",
+        )
+        print(f"wrote {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -238,6 +238,28 @@ def table(name: str, recipe: Recipe, results: dict[str, list[RunResult]], refere
     return lines
 
 
+def write_table(
+    name: str, lines: list[str], results: dict[str, list[RunResult]], argv: Sequence[str], directory: Path | None = None
+) -> Path:
+    """One recipe's table (:func:`table`) and every run's figures as ``benchmarks/results/<name>.json``."""
+    from results import write_result  # benchmarks/results.py, beside this script
+
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines if line.startswith("|")]
+    gain = next((line for line in lines if line.startswith("Gain")), None)
+    command = " ".join(
+        ["OMP_NUM_THREADS=1 python benchmarks/distillation_gain.py", *(a for a in argv if a != "--write-result")]
+    )
+    return write_result(
+        name,
+        command=command,
+        per_seed={arm: {str(k): asdict(r) for k, r in enumerate(runs)} for arm, runs in results.items()},
+        columns=rows[0],
+        rows=rows[2:],
+        notes=gain,
+        directory=directory,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES))
@@ -253,6 +275,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="a lightmarl override for every run of both arms, written --extra=--model.x=y (repeatable)",
     )
     parser.add_argument("--tag", help="keep the runs under OUT/TAG (a variant's runs apart from the recipe's)")
+    parser.add_argument(
+        "--write-result",
+        action="store_true",
+        help="also write benchmarks/results/distillation_gain_<recipe>[_<tag>].json (the docs' tables)",
+    )
     args = parser.parse_args(argv)
     if args.extra and not args.tag:
         parser.error("--extra changes the runs: name them with --tag so they do not mix with the recipe's")
@@ -279,7 +306,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                 recipe, "random", "lightmarl.policies.UniformRandomPolicy", args.out, args.rerun
             ),
         }
-        report += table(name, recipe, results, references)
+        lines = table(name, recipe, results, references)
+        report += lines
+        if args.write_result:
+            result_name = f"distillation_gain_{name}" + (f"_{args.tag}" if args.tag else "")
+            argv_used = sys.argv[1:] if argv is None else list(argv)
+            write_table(result_name, lines, results, argv_used)
     print(f"load average after: {load_average()}\n")
     print("\n".join(report))
 

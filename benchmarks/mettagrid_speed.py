@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 from typing import Any
 
 import torch
@@ -64,6 +65,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument(
+        "--write-result",
+        action="store_true",
+        help="also write benchmarks/results/mettagrid_speed.json (the docs' table)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     runners = [
@@ -76,10 +82,24 @@ def main() -> None:
     print(f"load average after: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("| path | env steps/s (best) | agent steps/s | × raw (median) |")
     print("| --- | ---: | ---: | ---: |")
+    rows = []
     for i, runner in enumerate(runners):
         best = max(r[i] for r in repeats)
         ratio = statistics.median(r[i] / r[0] for r in repeats)
+        rows.append([runner.name, f"{best:,.0f}", f"{best * agents:,.0f}", f"{ratio:.2f}"])
         print(f"| {runner.name} | {best:,.0f} | {best * agents:,.0f} | {ratio:.2f} |")
+    if args.write_result:
+        from results import write_result  # benchmarks/results.py, beside this script
+
+        argv = " ".join(a for a in sys.argv[1:] if a != "--write-result")
+        path = write_result(
+            "mettagrid_speed",
+            command=f"python benchmarks/mettagrid_speed.py {argv}".strip(),
+            per_seed={f"run {k}": dict(zip([r.name for r in runners], run)) for k, run in enumerate(repeats)},
+            columns=["path", "env steps/s (best)", "agent steps/s", "× raw (median)"],
+            rows=rows,
+        )
+        print(f"wrote {path}")
     for runner in runners:
         runner.close()
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sys
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -79,6 +80,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds each path runs per repeat")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--write-result",
+        action="store_true",
+        help="also write benchmarks/results/multiwalker_speed.json (the docs' table)",
+    )
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
@@ -104,10 +110,24 @@ def main() -> None:
     )
     print("| path | env steps/s (best run) | ratio to raw (median of same-run ratios) |")
     print("| --- | ---: | ---: |")
+    rows = []
     for i, runner in enumerate(runners):
         rates = [run[i] for run in runs]
         ratio = float(np.median([run[i] / run[0] for run in runs]))
+        rows.append([runner.name, f"{max(rates):,.0f}", f"{ratio:.2f}"])
         print(f"| {runner.name} | {max(rates):,.0f} | {ratio:.2f} |")
+    if args.write_result:
+        from results import write_result  # benchmarks/results.py, beside this script
+
+        argv = " ".join(a for a in sys.argv[1:] if a != "--write-result")
+        path = write_result(
+            "multiwalker_speed",
+            command=f"python benchmarks/multiwalker_speed.py {argv}".strip(),
+            per_seed={f"run {k}": dict(zip([r.name for r in runners], run)) for k, run in enumerate(runs)},
+            columns=["path", "env steps/s (best run)", "ratio to raw (median of same-run ratios)"],
+            rows=rows,
+        )
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import sys
 import time
 from collections.abc import Callable
 
@@ -129,7 +130,7 @@ def run_case(args: argparse.Namespace, hidden: int, invalid: float) -> list[tupl
     return results
 
 
-def run_seed_api(args: argparse.Namespace) -> tuple[str, str, str]:
+def run_single_env_api(args: argparse.Namespace) -> tuple[str, str, str]:
     A = args.n_agents
     buffer = MultiAgentRolloutBuffer(A)
     obs = torch.randn(A, args.obs_dim)
@@ -141,7 +142,11 @@ def run_seed_api(args: argparse.Namespace) -> tuple[str, str, str]:
         buffer.end_episode()
 
     dt = best_of(episode, args.repeats)
-    return ("seed API (1 env)", "add_transition + end_episode", f"{args.steps * A / dt / 1e3:,.0f} k agent-steps/s")
+    return (
+        "single-env API (1 env)",
+        "add_transition + end_episode",
+        f"{args.steps * A / dt / 1e3:,.0f} k agent-steps/s",
+    )
 
 
 def main() -> None:
@@ -156,12 +161,17 @@ def main() -> None:
     parser.add_argument(
         "--clock", choices=sorted(CLOCKS), default="wall", help="cpu: process CPU time, steadier on a shared machine"
     )
+    parser.add_argument(
+        "--write-result",
+        action="store_true",
+        help="also write benchmarks/results/rollout_buffer_<clock>.json, which the docs' table is rendered from",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     global clock
     clock = CLOCKS[args.clock]
     results = [r for case in ((0, 0.0), (0, 0.2), (args.hidden, 0.0)) for r in run_case(args, *case)]
-    results.append(run_seed_api(args))
+    results.append(run_single_env_api(args))
     print(
         f"{args.num_envs} envs x {args.n_agents} agents, {args.steps} steps; torch {torch.__version__}, "
         f"{args.threads} thread(s), {args.clock} clock, {platform.processor() or platform.machine()}\n"
@@ -170,6 +180,22 @@ def main() -> None:
     print("| --- | --- | --- |")
     for case, measure, value in results:
         print(f"| {case} | {measure} | {value} |")
+    if args.write_result:
+        from results import write_result  # benchmarks/results.py, beside this script
+
+        command = "PYTHONPATH=src python benchmarks/rollout_buffer.py " + " ".join(
+            a for a in sys.argv[1:] if a != "--write-result"
+        )
+        path = write_result(
+            f"rollout_buffer_{args.clock}",
+            command=command.strip(),
+            per_seed={"0": {f"{case} / {measure}": value for case, measure, value in results}},
+            columns=["case", "measure", "value"],
+            rows=[list(r) for r in results],
+            notes=f"{args.num_envs} envs × {args.n_agents} agents, {args.steps} steps, {args.threads} torch thread(s), "
+            f"{args.clock} clock, best of {args.repeats}.",
+        )
+        print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Soak: memory of a long mixed-population run, to see growth that short runs hide (issue 18, item 8).
+"""Soak: memory of a long mixed-population run, to see growth that short runs hide.
 
 Runs ``lightmarl fit --config recipes/soak_mixed.yaml`` (PPO and DQN learning beside a frozen
 neural NPC, a validation with a GIF every 10 iterations, ``MemoryMonitor`` logging the resident

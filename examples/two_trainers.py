@@ -1,4 +1,4 @@
-"""Seed 000, scenario 1: two runs, each training one binding, exchanging weights every iteration.
+"""The two-trainer scenario: two runs, each training one binding, exchanging weights every iteration.
 
     .venv/bin/python examples/two_trainers.py [extra lightmarl fit overrides ...]
 

@@ -135,3 +135,20 @@ def test_a_best_by_metric_checkpoint_goes_beside_last_in_the_run_directory(tmp_p
             f"--ckpt_path={checkpoints / 'best.ckpt'}", "--model.eval_seed=20000", "--trainer.callbacks", best,
         ]
     )  # fmt: skip
+
+
+def test_print_config_shows_the_run_layout_that_runs(tmp_path, monkeypatch, capsys):
+    # --print_config prints while parsing; it must show runs/<recipe>, not default_root_dir: null.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--config", str(ROOT / "recipes/quickstart.yaml"), "--print_config"])
+    assert exit_.value.code in (0, None)
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["trainer"]["default_root_dir"] == "runs/quickstart"
+    assert printed["run_name"] == "quickstart"
+    assert {logger["init_args"]["save_dir"] for logger in printed["trainer"]["logger"]} == {"runs/quickstart"}
+    # The printed config is a recipe that runs, to the same place.
+    (tmp_path / "printed.yaml").write_text(yaml.safe_dump(printed))
+    main(["fit", "--config", str(tmp_path / "printed.yaml"), *TINY])
+    assert (tmp_path / "runs" / "quickstart" / "checkpoints" / "last.ckpt").exists()
+    assert not (tmp_path / "runs" / "printed").exists()

@@ -64,3 +64,25 @@ def test_a_variant_must_be_tagged_so_its_runs_do_not_mix_with_the_recipes(capsys
         gain.main(["--extra=--model.env.num_envs=8"])
     assert exit_info.value.code == 2
     assert "--tag" in capsys.readouterr().err
+
+
+def test_a_recipes_table_is_written_as_a_result_the_docs_render(tmp_path):
+    import importlib.util
+    import json
+
+    recipe = gain.Recipe.read(gain.RECIPES["kickstarter"])
+    runs = {
+        "teacher": [gain.RunResult(-11.4, 100_000, 130.0, "5"), gain.RunResult(-11.3, 100_000, 140.0, "5")],
+        "no_teacher": [gain.RunResult(-15.1, 100_000, 100.0, "5"), gain.RunResult(-15.2, 100_000, 99.0, "5")],
+    }
+    lines = gain.table("kickstarter", recipe, runs, {"UniformRandomPolicy": -26.75})
+    path = gain.write_table("toy_gain", lines, runs, ["--recipes", "kickstarter", "--write-result"], tmp_path)
+    result = json.loads(path.read_text())
+    assert result["command"] == "OMP_NUM_THREADS=1 python benchmarks/distillation_gain.py --recipes kickstarter"
+    assert result["per_seed"]["no_teacher"]["1"]["eval_return"] == -15.2
+    assert result["notes"].startswith("Gain (with − without teacher): +3.80")
+    spec = importlib.util.spec_from_file_location("render_results", gain.ROOT / "scripts" / "render_results.py")
+    render = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render)
+    rendered = [line for line in render.render(result).splitlines() if line.startswith("| student")]
+    assert rendered == [line for line in lines if line.startswith("| student")]

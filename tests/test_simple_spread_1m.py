@@ -1,8 +1,10 @@
 """benchmarks/benchmarl/simple_spread_1m.py: the recipes it trains parse with its overrides, and its
-table's means and intervals are the seeds' (issue 19, item 3)."""
+table's means and intervals are the seeds'."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -49,3 +51,22 @@ def test_summary_reports_mean_and_t_interval_of_the_final_returns():
     assert "| 3 |" in row and "60,000" in row
     assert not any(line.startswith("| ippo") for line in lines)
     assert lines[-1].endswith("-26.75.")
+
+
+def test_the_summary_is_written_as_a_result_the_docs_render(tmp_path):
+    def run(returns: list[float]) -> dict:
+        frames = [20_000.0 * (i + 1) for i in range(len(returns))]
+        return {"frames": frames, "train_s": [f / 1000 for f in frames], "returns": returns, "process_s": 99.0}
+
+    results = {"ippo/seed0": run([-25.0, -16.5]), "ippo/seed1": run([-24.0, -17.5])}
+    lines = script.summary(results, random=-26.75)
+    path = script.write_table("toy_1m", lines, results, ["--seeds", "0", "1", "--write-result"], -26.75, tmp_path)
+    result = json.loads(path.read_text())
+    assert result["command"] == "python benchmarks/benchmarl/simple_spread_1m.py --seeds 0 1"
+    assert result["per_seed"]["ippo/seed1"]["returns"] == [-24.0, -17.5]  # the raw curves, not only the table
+    spec = importlib.util.spec_from_file_location("render_results", ROOT / "scripts" / "render_results.py")
+    render = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render)
+    rendered = [line for line in render.render(result).splitlines() if line.startswith("| ippo")]
+    assert rendered == [line for line in lines if line.startswith("| ippo")]
+    assert "-17.00" in rendered[0]

@@ -1,4 +1,4 @@
-"""MAPPO and IPPO on mpe2 simple_spread for 1M frames over several seeds (issue 19, item 3).
+"""MAPPO and IPPO on mpe2 simple_spread for 1M frames over several seeds.
 
 Trains ``recipes/quickstart.yaml`` (MAPPO: the critic reads every agent's observation) and
 ``recipes/ippo_simple_spread.yaml`` (IPPO: the critic reads the agent's own observation) with
@@ -20,6 +20,7 @@ import argparse
 import json
 import math
 import statistics
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -112,6 +113,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--frames", type=int, default=1_000_000)
     parser.add_argument("--report", action="store_true", help="only print the table and plot from results.json")
     parser.add_argument("--plot", type=Path, default=None, help="PNG path (default: OUT/simple_spread_1m.png)")
+    parser.add_argument(
+        "--write-result",
+        action="store_true",
+        help="also write benchmarks/results/simple_spread_1m.json (the docs' table)",
+    )
     args = parser.parse_args(argv)
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -131,8 +137,37 @@ def main(argv: Sequence[str] | None = None) -> None:
                 results[run_key(algorithm, seed)] = {**curve.to_json(), "load": load_average()}
                 results_path.write_text(json.dumps({"runs": results, "random": random}, indent=1))
         results_path.write_text(json.dumps({"runs": results, "random": random}, indent=1))
-    print("\n".join(summary(results, random)))
+    lines = summary(results, random)
+    print("\n".join(lines))
     plot(results, random, args.plot or args.out / "simple_spread_1m.png")
+    if args.write_result:
+        write_table("simple_spread_1m", lines, results, argv if argv is not None else sys.argv[1:], random)
+
+
+def write_table(
+    name: str,
+    lines: list[str],
+    runs: dict[str, dict],
+    argv: Sequence[str],
+    random: float | None,
+    directory: Path | None = None,
+) -> Path:
+    """The summary table and every run's curve as ``benchmarks/results/<name>.json``."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, where results.py lives
+    from results import write_result
+
+    table = [line for line in lines if line.startswith("|")]
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table]
+    command = " ".join(["python benchmarks/benchmarl/simple_spread_1m.py", *(a for a in argv if a != "--write-result")])
+    return write_result(
+        name,
+        command=command,
+        per_seed=runs,
+        columns=cells[0],
+        rows=cells[2:],
+        notes=None if random is None else f"Uniformly random actions on the same 32 episodes: {random:.2f}.",
+        directory=directory,
+    )
 
 
 if __name__ == "__main__":

@@ -103,6 +103,19 @@ class LightmarlArgumentParser(LightningArgumentParser):
         sys.stderr.write(f"lightmarl: error: {readable(message)} (`{command} --help` lists every option)\n")
         raise SystemExit(2)
 
+    def _parse_common(self, cfg: Any, *args: Any, **kwargs: Any) -> Any:
+        # --print_config prints while parsing, before LightmarlCLI.before_instantiate_classes fills
+        # in the run layout: fill it in here too, so that the printed config is the one that runs
+        # (trainer.default_root_dir: runs/<recipe>, its loggers and checkpoint), not null.
+        request = getattr(self, "print_config", None)
+        if isinstance(request, dict):
+            config = cfg.get(request["key"]) if request.get("key") else cfg  # the subcommand's part
+            if config is not None and config.get("trainer") is not None:
+                if not config.get("run_name"):
+                    config.run_name = run_name_of(config.get("config") or [])
+                apply_run_defaults(config, config.run_name)
+        return super()._parse_common(cfg, *args, **kwargs)
+
 
 class LightmarlCLI(LightningCLI):
     """LightningCLI with lightmarl's defaults (:data:`TRAINER_DEFAULTS`) and checked checkpoints.

@@ -83,11 +83,11 @@ EPISODE_ID = "episode_id"  # unique per (env copy, episode) within a run and ran
 ENV_INDEX = "env_index"
 VALID = "valid"  # the agent was present and acted at this step
 
-#: The annotations every experience row carries (the seed's ``binding_id``, ``loss_profile_id``,
+#: The annotations every experience row carries (``binding_id``, ``loss_profile_id``,
 #: ``is_trainable_agent``, plus where the row comes from).
 ANNOTATION_KEYS = (BINDING_ID, LOSS_PROFILE_ID, IS_TRAINABLE_AGENT, AGENT_ID, EPISODE_ID, VALID)
 
-# -- the traceable rollout buffer (seed 001) ----------------------------------------------------
+# -- the traceable rollout buffer --------------------------------------------------------------
 #: Env step of the row within its episode (0 at the episode's first step).
 TIME_INDEX = "time_index"
 #: Bool entry of padded outputs: True where the position holds a stored row.

@@ -1,4 +1,4 @@
-"""The contract every algorithm passes (issue #4).
+"""The contract every algorithm passes (docs/architecture.md, "Contracts").
 
 One update changes the learner's trainable parameters and only them, its losses are finite,
 its loss keys name the env's group (never a hard-coded ``"agent"``) and its trainer state

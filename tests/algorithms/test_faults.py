@@ -1,4 +1,4 @@
-"""Non-finite losses and gradients never reach the weights; divergence is named (issue 18, item 6).
+"""Non-finite losses and gradients never reach the weights; divergence is named.
 
 Unit checks of :mod:`lightmarl.algorithms.faults` and ``optimize``, then every algorithm of the
 contract test fed NaN rewards: its update is skipped, its weights and optimizer state stay

@@ -9,13 +9,14 @@ import torch
 from tensordict import TensorDict
 
 from lightmarl import keys
+from lightmarl.data.kept_rollouts import KeptRollouts
 from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer, RolloutBufferFullError
 
 OBS_DIM = 5
 HIDDEN = 4
 
 
-# --------------------------------------------------------------------------- seed API
+# --------------------------------------------------------------------- single-env API
 
 
 def _seed_step(buffer: MultiAgentRolloutBuffer, t: int, rewards: list[float], dones: list[bool], valid=None) -> None:
@@ -567,3 +568,39 @@ def test_new_episode_id_closes_an_unfinished_episode() -> None:
     assert table["episode_id"].tolist() == [3]
     assert table["episode_length"].tolist() == [[2, 2]]
     assert buffer.trajectory(9, 1)[keys.TIME_INDEX].tolist() == [0]
+
+
+def test_the_training_path_alone_keeps_locates_and_follows_episodes_across_clears() -> None:
+    # KeptRollouts is what the collector's training path needs (clear, add_rollout, locate): the
+    # same episode table and time indices as the full buffer, an episode spanning a clear included.
+    E, T, A = 2, 3, 2
+
+    def rollout(start: int, end_at: int | None) -> TensorDict:
+        done = torch.zeros(E, T, A, 1, dtype=torch.bool)
+        episode_id = torch.arange(E).view(E, 1, 1).expand(E, T, A) + start
+        if end_at is not None:
+            done[:, end_at] = True
+            episode_id = torch.where(torch.arange(T).view(1, T, 1) > end_at, episode_id + E, episode_id)
+        return TensorDict(
+            {
+                "observation": torch.randn(E, T, A, OBS_DIM),
+                "episode_id": episode_id,
+                ("next", "reward"): torch.ones(E, T, A, 1),
+                ("next", "done"): done,
+            },
+            batch_size=[E, T, A],
+        )
+
+    kept, full = KeptRollouts(A), MultiAgentRolloutBuffer(A)
+    first, second = rollout(0, None), rollout(0, 1)  # one episode per env, 5 steps over two rollouts
+    for store in (kept, full):
+        store.add_rollout(first.clone())
+        store.clear()
+        store.add_rollout(second.clone())
+    assert len(kept) == len(full) == E * T * A
+    assert kept.locate(1, 1, 4) == full.locate(1, 1, 4) == (0, 1, 1, 1)  # time 4: the clear kept the count
+    assert kept.rollouts[0]["time_index"][0, :, 0].tolist() == [3, 4, 0]
+    table, reference = kept.completed_episodes(), full.completed_episodes()
+    assert (table == reference).all()
+    assert table["episode_length"].tolist() == [[5, 5], [5, 5]]
+    assert kept.episode_stats() == full.episode_stats()

@@ -1,4 +1,4 @@
-"""Env workers that hang or crash mid-step (issue 18, item 6): a settable timeout, then a clean stop that
+"""Env workers that hang or crash mid-step : a settable timeout, then a clean stop that
 names the worker, its copies and seeds, or a restart whose cut episodes end truncated while the other
 copies go on untouched. Workers ignore SIGTERM and exit when their pipe closes."""
 

@@ -1,9 +1,8 @@
-"""Evaluation statistics against hand-computed cases and, where scipy is installed, against scipy."""
+"""Evaluation statistics against hand-computed cases and against scipy.stats."""
 
 from __future__ import annotations
 
 import doctest
-import importlib.util
 import math
 
 import numpy as np
@@ -20,8 +19,6 @@ from lightmarl.evaluation.statistics import (
     t_quantile,
     wilson_interval,
 )
-
-needs_scipy = pytest.mark.skipif(importlib.util.find_spec("scipy") is None, reason="scipy not installed")
 
 
 def test_module_examples():
@@ -42,7 +39,6 @@ def test_t_quantile_fixed_values():
         t_quantile(1.0, 3)
 
 
-@needs_scipy
 def test_t_quantile_matches_scipy():
     from scipy import stats
 
@@ -64,7 +60,6 @@ def test_t_interval_hand_computed():
         t_interval([1.0, float("nan")])
 
 
-@needs_scipy
 def test_t_interval_matches_scipy():
     from scipy import stats
 
@@ -96,7 +91,6 @@ def test_bootstrap_interval_is_seeded_and_sensible():
         bootstrap_interval(values, resamples=0)
 
 
-@needs_scipy
 def test_bootstrap_interval_agrees_with_scipy_percentile_bootstrap():
     from scipy import stats
 
@@ -121,7 +115,6 @@ def test_wilson_interval_hand_computed():
         wilson_interval(11, 10)
 
 
-@needs_scipy
 def test_wilson_interval_matches_scipy():
     from scipy import stats
 

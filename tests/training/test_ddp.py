@@ -33,7 +33,7 @@ PPO_EPOCHS = 4  # quickstart's algorithm.init_args.epochs; one minibatch (100 ro
 
 
 def _lightmarl() -> str:
-    """The installed console script (never ``python -m``: see PITFALLS, LightningCLI)."""
+    """The installed console script (never a file run as ``__main__``, whose checkpoints would store ``class_path: __main__.X``)."""
     exe = Path(sys.executable).with_name("lightmarl")
     if exe.exists():
         return str(exe)

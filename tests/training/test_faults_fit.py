@@ -1,4 +1,4 @@
-"""Faults during a real ``fit`` (issue 18, item 6): a binding fed NaN rewards keeps its weights bit-identical
+"""Faults during a real ``fit`` : a binding fed NaN rewards keeps its weights bit-identical
 while its partner learns on, and the NaN shows in the logged metrics; ``stop`` ends the run naming the binding."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Two "nodes" of one process each (issue 18, item 7) give exactly the 2-process single-node run; and under
-DDP a NaN seen by one rank only makes every rank skip that binding's update (issue 18, item 6).
+"""Two "nodes" of one process each give exactly the 2-process single-node run; and under
+DDP a NaN seen by one rank only makes every rank skip that binding's update (docs/errors.md, "Faults during a run").
 
 The run: ``red`` (agent_0) and ``blue`` (agent_1) learn with PPO in ``FaultyMatchEnv``, whose copies
 on rank 1 (reset seeds 4..7) pay ``red`` NaN rewards. Rank 0's ``red`` losses are finite, so only

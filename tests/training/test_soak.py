@@ -1,4 +1,4 @@
-"""Memory over a long run (issue 18, item 8): ``MemoryMonitor`` reads what it claims, and the mixed soak
+"""Memory over a long run : ``MemoryMonitor`` reads what it claims, and the mixed soak
 recipe (PPO + DQN + a frozen NPC, validation with a GIF every epoch) stays flat after warm-up (slow)."""
 
 from __future__ import annotations

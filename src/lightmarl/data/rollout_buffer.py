@@ -2,33 +2,45 @@
 
 The buffer holds rows in one of two ways: **kept rollouts** (:meth:`MultiAgentRolloutBuffer.add_rollout`,
 the training path: the collector's ``[envs, time]`` rollout TensorDicts themselves, by
-reference, which the trainers then read) or **copied rows** (the seed's single-env API and
+reference, which the trainers then read) or **copied rows** (the single-env API of :meth:`~MultiAgentRolloutBuffer.add_transition` and
 :meth:`~MultiAgentRolloutBuffer.add_batch`: a flat, preallocated store with batch
 ``[capacity]``). Every row carries the annotations of :mod:`lightmarl.keys` plus
 :data:`~lightmarl.keys.TIME_INDEX`, the env step within its episode, so any
 ``(episode_id, agent_id)`` trajectory can be rebuilt in time order and the rows can be
 re-batched as padded episodes or fixed-length sequences for learning.
 
-This file runs past 500 lines on purpose: it is one class whose ways in (seed API, copied
-steps, kept rollouts) and learning views share one episode table and one set of invariants
-(fixed agent columns, unique episode ids, the time index); the per-env episode bookkeeping
-lives in :mod:`lightmarl.data.episode_tracking`.
+Training needs only the kept rollouts, which live in :mod:`lightmarl.data.kept_rollouts`
+(:class:`~lightmarl.data.kept_rollouts.KeptRollouts`, this class's base); this module adds the
+copied rows and the learning views, which share the base's episode table and invariants (fixed
+agent columns, unique episode ids, the time index). The per-env episode bookkeeping lives in
+:mod:`lightmarl.data.episode_tracking`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict
 from tensordict.utils import NestedKey
 
 from lightmarl import keys
-from lightmarl.data.episode_tracking import EpisodeTracker, episode_record
+from lightmarl.data.episode_tracking import episode_record
+from lightmarl.data.kept_rollouts import (
+    ANNOTATION_DEFAULTS,
+    DEFAULT_MAX_ROWS,
+    KeptRollouts,
+    RolloutBufferFullError,
+    find_entry,
+    group_rows,
+    rollout_annotation,
+)
 
-# The seed's ``current_episode`` field names -> the TensorDict keys the rows are stored under.
+__all__ = ["SEED_FIELDS", "MultiAgentRolloutBuffer", "RolloutBufferFullError"]
+
+# The single-env API's ``current_episode`` field names -> the TensorDict keys the rows are stored under.
 SEED_FIELDS: dict[str, NestedKey] = {
     "states": keys.OBSERVATION,
     "state_values": keys.STATE_VALUE,
@@ -41,19 +53,14 @@ SEED_FIELDS: dict[str, NestedKey] = {
 }
 
 _DEFAULT_CAPACITY = 4096
-_DEFAULT_MAX_ROWS = 1 << 21
 
 
-class RolloutBufferFullError(RuntimeError):
-    """Raised when storing more rows would exceed ``max_rows`` and ``overwrite`` is off."""
-
-
-class MultiAgentRolloutBuffer:
+class MultiAgentRolloutBuffer(KeptRollouts):
     """Rollouts of a multi-agent env over many episodes, stored row-wise in preallocated tensors.
 
     One buffer holds one agent group of ``n_agents`` agents. It offers two ways in:
 
-    * the single-env API of the design seed: :meth:`add_transition` appends one step of all
+    * the single-env API: :meth:`add_transition` appends one step of all
       agents to :attr:`current_episode`, :meth:`end_episode` closes it (per-agent and average
       length and reward) and moves it to the row store, :meth:`reset_current_episode` drops it;
     * the vectorized API: :meth:`add_batch` takes one step of ``num_envs`` envs as a
@@ -108,7 +115,7 @@ class MultiAgentRolloutBuffer:
         self,
         n_agents: int,
         capacity: int = _DEFAULT_CAPACITY,
-        max_rows: int = _DEFAULT_MAX_ROWS,
+        max_rows: int = DEFAULT_MAX_ROWS,
         overwrite: bool = False,
         device: torch.device | str | None = None,
     ) -> None:
@@ -117,10 +124,8 @@ class MultiAgentRolloutBuffer:
         if not isinstance(max_rows, int) or max_rows < capacity:
             raise ValueError(f"max_rows: expected an integer >= capacity ({capacity}), got {max_rows!r}")
         self.initial_capacity = capacity
-        self.max_rows = max_rows
-        self.overwrite = overwrite
         self.device = torch.device(device) if device is not None else None
-        self.reset(n_agents)
+        super().__init__(n_agents, max_rows, overwrite)
 
     # ------------------------------------------------------------------ state
 
@@ -130,18 +135,11 @@ class MultiAgentRolloutBuffer:
         Args:
             n_agents: the new number of agents; ``None`` keeps the current one.
         """
-        if n_agents is not None:
-            if not isinstance(n_agents, int) or n_agents < 1:
-                raise ValueError(f"n_agents: expected a positive integer, got {n_agents!r}")
-            self.n_agents = n_agents
+        super().reset(n_agents)
         self._storage: TensorDict | None = None
         self._size = 0
         self._leaves: dict[NestedKey, torch.Tensor] = {}
-        self._column_agent_ids: torch.Tensor | None = None
-        self._records: list[TensorDict] = []
-        self._envs: EpisodeTracker | None = None
-        self._rollouts: list[tuple[TensorDictBase, str | None, int]] = []  # kept by reference, with their rows
-        # The seed API's episode in progress: preallocated [steps, n_agents], grown by doubling.
+        # The single-env API's episode in progress: preallocated [steps, n_agents], grown by doubling.
         self._cur: TensorDict | None = None
         self._cur_leaves: dict[NestedKey, torch.Tensor] = {}
         self.reset_current_episode()
@@ -152,30 +150,12 @@ class MultiAgentRolloutBuffer:
         Use between on-policy updates: an episode that spans the clear keeps its env step
         counter and running return, so its later rows and its statistics stay consistent.
         """
+        super().clear()
         self._size = 0
-        self._records = []
-        self._rollouts = []
-
-    def progress_state_dict(self) -> dict[str, Any]:
-        """The episodes in progress (what :meth:`clear` keeps), for a resumed run; stored rows are not included."""
-        return {
-            "columns": self._column_agent_ids,
-            "envs": None if self._envs is None else {"num_envs": self._envs.num_envs, **self._envs.state_dict()},
-        }
-
-    def load_progress_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`progress_state_dict`'s output: later rollouts continue the episodes in progress."""
-        self._column_agent_ids = state["columns"]
-        envs = state["envs"]
-        if envs is None:
-            self._envs = None
-            return
-        self._envs = EpisodeTracker(int(envs["num_envs"]), self.n_agents, envs["open"].device)
-        self._envs.load_state_dict(envs)
 
     def __len__(self) -> int:
         """Number of stored rows (agent steps), copied or in kept rollouts."""
-        return self._size + sum(n for _, _, n in self._rollouts)
+        return self._size + super().__len__()
 
     @property
     def capacity(self) -> int:
@@ -194,7 +174,7 @@ class MultiAgentRolloutBuffer:
         """Bytes allocated by the row store."""
         return self.row_nbytes * self.capacity
 
-    # ------------------------------------------------------------ seed API
+    # ---------------------------------------------------- single-env API
 
     def reset_current_episode(self) -> None:
         """Discard the transitions of :attr:`current_episode` (allocated storage is kept)."""
@@ -282,7 +262,7 @@ class MultiAgentRolloutBuffer:
 
     @property
     def current_episode(self) -> dict[str, Any]:
-        """The seed's dict view of the episode in progress.
+        """The single-env API's dict view of the episode in progress.
 
         ``states``, ``state_values``, ``actions``, ``log_probs``, ``rewards``, ``next_states``,
         ``next_state_values`` and ``dones`` map to a list (one entry per agent) of tensors with
@@ -421,12 +401,12 @@ class MultiAgentRolloutBuffer:
         if keys.EPISODE_ID not in step.keys():
             raise ValueError("add_batch: the step has no 'episode_id' entry; it is required to trace trajectories")
         dev = step.get(keys.EPISODE_ID).device
-        reward = _find(step, keys.REWARD, keys.REWARD)
-        done = _find(step, keys.DONE, keys.DONE)
+        reward = find_entry(step, keys.REWARD, keys.REWARD)
+        done = find_entry(step, keys.DONE, keys.DONE)
         rows: dict[NestedKey, torch.Tensor] = dict(step.items(include_nested=True, leaves_only=True))
         valid = rows.pop(keys.VALID, None)
         valid = torch.ones(E, A, dtype=torch.bool, device=dev) if valid is None else valid.reshape(E, A).bool()
-        for key, make in _ANNOTATION_DEFAULTS.items():
+        for key, make in ANNOTATION_DEFAULTS.items():
             if key not in rows:
                 rows[key] = make(E, A, dev)
         episode_id = rows[keys.EPISODE_ID].reshape(E, A)
@@ -458,134 +438,6 @@ class MultiAgentRolloutBuffer:
         self._records.extend(completed)
         rows[keys.TIME_INDEX] = time_index.unsqueeze(1).expand(E, A)
         self._append_rows(rows, 2, valid)
-
-    def add_rollout(self, rollout: TensorDictBase, group: str | None = None) -> None:
-        """Keep a rollout **by reference**: its rows become the buffer's rows without a copy.
-
-        The rollout stays where it is and is what :attr:`rollouts` hands out: a trainer that
-        reads it reads the buffer's storage. The buffer only adds :data:`~lightmarl.keys.TIME_INDEX`
-        (``[num_envs, time, n_agents]``, each row's env step within its episode) to the
-        rollout's rows, and follows the episodes as :meth:`add_batch` does (completed episodes,
-        statistics). Queries (:meth:`trajectory`, :meth:`rows`, :meth:`as_tensordict`,
-        :meth:`sequences`, :meth:`locate`) read the kept rollouts; only their answers are copies.
-
-        A buffer holds either copied rows (:meth:`add_transition`, :meth:`add_batch`) or kept
-        rollouts. Kept rollouts count against ``max_rows`` with their valid rows; past it the
-        oldest rollouts are dropped with ``overwrite=True`` (never the one just added),
-        otherwise :class:`RolloutBufferFullError` is raised. ``device`` does not apply: a
-        rollout is never moved.
-
-        Args:
-            rollout: with ``group=None``, one group's rows ``[num_envs, time, n_agents]`` with
-                the step's results under ``"next"``; with ``group``, an experience in TorchRL's
-                multi-agent layout (root ``[num_envs, time]``, the group's rows under ``group``
-                and its results under ``("next", group)``), as the collector returns it. The
-                rows need ``episode_id``, ``("next", "reward")`` and ``("next", "done")``;
-                other annotations default as in :meth:`add_batch`.
-            group: the group whose rows this buffer follows, or ``None``.
-
-        Raises:
-            ValueError: on a wrong batch shape, a missing required entry, agents of one env
-                with different episode ids in a step, or a buffer that holds copied rows.
-            RolloutBufferFullError: when the rollout alone exceeds ``max_rows``, or the held
-                ones do and ``overwrite`` is off (the rollout is then not kept).
-        """
-        rows = _group_rows(rollout, group)
-        if rows.batch_dims != 3 or rows.batch_size[2] != self.n_agents:
-            raise ValueError(
-                f"add_rollout: expected rows with batch [num_envs, time, n_agents={self.n_agents}], "
-                f"got {list(rows.batch_size)}"
-            )
-        if self._size or self._cur_len:
-            raise ValueError("add_rollout: this buffer holds copied rows (add_batch / add_transition); use another one")
-        E, T, A = rows.batch_size
-        if keys.EPISODE_ID not in rows.keys():
-            raise ValueError("add_rollout: the rows have no 'episode_id' entry; it is required to trace trajectories")
-        cpu = torch.device("cpu")
-        # The bookkeeping reads small per-step tensors on the CPU, whatever device the rows are on.
-        episode_id = rows.get(keys.EPISODE_ID).cpu()
-        valid = rows.get(keys.VALID, None)
-        valid = torch.ones(E, T, A, dtype=torch.bool) if valid is None else valid.cpu().bool()
-        agent_id, env_index, binding = (
-            _rollout_annotation(rows, key).cpu() for key in (keys.AGENT_ID, keys.ENV_INDEX, keys.BINDING_ID)
-        )
-        reward = _find(rows, keys.REWARD, keys.REWARD).cpu().reshape(E, T, A)
-        done = _find(rows, keys.DONE, keys.DONE).cpu().reshape(E, T, A).bool()
-        env_episode = episode_id[:, :, 0]
-        self._learn_columns(agent_id[0, 0])
-        assert self._column_agent_ids is not None
-        if not bool(((episode_id == env_episode.unsqueeze(-1)) | ~valid).all()):
-            raise ValueError("add_rollout: agents of one env carry different episode_id values in the same step")
-        if not bool((agent_id == self._column_agent_ids).all()):
-            raise ValueError(
-                "add_rollout: agent_id per column must be the same in every env and step, "
-                f"expected {self._column_agent_ids.tolist()}"
-            )
-        count = int(valid.sum())
-        self._make_room_for_rollout(count)
-        tracker = self._tracker(E, cpu)
-        time_index = torch.empty(E, T, dtype=torch.long)
-        for t in range(T):
-            time_index[:, t], completed = tracker.step(
-                env_episode[:, t], valid[:, t], reward[:, t], done[:, t], binding[:, t], env_index[:, t, 0]
-            )
-            self._records.extend(completed)
-        # The one entry the buffer adds, in the caller's rows (a trainer reading them sees it too).
-        target = rollout if group is None else rollout.get(group)
-        target.set(keys.TIME_INDEX, time_index.to(target.device or cpu).unsqueeze(-1).expand(E, T, A))
-        self._rollouts.append((rollout, group, count))
-
-    @property
-    def rollouts(self) -> list[TensorDictBase]:
-        """The kept rollouts, oldest first, as they were added (by reference: no copy)."""
-        return [rollout for rollout, _, _ in self._rollouts]
-
-    def locate(self, episode_id: int, agent_id: int, time_index: int) -> tuple[int, int, int, int]:
-        """Where one kept row is: ``(rollout, env, step, agent)``, indices into :attr:`rollouts`.
-
-        ``rollouts[r][group][env, step, agent]`` (or ``rollouts[r][env, step, agent]`` for
-        rollouts added without a group) is the row of agent ``agent_id`` at time
-        ``time_index`` of episode ``episode_id``.
-
-        Raises:
-            KeyError: when no kept row matches.
-        """
-        for r, (rollout, group, _) in enumerate(self._rollouts):
-            rows = _group_rows(rollout, group)
-            hit = (
-                (rows.get(keys.EPISODE_ID) == episode_id)
-                & (_rollout_annotation(rows, keys.AGENT_ID) == agent_id)
-                & (rows.get(keys.TIME_INDEX) == time_index)
-            )
-            if keys.VALID in rows.keys():
-                hit &= rows.get(keys.VALID)
-            found = hit.nonzero()
-            if len(found):
-                env, step, agent = found[0].tolist()
-                return r, env, step, agent
-        raise KeyError(f"locate: no kept row of episode_id={episode_id}, agent_id={agent_id}, time={time_index}")
-
-    def _make_room_for_rollout(self, count: int) -> None:
-        if count > self.max_rows:
-            raise RolloutBufferFullError(f"add_rollout: the rollout's {count} rows exceed max_rows={self.max_rows}")
-        held = sum(n for _, _, n in self._rollouts)
-        if held + count <= self.max_rows:
-            return
-        if not self.overwrite:
-            raise RolloutBufferFullError(
-                f"add_rollout: keeping {count} more rows would hold {held + count} rows, above max_rows="
-                f"{self.max_rows}. Raise max_rows, clear() the buffer more often, or set overwrite=True to drop "
-                "the oldest rollouts."
-            )
-        while held + count > self.max_rows:
-            held -= self._rollouts.pop(0)[2]
-        # Completed episodes none of whose rows is kept any more are forgotten with them.
-        kept = [_group_rows(r, g).get(keys.EPISODE_ID).reshape(-1) for r, g, _ in self._rollouts]
-        table = self.completed_episodes()
-        if kept and table.batch_size[0]:
-            self._records = [table[torch.isin(table[keys.EPISODE_ID], torch.cat(kept).cpu())]]
-        else:
-            self._records = []
 
     def trajectory(self, episode_id: int, agent_id: int) -> TensorDict:
         """All stored rows of one agent in one episode, in time order.
@@ -728,61 +580,10 @@ class MultiAgentRolloutBuffer:
         out.set(keys.IS_INIT, mask & (position == 0))
         return out
 
-    # --------------------------------------------------------- statistics
-
-    def completed_episodes(self) -> TensorDict:
-        """Completed episodes still held, oldest first, as a TensorDict with batch ``[episodes]``.
-
-        Entries: ``episode_id``, ``env_index``, and per agent (``[episodes, n_agents]``):
-        ``episode_return`` (float64 sum of rewards), ``episode_length`` (steps acted),
-        ``binding_id`` (at the agent's first step) and ``present`` (the agent acted).
-        """
-        if not self._records:
-            return episode_record(
-                episode_id=torch.zeros(0, dtype=torch.long),
-                env_index=torch.zeros(0, dtype=torch.long),
-                returns=torch.zeros(0, self.n_agents, dtype=torch.float64),
-                lengths=torch.zeros(0, self.n_agents, dtype=torch.long),
-                bindings=torch.zeros(0, self.n_agents, dtype=torch.long),
-                present=torch.zeros(0, self.n_agents, dtype=torch.bool),
-            )
-        if len(self._records) > 1:
-            self._records = [torch.cat(self._records)]
-        return self._records[0]
-
-    def episode_stats(self, binding_names: Sequence[str] | None = None) -> dict[Any, dict[str, float]]:
-        """Per-binding summary of the completed episodes held, ready to log as ``collect/<binding>/...``.
-
-        One sample per (episode, binding): the mean return of the binding's agents that acted
-        in the episode and the longest of their lengths (the same convention as the
-        collector's running statistics).
-
-        Args:
-            binding_names: names to key the result by (index = ``binding_id``); default: the
-                integer ids.
-
-        Returns:
-            ``{binding: {"episode_return": mean, "episode_length": mean, "episodes": count}}``
-            for every binding with at least one completed episode.
-        """
-        table = self.completed_episodes()
-        present, bindings = table["present"], table[keys.BINDING_ID]
-        stats: dict[Any, dict[str, float]] = {}
-        for b in torch.unique(bindings[present]).tolist():
-            mine = present & (bindings == b)
-            has = mine.any(1)
-            count = mine.sum(1)[has]
-            returns = torch.where(mine, table["episode_return"], 0.0).sum(1)[has] / count
-            lengths = torch.where(mine, table["episode_length"], 0).max(1).values[has]
-            key = binding_names[b] if binding_names is not None else b
-            stats[key] = {
-                "episode_return": returns.mean().item(),
-                "episode_length": lengths.double().mean().item(),
-                "episodes": float(has.sum()),
-            }
-        return stats
-
     # ------------------------------------------------------------ internals
+
+    def _holds_copied_rows(self) -> bool:
+        return bool(self._size or self._cur_len)
 
     def _append_rows(self, leaves: dict[NestedKey, torch.Tensor], batch_dims: int, keep: torch.Tensor) -> None:
         # Per-leaf writes into the preallocated tensors: TensorDict reshape/setitem costs
@@ -819,11 +620,11 @@ class MultiAgentRolloutBuffer:
     def _kept_rows(self) -> TensorDict:
         parts = []
         for rollout, group, _ in self._rollouts:
-            rows = _group_rows(rollout, group)
-            if any(key not in rows.keys() for key in _ANNOTATION_DEFAULTS):
+            rows = group_rows(rollout, group)
+            if any(key not in rows.keys() for key in ANNOTATION_DEFAULTS):
                 rows = rows.clone(recurse=False)
-                for key in _ANNOTATION_DEFAULTS:
-                    rows.set(key, _rollout_annotation(rows, key))
+                for key in ANNOTATION_DEFAULTS:
+                    rows.set(key, rollout_annotation(rows, key))
             flat = rows.reshape(-1)
             valid = flat.get(keys.VALID, None)
             flat = flat.exclude(keys.VALID)
@@ -886,15 +687,6 @@ class MultiAgentRolloutBuffer:
             keep = done if keep is None else keep & done
         return None if keep is None else keep.nonzero().squeeze(1)
 
-    def _learn_columns(self, agent_ids: torch.Tensor) -> None:
-        if self._column_agent_ids is None:
-            self._column_agent_ids = agent_ids.detach().clone().long()
-        elif not torch.equal(self._column_agent_ids, agent_ids.to(self._column_agent_ids.device).long()):
-            raise ValueError(
-                f"rollout buffer: agent_id per column changed from {self._column_agent_ids.tolist()} "
-                f"to {agent_ids.tolist()}; one buffer holds one agent group with a fixed agent order"
-            )
-
     def _column_of(self, agent_ids: torch.Tensor) -> torch.Tensor:
         assert self._column_agent_ids is not None
         columns = self._column_agent_ids.to(agent_ids.device)
@@ -906,16 +698,6 @@ class MultiAgentRolloutBuffer:
         start = torch.full((n_episodes,), torch.iinfo(torch.long).max, dtype=torch.long, device=time_index.device)
         start = start.scatter_reduce(0, e_idx, time_index, reduce="amin")
         return time_index - start[e_idx]
-
-    def _tracker(self, num_envs: int, device: torch.device) -> EpisodeTracker:
-        if self._envs is None or self._envs.num_envs != num_envs:
-            if self._envs is not None and bool(self._envs.open.any()):
-                raise ValueError(
-                    f"add_batch: num_envs changed from {self._envs.num_envs} to {num_envs} while episodes are in "
-                    "progress; use one buffer per collector or reset() first"
-                )
-            self._envs = EpisodeTracker(num_envs, self.n_agents, device)
-        return self._envs
 
     def _free_episode_id(self) -> int:
         candidates = [-1]
@@ -961,43 +743,6 @@ def _per_agent(value: Any, n: int, dtype: torch.dtype, name: str) -> torch.Tenso
     if tensor.numel() != n:
         raise ValueError(f"add_transition: {name} must have one entry per agent ({n}), got shape {tuple(tensor.shape)}")
     return tensor.reshape(n)
-
-
-#: Row annotations a step may leave out: key -> ``(num_envs, n_agents, device) -> [num_envs, n_agents]``.
-_ANNOTATION_DEFAULTS: dict[str, Callable[[int, int, Any], torch.Tensor]] = {
-    keys.ENV_INDEX: lambda E, A, dev: torch.arange(E, device=dev).unsqueeze(1).expand(E, A),
-    keys.AGENT_ID: lambda E, A, dev: torch.arange(A, device=dev).expand(E, A),
-    keys.BINDING_ID: lambda E, A, dev: torch.zeros(E, A, dtype=torch.long, device=dev),
-    keys.LOSS_PROFILE_ID: lambda E, A, dev: torch.zeros(E, A, dtype=torch.long, device=dev),
-    keys.IS_TRAINABLE_AGENT: lambda E, A, dev: torch.ones(E, A, dtype=torch.bool, device=dev),
-}
-
-
-def _group_rows(rollout: TensorDictBase, group: str | None) -> TensorDictBase:
-    """One group's rows with its step results under ``"next"`` (a structural view, no data copied)."""
-    if group is None:
-        return rollout
-    rows = rollout.get(group).clone(recurse=False)
-    rows.set(keys.NEXT, rollout.get((keys.NEXT, group)))
-    return rows
-
-
-def _rollout_annotation(rows: TensorDictBase, key: str) -> torch.Tensor:
-    """An annotation of rows ``[num_envs, time, n_agents]``, or its default where the rows have none."""
-    value = rows.get(key, None)
-    if value is None:
-        E, T, A = rows.batch_size
-        value = _ANNOTATION_DEFAULTS[key](E, A, rows.device).unsqueeze(1).expand(E, T, A)
-    return value
-
-
-def _find(step: TensorDictBase, key: str, name: str) -> torch.Tensor:
-    value = step.get(key, None)
-    if value is None:
-        value = step.get((keys.NEXT, key), None)
-    if value is None:
-        raise ValueError(f"add_batch: the step has no {name!r} entry (looked at {key!r} and ('next', {key!r}))")
-    return value
 
 
 def _allocate(template: TensorDict, rows: int, device: torch.device | None, *, stack: bool = False) -> TensorDict:

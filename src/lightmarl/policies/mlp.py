@@ -161,12 +161,12 @@ class MLPActorCritic(Policy):
 
     @property
     def encoder(self) -> nn.Module:
-        """observation -> features, read by the actor and the critic (the seed's shareable ``encoder``)."""
+        """observation -> features, read by the actor and the critic (shareable between bindings as ``encoder``, docs/shared_modules.md)."""
         return self.__dict__["_encoder"]
 
     @property
     def value_network(self) -> nn.Module | None:
-        """The critic's network after the encoder (the seed's shareable ``vf``); ``None`` without a critic."""
+        """The critic's network after the encoder (shareable between bindings as ``vf``); ``None`` without a critic."""
         return self.__dict__["_value_network"]
 
     def initialize_to_environment(self, group: GroupSpec) -> None:

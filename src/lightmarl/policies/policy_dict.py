@@ -1,4 +1,4 @@
-"""The population's policies as one saveable dict for inference (seed 000's ``RLModuleDict``).
+"""The population's policies as one saveable dict for inference: binding id -> policy, like RLlib's ``MultiRLModule`` (formerly ``MultiAgentRLModule``).
 
 >>> policies = PolicyDict.from_module(marl_module)      # doctest: +SKIP
 >>> policies.save("population.pt")                      # doctest: +SKIP

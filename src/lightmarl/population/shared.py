@@ -1,6 +1,6 @@
 """Shared modules as plain data: which bindings share which module, under which argument, with which optimizer.
 
-Seed 000's ``shared_modules``: one network object used by several bindings' policies.
+A recipe's ``shared_modules``: one network object used by several bindings' policies.
 
 A recipe names each shared module once::
 

@@ -216,11 +216,11 @@ class MARLModule(LightningModule):
         return self.population.policies
 
     def get_weights(self, binding_id: str) -> dict[str, torch.Tensor]:
-        """A CPU copy of one binding's policy weights (seed 000's ``get_weight``)."""
+        """A CPU copy of one binding's policy weights (what :class:`~lightmarl.training.weight_exchange.WeightExchange` publishes)."""
         return {k: v.detach().cpu().clone() for k, v in self._policy_of(binding_id).state_dict().items()}
 
     def set_weights(self, binding_id: str, weights: dict[str, torch.Tensor]) -> None:
-        """Load weights into one binding's policy (seed 000's ``update_weight``); shapes must match."""
+        """Load weights into one binding's policy (another run's, from :class:`~lightmarl.training.weight_exchange.WeightExchange`); shapes must match."""
         policy = self._policy_of(binding_id)
         try:
             policy.load_state_dict(weights)
@@ -372,6 +372,25 @@ class MARLModule(LightningModule):
                 "(raise model.max_frames to continue it)"
             )
             self.trainer.should_stop = True
+            return
+        self._show_budget_in_progress_bar()
+
+    def _show_budget_in_progress_bar(self) -> None:
+        """Give the progress bar the frame budget's epochs and iterations instead of ``-2`` and ``--``.
+
+        The frame budget, not an epoch count, ends training (``max_epochs: -1``) and the tick loader
+        has no length, so Lightning's bar reads ``Epoch 3/-2 ... 60/--``. The epochs the budget
+        still needs and ``iterations_per_epoch`` are what the run will do: stating them to the fit
+        loop changes no stopping point (the last tick ends the last epoch either way). A resumed run
+        keeps ``--`` for the iterations: with a known epoch length Lightning would warn that a
+        manual-optimization run's step count does not fall on an epoch boundary.
+        """
+        loop = self.trainer.fit_loop
+        if loop.max_epochs is None or loop.max_epochs < 0:
+            epochs_left = math.ceil((self.total_iterations - self.iterations) / self.iterations_per_epoch)
+            loop.max_epochs = self.trainer.current_epoch + epochs_left
+        if loop.max_batches == float("inf") and self.trainer.ckpt_path is None:
+            loop.max_batches = self.iterations_per_epoch
 
     def on_fit_end(self) -> None:
         if self._collector is not None:

@@ -1,6 +1,6 @@
 """Two runs that train different bindings of the same population, exchanging weights.
 
-The dual of one run with several trainable bindings (seed 000, scenario 1): run A trains
+The dual of one run with several trainable bindings (the two-trainer scenario): run A trains
 ``ppo_policy`` and plays a frozen copy of ``dqn_policy``; run B trains ``dqn_policy`` and plays
 a frozen copy of ``ppo_policy``. Each run publishes its trainable bindings' weights to a shared
 directory after every training iteration and loads the other run's before collecting, so each

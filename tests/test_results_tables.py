@@ -1,0 +1,81 @@
+"""Every result table in the docs is what its committed JSON in benchmarks/results/ renders to
+(scripts/render_results.py), so a table cannot be edited by hand or drift from its raw numbers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_module(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+render = load_module("render_results", ROOT / "scripts" / "render_results.py")
+results = load_module("results", ROOT / "benchmarks" / "results.py")
+
+
+def test_every_committed_table_matches_its_json():
+    assert render.stale(render.pages()) == []
+
+
+def test_every_json_is_shown_somewhere_and_has_its_provenance():
+    shown = {m.group("name") for page in render.pages() for m in render.BLOCK.finditer(page.read_text())}
+    files = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+    assert files, "no committed results"
+    for path in files:
+        result = json.loads(path.read_text())
+        assert result["name"] == path.stem
+        assert path.stem in shown, f"{path.name} is in no table of the docs"
+        for field in ("command", "date", "machine", "per_seed"):
+            assert result.get(field), f"{path.name}: {field} missing"
+        assert result.get("commit") or result.get("source"), f"{path.name}: neither the commit measured nor a source"
+
+
+def test_a_hand_edited_table_is_caught(tmp_path):
+    name = "quickstart"
+    text = (ROOT / "README.md").read_text()
+    match = next(m for m in render.BLOCK.finditer(text) if m.group("name") == name)
+    page = tmp_path / "page.md"
+    page.write_text(match.group(0).replace("−21.70", "−19.70"))
+    assert render.stale([page]) == [f"{page}: {name}"]
+    page.write_text(render.rendered(page.read_text()))
+    assert render.stale([page]) == []
+
+
+def test_write_result_then_render(tmp_path):
+    path = results.write_result(
+        "toy",
+        command="python benchmarks/toy.py --seeds 0 1",
+        per_seed={"0": {"return": -20.25, "fps": 1000}, "1": {"return": -21.5, "fps": 1100}},
+        directory=tmp_path,
+    )
+    result = json.loads(path.read_text())
+    assert result["machine"]["cores"] and result["date"] and result["per_seed"]["1"]["return"] == -21.5
+    block = render.render(result)
+    assert "| seed | return | fps |" in block
+    assert "| 1 | −21.5 | 1,100 |" in block
+    assert "`python benchmarks/toy.py --seeds 0 1`" in block
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"name": "bad name"},
+        {"command": " "},
+        {"columns": ["a"]},
+        {"columns": ["a", "b"], "rows": [[1]]},
+    ],
+)
+def test_write_result_rejects_bad_input(tmp_path, kwargs):
+    args = {"name": "toy", "command": "python x.py", "per_seed": {"0": {"x": 1.0}}, "directory": tmp_path, **kwargs}
+    with pytest.raises(ValueError):
+        results.write_result(**args)
