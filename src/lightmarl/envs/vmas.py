@@ -280,6 +280,74 @@ class VmasRandomState:
             self.shared[:] = others
 
 
+_SKIPPED_ATTRIBUTES = frozenset({"viewer", "_viewer", "render_geoms", "_render_geoms", "_render"})
+
+
+def _per_copy_tensors(root: Any, num_envs: int) -> dict[tuple[Any, ...], torch.Tensor]:
+    """Every tensor reachable from ``root`` (attributes, lists, tuples, dicts) whose first dim is ``num_envs``,
+    by its path of attribute names / keys: a VMAS scenario's per-copy state (its world's entities'
+    states and actions, the scenario's own tensors such as navigation's ``pos_shaping``)."""
+    found: dict[tuple[Any, ...], torch.Tensor] = {}
+    seen: set[int] = set()
+
+    def walk(obj: Any, path: tuple[Any, ...]) -> None:
+        if isinstance(obj, torch.Tensor):
+            if obj.dim() >= 1 and obj.shape[0] == num_envs:
+                found[path] = obj
+            return
+        if id(obj) in seen or len(path) > 10:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, (list, tuple)):
+            for i, item in enumerate(obj):
+                walk(item, (*path, i))
+        elif isinstance(obj, dict):
+            for key, item in obj.items():
+                walk(item, (*path, key))
+        elif not isinstance(obj, type) and hasattr(obj, "__dict__") and type(obj).__module__ != "builtins":
+            for name, item in vars(obj).items():
+                if name not in _SKIPPED_ATTRIBUTES and (isinstance(item, torch.Tensor) or not callable(item)):
+                    walk(item, (*path, name))
+
+    walk(root, ())
+    return found
+
+
+def reset_copies(env: Any, ended: torch.Tensor) -> None:
+    """Reset the copies of a VMAS ``Environment`` where ``ended`` (``[num_envs]`` bool) holds, in one call.
+
+    VMAS resets either one copy (``reset_at(i)``: the whole scenario code runs once per copy) or
+    all of them (``reset()``). With many ended copies the loop of ``reset_at`` calls costs more
+    than the step itself, so this resets every copy with the scenario's batched reset and puts
+    the copies that did not end back: every per-copy tensor reachable from the scenario (entity
+    states, actions, the scenario's own tensors) keeps its old rows where ``ended`` is False.
+    Copies that ended get a fresh start drawn by the scenario's own reset code (not the same
+    draws as ``reset_at`` would give, the same distribution). The caller runs it in the env's
+    random state (:class:`VmasRandomState`), like VMAS's ``reset``.
+
+    One host synchronisation: the number of ended copies (none: nothing to do; all: the batched
+    reset alone, nothing to put back).
+    """
+    count = int(ended.sum())  # the one host synchronisation
+    if count == 0:
+        return
+    scenario = env.scenario
+    if count == env.num_envs:
+        scenario.env_reset_world_at(env_index=None)
+        env.steps.zero_()
+        return
+    keep = ~ended
+    before = {path: tensor.clone() for path, tensor in _per_copy_tensors(scenario, env.num_envs).items()}
+    scenario.env_reset_world_at(env_index=None)
+    for path, tensor in _per_copy_tensors(scenario, env.num_envs).items():
+        old = before.get(path)
+        if old is not None and old.shape == tensor.shape and old.dtype == tensor.dtype:
+            rows = keep.view(-1, *([1] * (tensor.dim() - 1)))
+            # In place: the scenario's tensors stay the objects it holds (other attributes may alias them).
+            tensor.copy_(torch.where(rows, old, tensor))
+    env.steps.masked_fill_(ended, 0)
+
+
 class VmasVecEnv:
     """A VMAS ``Environment`` as a :class:`~lightmarl.envs.pettingzoo.VecEnv`, with auto-reset.
 
@@ -344,8 +412,7 @@ class VmasVecEnv:
             ended_on_device = terminated | truncated
             reset_observations = None
             if bool(ended_on_device.any()):
-                for index in ended_on_device.nonzero().flatten().tolist():
-                    self._env.reset_at(index, return_observations=False)
+                reset_copies(self._env, ended_on_device)
                 reset_observations = self._env.get_from_scenario(
                     get_observations=True, get_rewards=False, get_infos=False, get_dones=False
                 )[0]
