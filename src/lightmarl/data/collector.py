@@ -174,6 +174,8 @@ class RolloutCollector:
         self.loop = RolloutLoop(env, policy, exploration, self.device)
         #: each copy's episode in flight and its actions so far, to put the copies back when a run resumes.
         self.history = EpisodeHistory(self.num_envs)
+        # Only vectors that can replay episodes use the history (VMAS cannot): others skip its per-copy loop.
+        self._replayable = all(callable(getattr(lane.env, "resume_state", None)) for lane in self.loop.lanes)
 
     @property
     def recurrent(self) -> RecurrentStates:
@@ -293,9 +295,11 @@ class RolloutCollector:
             return per_lane[0] if len(per_lane) == 1 else torch.cat(per_lane, dim=0)
 
         experience = cast(TensorDictBase, over_time([[s.td for s in lane] for lane in steps]))  # [E, T] / [E, T, A]
-        ended = over_time([[s.ended for s in lane] for lane in steps])
+        # Episode bookkeeping runs on the host, once per rollout (a rollout on a GPU syncs here, not per step).
+        ended = over_time([[s.ended for s in lane] for lane in steps]).cpu()
         episode_ids = self._episode_ids(ended)
-        self.history.record({g.name: experience.get((g.name, keys.ACTION)) for g in self._groups}, ended)
+        if self._replayable:
+            self.history.record({g.name: experience.get((g.name, keys.ACTION)) for g in self._groups}, ended)
         first = steps[0][0]
         E, T = self.num_envs, self.rollout_steps
         next_groups = {}
@@ -339,7 +343,7 @@ class RolloutCollector:
             rows.set(keys.EPISODE_ID, episode_ids.unsqueeze(-1).expand(E, T, A))
             rows.set(keys.ENV_INDEX, torch.arange(E).view(E, 1, 1).expand(E, T, A))
             # Episode returns in the env's own rewards, also where a transform rescaled them for learning.
-            rewards[name] = stacked.get(keys.ENV_REWARD, stacked[keys.REWARD])
+            rewards[name] = stacked.get(keys.ENV_REWARD, stacked[keys.REWARD]).cpu()
             valid[name] = rows.get(keys.VALID).cpu()
         self._track_episodes(rewards, valid, ended, bindings)
         if ROOT in first.next:  # the env's global state after each step (the final one where an episode ended)

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Every GPU measurement of benchmarks/README.md ("GPU") in one run of about 6 minutes, each part
+# time-limited, for a machine lent with one GPU for a short while. Run from the repository root:
+#
+#   bash benchmarks/gpu/run_all.sh            # results under $OUT (default benchmarks/results/gpu)
+#   DEVICE=cpu SMALL=1 bash benchmarks/gpu/run_all.sh   # the same steps, tiny, on CPU (a dry run)
+#
+# The GPU machine has its own Python with a CUDA torch but no project venv and maybe no package
+# index: the script makes a venv that sees the machine's torch (--system-site-packages) and
+# installs the other dependencies from benchmarks/gpu/wheels (filled on a machine with an index by
+# benchmarks/gpu/download_wheels.sh; git-ignored), falling back to the index for what is missing.
+# Results: one JSON per part under $OUT, with a log of each part; summary.txt lists them.
+set -u
+cd "$(dirname "$0")/../.."
+REPO=$PWD
+OUT=${OUT:-$REPO/benchmarks/results/gpu}
+DEVICE=${DEVICE:-cuda}
+SMALL=${SMALL:-0}
+mkdir -p "$OUT"
+export LIGHTMARL_COMMIT=$(git rev-parse HEAD 2>/dev/null || cat benchmarks/gpu/COMMIT 2>/dev/null || echo unknown)
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+note() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$SUMMARY"; }
+
+# --- environment ---------------------------------------------------------------------------
+PYTHON=${PYTHON:-$(command -v python3 || command -v python)}
+if [ "$DEVICE" = cuda ] || [ -n "${MAKE_VENV:-}" ]; then
+  VENV=${VENV:-/tmp/lightmarl-gpu-venv}
+  if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv --system-site-packages "$VENV" >"$OUT/install.log" 2>&1 \
+      || { note "venv failed (see install.log); installing into $PYTHON itself"; VENV=""; }
+  fi
+  PY=${VENV:+$VENV/bin/python}
+  PY=${PY:-$PYTHON}
+  WHEELS=$REPO/benchmarks/gpu/wheels
+  # What lightmarl, vmas, the benchmarks and the host-sync test import; --no-deps: never a second torch.
+  REQS=(torchrl==0.14.1 tensordict==0.14.3 "lightning>=2.6,<2.7" "pytorch-lightning>=2.6,<2.7" lightning-utilities
+        torchmetrics "jsonargparse[signatures]>=4.40" docstring_parser typeshed_client "pettingzoo>=1.25,<2" gymnasium
+        Farama-Notifications cloudpickle "mpe2>=1.1" pygame-ce imageio pillow safetensors openskill matplotlib
+        contourpy cycler fonttools kiwisolver pyparsing python-dateutil six jsonschema jsonschema-specifications
+        referencing rpds-py attrs orjson pyvers importlib_metadata zipp packaging PyYAML tqdm fsspec typing_extensions
+        "vmas==1.5.2" "pyglet<=1.5.27" gym==0.26.2 gym-notices pytest pytest-timeout iniconfig pluggy pygments
+        hypothesis sortedcontainers numpy)
+  START=$(date +%s)
+  for req in "${REQS[@]}"; do
+    timeout 120 "$PY" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" "$req" >>"$OUT/install.log" 2>&1 \
+      || timeout 120 "$PY" -m pip install --quiet --no-deps "$req" >>"$OUT/install.log" 2>&1 \
+      || note "could not install $req"
+  done
+  # The lightmarl console script, running this checkout's sources (no build step, no setuptools needed).
+  BIN=$(dirname "$PY")
+  if [ -n "$VENV" ]; then
+    printf '#!%s\nimport sys\nfrom lightmarl.cli import main\nsys.exit(main())\n' "$PY" > "$BIN/lightmarl"
+    chmod +x "$BIN/lightmarl"
+  fi
+  note "install: $(( $(date +%s) - START )) s with $PY"
+else
+  PY=${PY:-$PYTHON}
+fi
+export PYTHONPATH=$REPO/src:$REPO/benchmarks
+export PATH=$(dirname "$PY"):$PATH
+"$PY" - <<'PY' 2>&1 | tee -a "$SUMMARY"
+import os, torch, torchrl, tensordict, lightning, vmas, lightmarl
+print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available() and torch.cuda.get_device_name(0),
+      "| torchrl", torchrl.__version__, "tensordict", tensordict.__version__, "lightning", lightning.__version__,
+      "| cores", os.cpu_count())
+PY
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$SUMMARY" 2>/dev/null
+
+part() {  # part NAME SECONDS COMMAND...: run one part under a time limit, log to $OUT/NAME.log
+  local name=$1 limit=$2; shift 2
+  local start=$(date +%s)
+  timeout --signal=INT --kill-after=20 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  note "$name: rc $rc in $(( $(date +%s) - start )) s (limit $limit s)"
+}
+
+if [ "$SMALL" = 1 ]; then
+  ENVS=(64 256); SECONDS_PER=0.5; REPEATS=1; FIT_IT=2; NAV_ENVS=256; NAV_MB=2048; CAP=60; WORKERS=(1 2); WENVS=16; WSEC=1
+else
+  ENVS=(1024 4096 16384); SECONDS_PER=2; REPEATS=2; FIT_IT=3; NAV_ENVS=4096; NAV_MB=16384; CAP=100; WORKERS=(1 2 4 8 "$(nproc)"); WENVS=256; WSEC=3
+fi
+
+# (a) the VMAS table on the device: raw loop (batched reset) vs VmasVecEnv vs collector vs fit.
+part vmas_table 170 "$PY" benchmarks/vmas_speed.py --device "$DEVICE" --num-envs "${ENVS[@]}" --seconds "$SECONDS_PER" \
+  --repeats "$REPEATS" --fit --fit-iterations "$FIT_IT" --fit-timeout 60 --json "$OUT/vmas_speed_$DEVICE.json"
+
+# (b) no host synchronisation on the collector's step path (torch.cuda.set_sync_debug_mode("error")).
+part host_sync 60 "$PY" -m pytest -q -p no:cacheprovider -m "gpu or not slow" tests/data/test_host_sync.py \
+  --junitxml "$OUT/host_sync_junit.xml"
+
+# (c) the GPU-sized recipe to a fixed training return: on the GPU, then the same recipe on every CPU core.
+TARGET=${TARGET:-0.6}
+part recipe_gpu $((CAP + 40)) "$PY" benchmarks/time_to_return.py --recipe recipes/vmas_navigation_gpu.yaml \
+  --accelerator "$([ "$DEVICE" = cuda ] && echo gpu || echo cpu)" --target "$TARGET" --max-seconds "$CAP" \
+  --json "$OUT/time_to_return_$DEVICE.json" -- --model.env.device="$DEVICE" --model.env.num_envs="$NAV_ENVS" \
+  --model.algorithm.init_args.minibatch_size="$NAV_MB"
+part recipe_cpu $((CAP + 40)) "$PY" benchmarks/time_to_return.py --recipe recipes/vmas_navigation_gpu.yaml \
+  --accelerator cpu --target "$TARGET" --max-seconds "$CAP" --json "$OUT/time_to_return_cpu.json" -- \
+  --model.env.device=cpu --model.env.num_envs="$NAV_ENVS" --model.algorithm.init_args.minibatch_size="$NAV_MB"
+
+# (d) env worker processes at 1, 2, 4, 8 and every core, env-bound PettingZoo collection.
+part worker_scaling 100 "$PY" benchmarks/worker_scaling.py --workers 0 "${WORKERS[@]}" --num-envs "$WENVS" \
+  --seconds "$WSEC" --repeats 1 --json "$OUT/worker_scaling.json"
+
+note "done; JSON: $(cd "$OUT" && ls *.json 2>/dev/null | tr '\n' ' ')"
