@@ -32,7 +32,7 @@ if [ "$DEVICE" = cuda ] || [ -n "${MAKE_VENV:-}" ]; then
   fi
   PY=${VENV:+$VENV/bin/python}
   PY=${PY:-$PYTHON}
-  WHEELS=$REPO/benchmarks/gpu/wheels
+  WHEELS=${WHEELS:-$REPO/benchmarks/gpu/wheels}
   # What lightmarl, vmas, the benchmarks and the host-sync test import; --no-deps: never a second torch.
   REQS=(torchrl==0.14.1 tensordict==0.14.3 "lightning>=2.6,<2.7" "pytorch-lightning>=2.6,<2.7" lightning-utilities
         torchmetrics "jsonargparse[signatures]>=4.40" docstring_parser typeshed_client "pettingzoo>=1.25,<2" gymnasium
@@ -42,11 +42,16 @@ if [ "$DEVICE" = cuda ] || [ -n "${MAKE_VENV:-}" ]; then
         "vmas==1.5.2" "pyglet<=1.5.27" gym==0.26.2 gym-notices pytest pytest-timeout iniconfig pluggy pygments
         hypothesis sortedcontainers numpy)
   START=$(date +%s)
-  for req in "${REQS[@]}"; do
-    timeout 120 "$PY" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" "$req" >>"$OUT/install.log" 2>&1 \
-      || timeout 120 "$PY" -m pip install --quiet --no-deps "$req" >>"$OUT/install.log" 2>&1 \
-      || note "could not install $req"
-  done
+  # One pip call for everything (a call per package costs seconds each); one by one, with the
+  # package index as a fallback, only if it fails.
+  if ! timeout 180 "$PY" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" "${REQS[@]}" \
+      >>"$OUT/install.log" 2>&1; then
+    for req in "${REQS[@]}"; do
+      timeout 60 "$PY" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" "$req" >>"$OUT/install.log" 2>&1 \
+        || timeout 60 "$PY" -m pip install --quiet --no-deps "$req" >>"$OUT/install.log" 2>&1 \
+        || note "could not install $req"
+    done
+  fi
   # The lightmarl console script, running this checkout's sources (no build step, no setuptools needed).
   BIN=$(dirname "$PY")
   if [ -n "$VENV" ]; then
@@ -66,6 +71,7 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.
       "| cores", os.cpu_count())
 PY
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$SUMMARY" 2>/dev/null
+[ -n "${INSTALL_ONLY:-}" ] && exit 0
 
 part() {  # part NAME SECONDS COMMAND...: run one part under a time limit, log to $OUT/NAME.log
   local name=$1 limit=$2; shift 2
@@ -78,15 +84,15 @@ part() {  # part NAME SECONDS COMMAND...: run one part under a time limit, log t
 if [ "$SMALL" = 1 ]; then
   ENVS=(64 256); SECONDS_PER=0.5; REPEATS=1; FIT_IT=2; NAV_ENVS=256; NAV_MB=2048; CAP=60; WORKERS=(1 2); WENVS=16; WSEC=1
 else
-  ENVS=(1024 4096 16384); SECONDS_PER=2; REPEATS=2; FIT_IT=3; NAV_ENVS=4096; NAV_MB=16384; CAP=100; WORKERS=(1 2 4 8 "$(nproc)"); WENVS=256; WSEC=3
+  ENVS=(1024 4096 16384); SECONDS_PER=2; REPEATS=2; FIT_IT=3; NAV_ENVS=4096; NAV_MB=16384; CAP=90; WORKERS=(1 2 4 8 "$(nproc)"); WENVS=256; WSEC=2
 fi
 
 # (a) the VMAS table on the device: raw loop (batched reset) vs VmasVecEnv vs collector vs fit.
-part vmas_table 170 "$PY" benchmarks/vmas_speed.py --device "$DEVICE" --num-envs "${ENVS[@]}" --seconds "$SECONDS_PER" \
+part vmas_table 150 "$PY" benchmarks/vmas_speed.py --device "$DEVICE" --num-envs "${ENVS[@]}" --seconds "$SECONDS_PER" \
   --repeats "$REPEATS" --fit --fit-iterations "$FIT_IT" --fit-timeout 60 --json "$OUT/vmas_speed_$DEVICE.json"
 
 # (b) no host synchronisation on the collector's step path (torch.cuda.set_sync_debug_mode("error")).
-part host_sync 60 "$PY" -m pytest -q -p no:cacheprovider -m "gpu or not slow" tests/data/test_host_sync.py \
+part host_sync 50 "$PY" -m pytest -q -p no:cacheprovider -m "gpu or not slow" tests/data/test_host_sync.py \
   --junitxml "$OUT/host_sync_junit.xml"
 
 # (c) the GPU-sized recipe to a fixed training return: on the GPU, then the same recipe on every CPU core.
@@ -100,7 +106,7 @@ part recipe_cpu $((CAP + 40)) "$PY" benchmarks/time_to_return.py --recipe recipe
   --model.env.device=cpu --model.env.num_envs="$NAV_ENVS" --model.algorithm.init_args.minibatch_size="$NAV_MB"
 
 # (d) env worker processes at 1, 2, 4, 8 and every core, env-bound PettingZoo collection.
-part worker_scaling 100 "$PY" benchmarks/worker_scaling.py --workers 0 "${WORKERS[@]}" --num-envs "$WENVS" \
+part worker_scaling 80 "$PY" benchmarks/worker_scaling.py --workers 0 "${WORKERS[@]}" --num-envs "$WENVS" \
   --seconds "$WSEC" --repeats 1 --json "$OUT/worker_scaling.json"
 
 note "done; JSON: $(cd "$OUT" && ls *.json 2>/dev/null | tr '\n' ' ')"
