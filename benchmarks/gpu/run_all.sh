@@ -6,9 +6,9 @@
 #   DEVICE=cpu SMALL=1 bash benchmarks/gpu/run_all.sh   # the same steps, tiny, on CPU (a dry run)
 #
 # The GPU machine has its own Python with a CUDA torch but no project venv and maybe no package
-# index: the script makes a venv that sees the machine's torch (--system-site-packages) and
-# installs the other dependencies from benchmarks/gpu/wheels (filled on a machine with an index by
-# benchmarks/gpu/download_wheels.sh; git-ignored), falling back to the index for what is missing.
+# index: the script installs the other dependencies (never torch) from benchmarks/gpu/wheels
+# (filled on a machine with an index by benchmarks/gpu/download_wheels.sh; git-ignored) into a
+# folder of their own on PYTHONPATH, falling back to the index for what is missing.
 # Results: one JSON per part under $OUT, with a log of each part; summary.txt lists them.
 set -u
 cd "$(dirname "$0")/../.."
@@ -24,15 +24,12 @@ note() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$SUMMARY"; }
 
 # --- environment ---------------------------------------------------------------------------
 PYTHON=${PYTHON:-$(command -v python3 || command -v python)}
-if [ "$DEVICE" = cuda ] || [ -n "${MAKE_VENV:-}" ]; then
-  VENV=${VENV:-/tmp/lightmarl-gpu-venv}
-  if [ ! -x "$VENV/bin/python" ]; then
-    "$PYTHON" -m venv --system-site-packages "$VENV" >"$OUT/install.log" 2>&1 \
-      || { note "venv failed (see install.log); installing into $PYTHON itself"; VENV=""; }
-  fi
-  PY=${VENV:+$VENV/bin/python}
-  PY=${PY:-$PYTHON}
+if [ "$DEVICE" = cuda ] || [ -n "${INSTALL:-}" ]; then
+  # Installed into a folder of their own (--target) put first on PYTHONPATH: the machine's Python,
+  # with its CUDA torch, stays as it is, whether it is a system, venv or conda one.
+  SITE=${SITE:-/tmp/lightmarl-gpu-site}
   WHEELS=${WHEELS:-$REPO/benchmarks/gpu/wheels}
+  mkdir -p "$SITE/bin"
   # What lightmarl, vmas, the benchmarks and the host-sync test import; --no-deps: never a second torch.
   REQS=(torchrl==0.14.1 tensordict==0.14.3 "lightning>=2.6,<2.7" "pytorch-lightning>=2.6,<2.7" lightning-utilities
         torchmetrics "jsonargparse[signatures]>=4.40" docstring_parser typeshed_client "pettingzoo>=1.25,<2" gymnasium
@@ -40,30 +37,34 @@ if [ "$DEVICE" = cuda ] || [ -n "${MAKE_VENV:-}" ]; then
         contourpy cycler fonttools kiwisolver pyparsing python-dateutil six jsonschema jsonschema-specifications
         referencing rpds-py attrs orjson pyvers importlib_metadata zipp packaging PyYAML tqdm fsspec typing_extensions
         "vmas==1.5.2" "pyglet<=1.5.27" gym==0.26.2 gym-notices pytest pytest-timeout iniconfig pluggy pygments
-        hypothesis sortedcontainers numpy)
+        hypothesis sortedcontainers)
   START=$(date +%s)
   # One pip call for everything (a call per package costs seconds each); one by one, with the
   # package index as a fallback, only if it fails.
-  if ! timeout 180 "$PY" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" "${REQS[@]}" \
-      >>"$OUT/install.log" 2>&1; then
+  if ! timeout 180 "$PYTHON" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" --target "$SITE" \
+      "${REQS[@]}" >>"$OUT/install.log" 2>&1; then
     for req in "${REQS[@]}"; do
-      timeout 60 "$PY" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" "$req" >>"$OUT/install.log" 2>&1 \
-        || timeout 60 "$PY" -m pip install --quiet --no-deps "$req" >>"$OUT/install.log" 2>&1 \
+      timeout 60 "$PYTHON" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" --target "$SITE" "$req" \
+        >>"$OUT/install.log" 2>&1 \
+        || timeout 60 "$PYTHON" -m pip install --quiet --no-deps --target "$SITE" "$req" >>"$OUT/install.log" 2>&1 \
         || note "could not install $req"
     done
   fi
-  # The lightmarl console script, running this checkout's sources (no build step, no setuptools needed).
-  BIN=$(dirname "$PY")
-  if [ -n "$VENV" ]; then
-    printf '#!%s\nimport sys\nfrom lightmarl.cli import main\nsys.exit(main())\n' "$PY" > "$BIN/lightmarl"
-    chmod +x "$BIN/lightmarl"
-  fi
-  note "install: $(( $(date +%s) - START )) s with $PY"
+  "$PYTHON" -c "import numpy" 2>/dev/null \
+    || timeout 60 "$PYTHON" -m pip install --quiet --target "$SITE" numpy >>"$OUT/install.log" 2>&1 \
+    || note "numpy missing and not installable"
+  # The lightmarl console script, running this checkout's sources (no build step).
+  printf '#!%s\nimport sys\nfrom lightmarl.cli import main\nsys.exit(main())\n' "$PYTHON" > "$SITE/bin/lightmarl"
+  chmod +x "$SITE/bin/lightmarl"
+  note "install: $(( $(date +%s) - START )) s into $SITE for $PYTHON"
+  PY=$PYTHON
+  export PYTHONPATH=$REPO/src:$REPO/benchmarks:$SITE
+  export PATH=$SITE/bin:$PATH
 else
   PY=${PY:-$PYTHON}
+  export PYTHONPATH=$REPO/src:$REPO/benchmarks
+  export PATH=$(dirname "$PY"):$PATH
 fi
-export PYTHONPATH=$REPO/src:$REPO/benchmarks
-export PATH=$(dirname "$PY"):$PATH
 "$PY" - <<'PY' 2>&1 | tee -a "$SUMMARY"
 import os, torch, torchrl, tensordict, lightning, vmas, lightmarl
 print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available() and torch.cuda.get_device_name(0),
@@ -102,7 +103,7 @@ part recipe_gpu $((CAP + 40)) "$PY" benchmarks/time_to_return.py --recipe recipe
   --json "$OUT/time_to_return_$DEVICE.json" -- --model.env.device="$DEVICE" --model.env.num_envs="$NAV_ENVS" \
   --model.algorithm.init_args.minibatch_size="$NAV_MB"
 part recipe_cpu $((CAP + 40)) "$PY" benchmarks/time_to_return.py --recipe recipes/vmas_navigation_gpu.yaml \
-  --accelerator cpu --target "$TARGET" --max-seconds "$CAP" --json "$OUT/time_to_return_cpu.json" -- \
+  --accelerator cpu --target "$TARGET" --max-seconds "$CAP" --json "$OUT/time_to_return_cpu_cores.json" -- \
   --model.env.device=cpu --model.env.num_envs="$NAV_ENVS" --model.algorithm.init_args.minibatch_size="$NAV_MB"
 
 # (d) env worker processes at 1, 2, 4, 8 and every core, env-bound PettingZoo collection.
