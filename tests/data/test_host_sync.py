@@ -132,7 +132,8 @@ def test_the_vmas_step_path_reads_nothing_back_but_the_count_of_ended_copies(mon
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_gpu_rollout_of_vmas_never_synchronises_outside_the_env(monkeypatch):
     """Under ``set_sync_debug_mode("error")`` any synchronising call of the collector raises; VMAS's
-    own step (its action check reads back) and the adapter's count of ended copies run outside it.
+    own code (its step's action check reads back; its observations, its reset's spawn loop) and the
+    adapter's count of ended copies run outside it.
     Discrete actions: TorchRL's TanhNormal (continuous actions) reads its bounds back when built."""
     collector = _collector("cuda", continuous=False, num_envs=1024)
     env = collector.env._env
@@ -149,6 +150,7 @@ def test_a_gpu_rollout_of_vmas_never_synchronises_outside_the_env(monkeypatch):
         return run
 
     monkeypatch.setattr(env, "step", unchecked(env.step))
+    monkeypatch.setattr(env, "get_from_scenario", unchecked(env.get_from_scenario))  # VMAS's observations
     monkeypatch.setattr(lightmarl_vmas, "reset_copies", unchecked(lightmarl_vmas.reset_copies))
     try:
         collector.loop.run(_Keep(), steps=1)
