@@ -5,6 +5,9 @@ Compares, on the same scenario, seed, number of env copies and ``--device``:
 * ``raw``: the VMAS ``Environment`` stepped by a minimal loop with uniform random discrete
   actions drawn on the device; ended copies reset in one call (all of them ended:
   VMAS's batched reset; some: :func:`lightmarl.envs.vmas.reset_copies`) -- the ceiling;
+* ``raw + MLP policy``: the same loop with actions sampled from an MLP of the collector policy's
+  shape (64, 64, tanh) applied to the stacked observations: the ceiling for any collector that
+  acts with that policy (the uniform loop pays no forward pass);
 * ``raw-reset-at`` (``--reset-at``): the same loop resetting ended copies one ``reset_at``
   call at a time, as VMAS documents it (what lightmarl did before the batched reset);
 * ``adapter``: lightmarl's :class:`~lightmarl.envs.vmas.VmasVecEnv` stepped with random actions;
@@ -37,7 +40,7 @@ from pathlib import Path
 
 import torch
 from bench_meta import REPO, metadata, write_json
-from collector_speed import Runner, interleaved_rates, markdown_table
+from collector_speed import Runner, interleaved_rates
 
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs.vmas import VmasEnvConfig, VmasRandomState, reset_copies
@@ -86,6 +89,42 @@ def raw_runner(config: VmasEnvConfig, num_envs: int, seed: int, steps: int, rese
 
     name = "raw VMAS loop, reset_at per copy" if reset_at else "raw VMAS loop, reset in one call"
     return Runner(name, run, lambda: None)
+
+
+def raw_policy_runner(config: VmasEnvConfig, num_envs: int, seed: int, steps: int) -> Runner:
+    """The raw loop with its actions sampled from an MLP of the collector's policy's shape (64, 64, tanh)
+    instead of uniformly: what any collector acting with that policy cannot beat."""
+    import vmas
+
+    random_state = VmasRandomState()
+    with random_state.active():
+        env = vmas.make_env(config.scenario, num_envs=num_envs, device=config.device, continuous_actions=False,
+                            max_steps=config.max_steps, seed=seed, terminated_truncated=True, **config.scenario_kwargs)  # fmt: skip
+        observations = env.reset()
+    num_actions = int(env.action_space[0].n)
+    size = observations[0].shape[-1]
+    net = torch.nn.Sequential(
+        torch.nn.Linear(size, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+        torch.nn.Linear(64, num_actions),
+    ).to(config.device)  # fmt: skip
+
+    @torch.no_grad()
+    def run() -> int:
+        nonlocal observations
+        with random_state.active():
+            for _ in range(steps):
+                logits = net(torch.stack(observations, dim=1))  # [copies, agents, actions]
+                actions = torch.distributions.Categorical(logits=logits).sample()
+                observations, _, terminated, truncated, _ = env.step(list(actions.unsqueeze(-1).unbind(1)))
+                ended = terminated | truncated
+                if reset_copies(env, ended):
+                    observations = env.get_from_scenario(
+                        get_observations=True, get_rewards=False, get_infos=False, get_dones=False
+                    )[0]
+        synchronize(config.device)
+        return steps * num_envs
+
+    return Runner("raw VMAS loop + MLP policy, reset in one call", run, lambda: None)
 
 
 def adapter_runner(config: VmasEnvConfig, num_envs: int, seed: int, steps: int) -> Runner:
@@ -157,6 +196,26 @@ def fit_fps(num_envs: int, device: str, iterations: int, warmup: int, epochs: in
         }
 
 
+def table(results: dict[int, dict[str, list[float]]], num_agents: int) -> str:
+    """Best run per path; ratios: medians over repeats of same-repeat ratios to the two raw loops."""
+    lines = [
+        "| envs | path | env-steps/s | agent-steps/s | × raw | × raw + policy | runs (env-steps/s, min–max) |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for num_envs, rates in results.items():
+        raw = rates["raw VMAS loop, reset in one call"]
+        with_policy = rates["raw VMAS loop + MLP policy, reset in one call"]
+        for name, runs in rates.items():
+            best = max(runs)
+            ratio = statistics.median(r / w for r, w in zip(runs, raw))
+            ratio_policy = statistics.median(r / w for r, w in zip(runs, with_policy))
+            lines.append(
+                f"| {num_envs} | {name} | {best:,.0f} | {best * num_agents:,.0f} | {ratio:.2f} | {ratio_policy:.2f} "
+                f"| {min(runs):,.0f}–{best:,.0f} |"
+            )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--scenario", default="navigation")
@@ -182,7 +241,7 @@ def main() -> None:
     results: dict[int, dict[str, list[float]]] = {}
     fits: dict[int, dict] = {}
     for num_envs in args.num_envs:
-        makers = [raw_runner, adapter_runner, collector_runner]
+        makers = [raw_runner, raw_policy_runner, adapter_runner, collector_runner]
         runners = [make(config, num_envs, args.seed, args.steps) for make in makers]
         if args.reset_at:
             runners.insert(1, raw_runner(config, num_envs, args.seed, args.steps, reset_at=True))
@@ -207,16 +266,18 @@ def main() -> None:
     print(header)
     print(f"load average (1/5/15 min): before {meta['load_before']}, after {list(os.getloadavg())}")
     print(f"agent-steps/s = env-steps/s × {num_agents}\n")
-    print(markdown_table(results, num_agents))
+    print(table(results, num_agents))
     numbers = []
     for num_envs, rates in results.items():
         raw = rates["raw VMAS loop, reset in one call"]
+        with_policy = rates["raw VMAS loop + MLP policy, reset in one call"]
         entry: dict = {"num_envs": num_envs}
         for name, runs in rates.items():
             entry[name] = {
                 "env_steps_per_s_best": max(runs),
                 "runs": runs,
                 "ratio_to_raw_median": statistics.median(r / w for r, w in zip(runs, raw)),
+                "ratio_to_raw_with_policy_median": statistics.median(r / w for r, w in zip(runs, with_policy)),
             }
         if num_envs in fits:
             fit = fits[num_envs]
