@@ -258,15 +258,30 @@ def main() -> None:
                 num_envs, args.device, args.fit_iterations, args.fit_warmup, args.fit_epochs, args.fit_timeout
             )
         print(f"{num_envs} copies done", file=sys.stderr)
-    header = (
+        if args.json:  # after every size: a later one that fails or runs out of time keeps these
+            write_json(
+                args.json,
+                meta,
+                {"scenario": args.scenario, "scenario_kwargs": SCENARIO_KWARGS, "steps_per_unit": args.steps,
+                 "seconds": args.seconds, "repeats": args.repeats, "threads": args.threads,
+                 "table": numbers_of(results, fits)},
+            )  # fmt: skip
+    print(
         f"VMAS {args.scenario} (n_agents=3, max_steps=100, discrete actions) on {meta['device_name']} "
         f"({args.device}), {args.steps} steps per unit, {args.repeats} interleaved runs × {args.seconds:g} s per "
         f"path, torch threads {args.threads}, {os.cpu_count()} CPUs, torch {torch.__version__}"
     )
-    print(header)
     print(f"load average (1/5/15 min): before {meta['load_before']}, after {list(os.getloadavg())}")
     print(f"agent-steps/s = env-steps/s × {num_agents}\n")
     print(table(results, num_agents))
+    for num_envs, fit in fits.items():
+        if "frames_per_s" in fit:
+            print(f"\nfit at {num_envs} copies: {fit['frames_per_s']:.0f} frames/s ({fit['ppo']})")
+        else:
+            print(f"\nfit at {num_envs} copies failed: {fit['error'][-500:]}")
+
+
+def numbers_of(results: dict[int, dict[str, list[float]]], fits: dict[int, dict]) -> list[dict]:
     numbers = []
     for num_envs, rates in results.items():
         raw = rates["raw VMAS loop, reset in one call"]
@@ -280,21 +295,11 @@ def main() -> None:
                 "ratio_to_raw_with_policy_median": statistics.median(r / w for r, w in zip(runs, with_policy)),
             }
         if num_envs in fits:
-            fit = fits[num_envs]
-            entry["fit"] = fit
-            if "frames_per_s" in fit:
-                entry["fit"]["ratio_to_raw_best"] = fit["frames_per_s"] / max(raw)
-                print(f"\nfit at {num_envs} copies: {fit['frames_per_s']:.0f} frames/s ({fit['ppo']})")
-            else:
-                print(f"\nfit at {num_envs} copies failed: {fit['error'][-500:]}")
+            entry["fit"] = dict(fits[num_envs])
+            if "frames_per_s" in entry["fit"]:
+                entry["fit"]["ratio_to_raw_best"] = entry["fit"]["frames_per_s"] / max(raw)
         numbers.append(entry)
-    if args.json:
-        write_json(
-            args.json,
-            meta,
-            {"scenario": args.scenario, "scenario_kwargs": SCENARIO_KWARGS, "steps_per_unit": args.steps,
-             "seconds": args.seconds, "repeats": args.repeats, "threads": args.threads, "table": numbers},
-        )  # fmt: skip
+    return numbers
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ part() {  # part NAME SECONDS COMMAND...: run one part under a time limit, log t
 if [ "$SMALL" = 1 ]; then
   ENVS=(64 256); SECONDS_PER=0.5; REPEATS=1; FIT_IT=2; NAV_ENVS=256; NAV_MB=2048; CAP=60; WORKERS=(1 2); WENVS=16; WSEC=1
 else
-  ENVS=(1024 4096 16384); SECONDS_PER=2; REPEATS=2; FIT_IT=3; NAV_ENVS=4096; NAV_MB=16384; CAP=90; WORKERS=(1 2 4 8 "$(nproc)"); WENVS=256; WSEC=2
+  ENVS=(1024 4096 16384); SECONDS_PER=1.5; REPEATS=2; FIT_IT=3; NAV_ENVS=4096; NAV_MB=16384; CAP=90; WORKERS=(1 2 4 8 "$(nproc)"); WENVS=256; WSEC=2
 fi
 
 # (a) the VMAS table on the device: raw loop (batched reset) vs VmasVecEnv vs collector vs fit.

@@ -14,6 +14,7 @@ from torchrl.envs.utils import ExplorationType
 from lightmarl import keys
 from lightmarl.data.episode_history import EpisodeHistory
 from lightmarl.data.rollout import RolloutLoop, RolloutStep
+from lightmarl.data.rollout_buffer import _DEFAULT_MAX_ROWS as DEFAULT_MAX_ROWS
 from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
 from lightmarl.envs.base import VecEnv
 from lightmarl.envs.layout import ROOT
@@ -162,7 +163,7 @@ class RolloutCollector:
         # The rollouts live in the buffers: collect() hands out the buffers' storage, not a copy.
         self._own_buffers = buffers is None
         self.buffers = (
-            {g.name: MultiAgentRolloutBuffer(g.num_agents) for g in self._groups} if buffers is None else dict(buffers)
+            {g.name: self._rollout_buffer(g.num_agents) for g in self._groups} if buffers is None else dict(buffers)
         )
         unknown = set(self.buffers) - {g.name for g in self._groups}
         if unknown:
@@ -176,6 +177,12 @@ class RolloutCollector:
         self.history = EpisodeHistory(self.num_envs)
         # Only vectors that can replay episodes use the history (VMAS cannot): others skip its per-copy loop.
         self._replayable = all(callable(getattr(lane.env, "resume_state", None)) for lane in self.loop.lanes)
+
+    def _rollout_buffer(self, num_agents: int) -> MultiAgentRolloutBuffer:
+        """A buffer for the latest rollout: room for all of its rows (16,384 VMAS copies x 100 steps x 3
+        agents are 4.9M, past the buffer's default limit)."""
+        rows = self.num_envs * self.rollout_steps * num_agents
+        return MultiAgentRolloutBuffer(num_agents, max_rows=max(DEFAULT_MAX_ROWS, rows))
 
     @property
     def recurrent(self) -> RecurrentStates:
@@ -450,7 +457,7 @@ class RolloutCollector:
         self.history = EpisodeHistory(self.num_envs)
         self.recurrent.restart_all()
         if self._own_buffers:
-            self.buffers = {g.name: MultiAgentRolloutBuffer(g.num_agents) for g in self._groups}
+            self.buffers = {g.name: self._rollout_buffer(g.num_agents) for g in self._groups}
 
     def close(self) -> None:
         self.env.close()
