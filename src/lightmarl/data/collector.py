@@ -14,7 +14,6 @@ from torchrl.envs.utils import ExplorationType
 from lightmarl import keys
 from lightmarl.data.episode_history import EpisodeHistory
 from lightmarl.data.rollout import RolloutLoop, RolloutStep
-from lightmarl.data.rollout_buffer import _DEFAULT_MAX_ROWS as DEFAULT_MAX_ROWS
 from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
 from lightmarl.envs.base import VecEnv
 from lightmarl.envs.layout import ROOT
@@ -182,7 +181,8 @@ class RolloutCollector:
         """A buffer for the latest rollout: room for all of its rows (16,384 VMAS copies x 100 steps x 3
         agents are 4.9M, past the buffer's default limit)."""
         rows = self.num_envs * self.rollout_steps * num_agents
-        return MultiAgentRolloutBuffer(num_agents, max_rows=max(DEFAULT_MAX_ROWS, rows))
+        buffer = MultiAgentRolloutBuffer(num_agents)
+        return buffer if buffer.max_rows >= rows else MultiAgentRolloutBuffer(num_agents, max_rows=rows)
 
     @property
     def recurrent(self) -> RecurrentStates:
