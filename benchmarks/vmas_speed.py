@@ -142,13 +142,18 @@ def adapter_runner(config: VmasEnvConfig, num_envs: int, seed: int, steps: int) 
     return Runner("lightmarl VmasVecEnv", run, vector.close)
 
 
-def collector_runner(config: VmasEnvConfig, num_envs: int, seed: int, steps: int) -> Runner:
+def make_collector(config: VmasEnvConfig, num_envs: int, seed: int, steps: int) -> RolloutCollector:
+    """The measured collector: an ``MLPActorCritic`` (64, 64) on ``config.device`` over a VMAS vector."""
     vector = config.make_vector(seed, num_envs=num_envs)
     table = BindingTable([PolicyBinding("main", class_path="lightmarl.policies.MLPActorCritic")], vector.spec)
     policy = MLPActorCritic(vector.spec.groups["agent"], hidden_sizes=(64, 64)).to(config.device)
-    collector = RolloutCollector(
+    return RolloutCollector(
         vector, MultiAgentPolicy({"main": policy}, table), rollout_steps=steps, device=config.device
     )
+
+
+def collector_runner(config: VmasEnvConfig, num_envs: int, seed: int, steps: int) -> Runner:
+    collector = make_collector(config, num_envs, seed, steps)
 
     def run() -> int:
         collector.collect()

@@ -22,7 +22,6 @@ import os
 import sys
 import time
 import warnings
-from dataclasses import replace
 
 import collector_speed
 import torch

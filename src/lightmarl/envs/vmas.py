@@ -388,7 +388,12 @@ class VmasVecEnv:
     """
 
     def __init__(
-        self, env: Any, spec: EnvSpec, seed: int, random_state: VmasRandomState, output_device: str | torch.device = "cpu"
+        self,
+        env: Any,
+        spec: EnvSpec,
+        seed: int,
+        random_state: VmasRandomState,
+        output_device: str | torch.device = "cpu",
     ) -> None:
         if not getattr(env, "terminated_truncated", False):
             raise ValueError("VmasVecEnv needs a VMAS env built with terminated_truncated=True")
