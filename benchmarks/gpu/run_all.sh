@@ -10,18 +10,22 @@
 # index: the script installs the other dependencies (never torch) from benchmarks/gpu/wheels
 # (filled on a machine with an index by benchmarks/gpu/download_wheels.sh; git-ignored) into a
 # folder of their own on PYTHONPATH, falling back to the index for what is missing.
-# Results: one JSON per part under $OUT, with a log of each part; summary.txt lists them.
+# Results: one JSON per part and a log of each part, all packed into $OUT/results.tar.gz after every
+# part (the device runner returns only a few files), and $OUT/summary.txt (each part's rc and time).
 set -u
 cd "$(dirname "$0")/../.."
 REPO=$PWD
-OUT=${OUT:-$REPO/benchmarks/results/gpu}
+FINAL=${OUT:-$REPO/benchmarks/results/gpu}
+OUT=${WORK:-/tmp/lightmarl-gpu-results}  # every file of the run; packed into $FINAL/results.tar.gz
+mkdir -p "$FINAL"
 DEVICE=${DEVICE:-cuda}
 SMALL=${SMALL:-0}
-mkdir -p "$OUT"
+rm -rf "$OUT"; mkdir -p "$OUT"  # a rerun on a warm machine starts clean
 export LIGHTMARL_COMMIT=$(git rev-parse HEAD 2>/dev/null || cat benchmarks/gpu/COMMIT 2>/dev/null || echo unknown)
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
-note() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$SUMMARY"; }
+note() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$SUMMARY"; cp "$SUMMARY" "$FINAL/summary.txt"; }
+pack() { tar czf "$FINAL/results.tar.gz" -C "$OUT" . 2>/dev/null; }
 
 # --- environment ---------------------------------------------------------------------------
 PYTHON=${PYTHON:-$(command -v python3 || command -v python)}
@@ -82,6 +86,7 @@ part() {  # part NAME SECONDS COMMAND...: run one part under a time limit, log t
   timeout --signal=INT --kill-after=20 "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
   note "$name: rc $rc in $(( $(date +%s) - start )) s (limit $limit s)"
+  pack
 }
 
 if [ "$SMALL" = 1 ]; then
@@ -118,4 +123,5 @@ part recipe_cpu $((CAP + 10)) "$PY" benchmarks/time_to_return.py --recipe recipe
 part worker_scaling 80 "$PY" benchmarks/worker_scaling.py --workers 0 "${WORKERS[@]}" --num-envs "$WENVS" \
   --seconds "$WSEC" --repeats 1 --json "$OUT/worker_scaling.json"
 
-note "done; JSON: $(cd "$OUT" && ls *.json 2>/dev/null | tr '\n' ' ')"
+note "done; JSON in $FINAL/results.tar.gz: $(cd "$OUT" && ls *.json 2>/dev/null | tr '\n' ' ')"
+pack
