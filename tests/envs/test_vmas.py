@@ -237,3 +237,36 @@ def test_resetting_ended_copies_in_one_call_leaves_the_others_as_reset_at_would(
         expected_observations, expected_rewards, *_ = looped.step(step)
         for got, expected in zip([*observations, *rewards], [*expected_observations, *expected_rewards]):
             assert torch.equal(got[~ended], expected[~ended])
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_batched_reset_can_be_turned_off_for_scenarios_with_state_outside_tensors(monkeypatch, batched):
+    from lightmarl.envs import vmas as lightmarl_vmas
+
+    calls = {"reset_copies": 0, "reset_at": 0}
+    original = lightmarl_vmas.reset_copies
+
+    def counted(env, ended):
+        calls["reset_copies"] += 1
+        return original(env, ended)
+
+    monkeypatch.setattr(lightmarl_vmas, "reset_copies", counted)
+    env = balance(num_envs=3, max_steps=2, batched_reset=batched).make_vector(seed=0)
+    reset_at = env._env.reset_at
+
+    def counted_reset_at(*args, **kwargs):
+        calls["reset_at"] += 1
+        return reset_at(*args, **kwargs)
+
+    monkeypatch.setattr(env._env, "reset_at", counted_reset_at)
+    try:
+        env.reset()
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(2):  # every copy is truncated at the second step
+            _, ended = env.step(random_actions(env.spec, env.current, generator))
+        assert ended.all()
+        assert calls == ({"reset_copies": 2, "reset_at": 0} if batched else {"reset_copies": 0, "reset_at": 3})
+    finally:
+        env.close()
+    with pytest.raises(TypeError, match=r"env.batched_reset: expected true or false, got 'yes'"):
+        balance(batched_reset="yes")

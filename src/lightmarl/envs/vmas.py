@@ -82,6 +82,9 @@ class VmasEnvConfig(EnvConfig):
         device: where VMAS simulates (``cpu``, ``cuda``, ``cuda:1``).
         transforms: optional :mod:`~lightmarl.envs.transforms` applied, in order, to the
             vector's outputs.
+        batched_reset: reset the copies that ended in one call (:func:`reset_copies`); ``false``:
+            one VMAS ``reset_at`` call per ended copy, for a scenario of your own that keeps
+            per-copy state outside tensors (which the batched reset cannot put back).
         info_fields: fields of the scenario's per-agent ``info()`` (one number per env copy,
             e.g. navigation's ``final_rew``) that evaluation reports per binding (see
             :class:`~lightmarl.envs.config.EnvConfig`).
@@ -95,6 +98,7 @@ class VmasEnvConfig(EnvConfig):
     device: str = "cpu"
     transforms: list[VecTransform] = field(default_factory=list)
     info_fields: list[str] = field(default_factory=list)
+    batched_reset: bool = True
 
     def __post_init__(self) -> None:
         if not HAS_VMAS:
@@ -107,6 +111,8 @@ class VmasEnvConfig(EnvConfig):
             isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1
         ):
             raise ValueError(f"env.max_steps: expected a positive integer or null, got {self.max_steps!r}")
+        if not isinstance(self.batched_reset, bool):
+            raise TypeError(f"env.batched_reset: expected true or false, got {self.batched_reset!r}")
         if not isinstance(self.scenario, str) or not self.scenario:
             raise ValueError(f"env.scenario: expected a VMAS scenario name or import path, got {self.scenario!r}")
         try:
@@ -177,6 +183,7 @@ class VmasEnvConfig(EnvConfig):
             seed,
             random_state,
             output_device=self.device if on_device else "cpu",
+            batched_reset=self.batched_reset,
         )
 
     def base_spec(self) -> EnvSpec:
@@ -385,6 +392,8 @@ class VmasVecEnv:
         output_device: where the outputs live (and actions are expected): ``cpu`` (the default,
             whatever device VMAS simulates on), or VMAS's own device, so that a rollout on that
             device never copies a step's results to the host.
+        batched_reset: ended copies reset in one call (:func:`reset_copies`), or one
+            ``reset_at`` call each.
     """
 
     def __init__(
@@ -394,6 +403,7 @@ class VmasVecEnv:
         seed: int,
         random_state: VmasRandomState,
         output_device: str | torch.device = "cpu",
+        batched_reset: bool = True,
     ) -> None:
         if not getattr(env, "terminated_truncated", False):
             raise ValueError("VmasVecEnv needs a VMAS env built with terminated_truncated=True")
@@ -410,6 +420,7 @@ class VmasVecEnv:
         self._agent_ids: dict[str, torch.Tensor] = {
             g.name: torch.tensor(g.agent_ids, dtype=torch.int64, device=self.device) for g in spec.groups.values()
         }
+        self._batched_reset = batched_reset
         self._discrete = {g.name: g.action_kind == "discrete" for g in spec.groups.values()}
 
     def _by_group(self, per_agent: list[torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -451,7 +462,14 @@ class VmasVecEnv:
             observations, rewards, terminated, truncated, infos = self._env.step(per_agent)
             ended_on_device = terminated | truncated
             reset_observations = None
-            if reset_copies(self._env, ended_on_device):
+            if self._batched_reset:
+                any_reset = reset_copies(self._env, ended_on_device) > 0
+            else:
+                indices = ended_on_device.nonzero().flatten().tolist()
+                for index in indices:
+                    self._env.reset_at(index, return_observations=False)
+                any_reset = bool(indices)
+            if any_reset:
                 reset_observations = self._env.get_from_scenario(
                     get_observations=True, get_rewards=False, get_infos=False, get_dones=False
                 )[0]
