@@ -74,11 +74,12 @@ def raw_runner(
     num_envs: int,
     seed: int,
     steps: int = ROLLOUT_STEPS,
-    config: PettingZooEnvConfig = ENV_CONFIG,
+    config: PettingZooEnvConfig | None = None,
     name: str = "raw PettingZoo loop",
 ) -> Runner:
     """``num_envs`` copies of ``config``'s env stepped in a plain loop with uniformly random actions
     (``Discrete`` or ``Box``): the speed lightmarl's vectors are compared with."""
+    config = ENV_CONFIG if config is None else config
     envs = [config.make_one() for _ in range(num_envs)]
     for i, env in enumerate(envs):
         env.reset(seed=seed + i)
@@ -106,11 +107,11 @@ def raw_runner(
     return Runner(name, run, close)
 
 
-def _raw_loop_process(conn, num_envs: int, seed: int, steps: int) -> None:
+def _raw_loop_process(conn, num_envs: int, seed: int, steps: int, config: PettingZooEnvConfig) -> None:
     """One process of ``raw_processes_runner``: ``steps`` raw steps of its envs on every ``"go"``;
     between commands it polls for 10 ms before sleeping, as lightmarl's workers do."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    runner = raw_runner(num_envs, seed, steps)
+    runner = raw_runner(num_envs, seed, steps, config)
     conn.send("ready")
     while True:
         spin_until = time.perf_counter() + 0.01
@@ -133,7 +134,7 @@ def raw_processes_runner(num_envs: int, seed: int, processes: int, every_step: b
     for size in sizes:
         parent, child = ctx.Pipe()
         steps = 1 if every_step else ROLLOUT_STEPS
-        proc = ctx.Process(target=_raw_loop_process, args=(child, size, seed + start, steps), daemon=True)
+        proc = ctx.Process(target=_raw_loop_process, args=(child, size, seed + start, steps, ENV_CONFIG), daemon=True)
         proc.start()
         child.close()
         conns.append(parent)

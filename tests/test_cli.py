@@ -51,6 +51,8 @@ TINY_EPISODES = {
     "vmas_balance.yaml": ["--model.env.max_steps=10"],
     "mettagrid_mines.yaml": ["--model.env.env_kwargs.max_steps=20"],
     "vmas_navigation.yaml": ["--model.env.max_steps=10"],
+    # The GPU-sized recipe simulates on the GPU: here on the CPU (the `gpu` case still trains on the GPU).
+    "vmas_navigation_gpu.yaml": ["--model.env.max_steps=10", "--model.env.device=cpu", "--trainer.accelerator=cpu"],
     "mappo_simple_spread_continuous.yaml": ["--model.env.env_kwargs.max_cycles=20"],
     # Connect four has no turn limit. Each league player has one of the 4 copies; with seed 0 the
     # main exploiter's copy plays a game of sampled untrained moves longer than 30 turns, with
@@ -60,8 +62,13 @@ TINY_EPISODES = {
 # Recipes whose tiny run ends a game for every binding only through the seed above: the seed fixes
 # the CPU's random stream, and a GPU samples from its own.
 SEEDED_GAME_LENGTHS = {"league_connect_four.yaml"}
-# Recipes of optional env families: skipped where the package is not installed (CI has no vmas).
-NEEDS = {"vmas_balance.yaml": "vmas", "vmas_navigation.yaml": "vmas", "mettagrid_mines.yaml": "mettagrid"}
+# Recipes of optional env families: skipped where the package is not installed.
+NEEDS = {
+    "vmas_balance.yaml": "vmas",
+    "vmas_navigation.yaml": "vmas",
+    "vmas_navigation_gpu.yaml": "vmas",
+    "mettagrid_mines.yaml": "mettagrid",
+}
 
 
 def lightmarl_script() -> str:

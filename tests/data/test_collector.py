@@ -260,3 +260,19 @@ def test_episode_ids_and_statistics_match_a_step_by_step_reference():
         assert list(stats.lengths) == lengths[b]
     # The next rollout goes on with each copy's current episode.
     assert torch.equal(collector.collect()["agent", keys.EPISODE_ID][:, 0, 0], current)
+
+
+def test_the_collectors_own_buffers_hold_a_rollout_past_the_default_row_limit(spread_config):
+    """16,384 VMAS copies x 100 steps x 3 agents are 4.9M rows: the latest rollout must fit."""
+    from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
+
+    default = MultiAgentRolloutBuffer(3).max_rows
+    steps = default // (spread_config.num_envs * 3) + 1  # one step more than the default holds
+    vec = spread_config.make_vector(seed=0)
+    table = BindingTable([PolicyBinding("main", class_path="x.y")], vec.spec)
+    policy = MultiAgentPolicy({"main": MLPActorCritic(vec.spec.groups["agent"])}, table)
+    collector = RolloutCollector(vec, policy, rollout_steps=steps)
+    try:
+        assert collector.buffers["agent"].max_rows == spread_config.num_envs * steps * 3 > default
+    finally:
+        collector.close()

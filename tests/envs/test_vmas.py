@@ -196,3 +196,77 @@ def test_info_fields_pass_the_specs_check_and_reach_the_spec():
     vector.reset()
     nxt, _ = vector.step(random_actions(vector.spec, vector.current, torch.Generator().manual_seed(0)))
     assert nxt["agent"]["info/pos_rew"].shape == (2, 2)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "kwargs"),
+    [("navigation", {"n_agents": 3}), ("balance", {"n_agents": 3}), ("transport", {"n_agents": 4})],
+)
+def test_resetting_ended_copies_in_one_call_leaves_the_others_as_reset_at_would(scenario, kwargs):
+    """reset_copies against VMAS's own reset_at loop: the copies that did not end continue exactly
+    alike (same observations and rewards under the same actions); the ended ones start afresh."""
+    import vmas
+
+    from lightmarl.envs.vmas import reset_copies
+
+    num_envs = 12
+
+    def make():
+        env = vmas.make_env(scenario, num_envs=num_envs, device="cpu", continuous_actions=False, max_steps=100,
+                            seed=0, terminated_truncated=True, **kwargs)  # fmt: skip
+        env.reset(seed=0)
+        return env
+
+    batched, looped = make(), make()
+    generator = torch.Generator().manual_seed(1)
+    actions = [[torch.randint(9, (num_envs, 1), generator=generator) for _ in batched.agents] for _ in range(16)]
+    for step in actions[:6]:
+        batched.step(step)
+        looped.step(step)
+    ended = torch.zeros(num_envs, dtype=torch.bool)
+    ended[::3] = True
+    before = [agent.state.pos.clone() for agent in batched.agents]
+    assert reset_copies(batched, ended) == int(ended.sum())
+    for index in ended.nonzero().flatten().tolist():
+        looped.reset_at(index, return_observations=False)
+    assert torch.equal(batched.steps, looped.steps) and not batched.steps[ended].any()
+    moved = torch.stack([(agent.state.pos != old).any(-1) for agent, old in zip(batched.agents, before)]).any(0)
+    assert moved[ended].all() and not moved[~ended].any()  # only the ended copies were put elsewhere
+    for step in actions[6:]:
+        observations, rewards, *_ = batched.step(step)
+        expected_observations, expected_rewards, *_ = looped.step(step)
+        for got, expected in zip([*observations, *rewards], [*expected_observations, *expected_rewards]):
+            assert torch.equal(got[~ended], expected[~ended])
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_batched_reset_can_be_turned_off_for_scenarios_with_state_outside_tensors(monkeypatch, batched):
+    from lightmarl.envs import vmas as lightmarl_vmas
+
+    calls = {"reset_copies": 0, "reset_at": 0}
+    original = lightmarl_vmas.reset_copies
+
+    def counted(env, ended):
+        calls["reset_copies"] += 1
+        return original(env, ended)
+
+    monkeypatch.setattr(lightmarl_vmas, "reset_copies", counted)
+    env = balance(num_envs=3, max_steps=2, batched_reset=batched).make_vector(seed=0)
+    reset_at = env._env.reset_at
+
+    def counted_reset_at(*args, **kwargs):
+        calls["reset_at"] += 1
+        return reset_at(*args, **kwargs)
+
+    monkeypatch.setattr(env._env, "reset_at", counted_reset_at)
+    try:
+        env.reset()
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(2):  # every copy is truncated at the second step
+            _, ended = env.step(random_actions(env.spec, env.current, generator))
+        assert ended.all()
+        assert calls == ({"reset_copies": 2, "reset_at": 0} if batched else {"reset_copies": 0, "reset_at": 3})
+    finally:
+        env.close()
+    with pytest.raises(TypeError, match=r"env.batched_reset: expected true or false, got 'yes'"):
+        balance(batched_reset="yes")

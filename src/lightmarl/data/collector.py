@@ -162,7 +162,7 @@ class RolloutCollector:
         # The rollouts live in the buffers: collect() hands out the buffers' storage, not a copy.
         self._own_buffers = buffers is None
         self.buffers = (
-            {g.name: MultiAgentRolloutBuffer(g.num_agents) for g in self._groups} if buffers is None else dict(buffers)
+            {g.name: self._rollout_buffer(g.num_agents) for g in self._groups} if buffers is None else dict(buffers)
         )
         unknown = set(self.buffers) - {g.name for g in self._groups}
         if unknown:
@@ -174,6 +174,15 @@ class RolloutCollector:
         self.loop = RolloutLoop(env, policy, exploration, self.device)
         #: each copy's episode in flight and its actions so far, to put the copies back when a run resumes.
         self.history = EpisodeHistory(self.num_envs)
+        # Only vectors that can replay episodes use the history (VMAS cannot): others skip its per-copy loop.
+        self._replayable = all(callable(getattr(lane.env, "resume_state", None)) for lane in self.loop.lanes)
+
+    def _rollout_buffer(self, num_agents: int) -> MultiAgentRolloutBuffer:
+        """A buffer for the latest rollout: room for all of its rows (16,384 VMAS copies x 100 steps x 3
+        agents are 4.9M, past the buffer's default limit)."""
+        rows = self.num_envs * self.rollout_steps * num_agents
+        buffer = MultiAgentRolloutBuffer(num_agents)
+        return buffer if buffer.max_rows >= rows else MultiAgentRolloutBuffer(num_agents, max_rows=rows)
 
     @property
     def recurrent(self) -> RecurrentStates:
@@ -237,35 +246,41 @@ class RolloutCollector:
         valid: dict[str, torch.Tensor],
         ended: torch.Tensor,
         bindings: dict[str, torch.Tensor],
+        device: torch.device | str = "cpu",
     ) -> None:
         """Fold one rollout into the running episode statistics.
 
         ``rewards`` / ``valid`` / ``bindings``: group -> ``[E, T, agents]``; ``ended``: ``[E, T]``. Every reward
         counts, also one on a step the agent did not act (turn-based envs: the loser's -1 arrives
-        on the winner's turn); an episode's length per agent is its valid steps.
+        on the winner's turn); an episode's length per agent is its valid steps. The sums run on
+        ``device`` (where the rollout is); the running sums and the statistics stay on the host.
         """
         E, T = ended.shape
+        ended = ended.to(device)
         step, env = torch.nonzero(ended.t(), as_tuple=True)  # ends in (step, copy) order
         # Per copy and step: 1 + the step of the copy's latest end up to this step (0: none yet).
-        latest_end = torch.where(ended, torch.arange(1, T + 1), 0).cummax(dim=1).values
-        previous_end = torch.cat([torch.zeros(E, 1, dtype=torch.int64), latest_end[:, :-1]], dim=1)
+        latest_end = torch.where(ended, torch.arange(1, T + 1, device=device), 0).cummax(dim=1).values
+        previous_end = torch.cat([torch.zeros(E, 1, dtype=torch.int64, device=device), latest_end[:, :-1]], dim=1)
         for g in self._groups:
             totals = []
-            for running, per_step in (
-                (self._episode_return[g.name], rewards[g.name].to(torch.float64)),
-                (self._episode_steps[g.name], valid[g.name].to(torch.int64)),
+            for kept, per_step in (
+                (self._episode_return[g.name], rewards[g.name].to(device, torch.float64)),
+                (self._episode_steps[g.name], valid[g.name].to(device, torch.int64)),
             ):
+                running = kept.to(device)
                 # Sums since the rollout began, from the episode so far; an episode's own sum is
                 # the difference to the sum at the copy's previous end.
                 sums = torch.cat([torch.zeros_like(running).unsqueeze(1), running.unsqueeze(1) + per_step.cumsum(1)], 1)
                 agents = sums.shape[-1]
                 before = sums.gather(1, previous_end.unsqueeze(-1).expand(E, T, agents))
-                totals.append((sums[:, 1:] - before)[env, step])  # [ends, agents]
-                running.copy_(sums[:, T] - sums.gather(1, latest_end[:, -1:, None].expand(E, 1, agents)).squeeze(1))
+                totals.append((sums[:, 1:] - before)[env, step].cpu())  # [ends, agents]
+                kept.copy_(sums[:, T] - sums.gather(1, latest_end[:, -1:, None].expand(E, 1, agents)).squeeze(1))
             if not len(env):
                 continue
             returns, lengths = totals
-            binding_of = bindings[g.name][env, step]  # [ends, agents]: who played the episode's last step
+            of_binding = bindings[g.name]
+            # [ends, agents]: who played the episode's last step
+            binding_of = of_binding[env.to(of_binding.device), step.to(of_binding.device)].cpu()
             for binding in binding_of.unique().tolist():
                 mine = binding_of == binding
                 played = mine.any(-1)
@@ -293,11 +308,17 @@ class RolloutCollector:
             return per_lane[0] if len(per_lane) == 1 else torch.cat(per_lane, dim=0)
 
         experience = cast(TensorDictBase, over_time([[s.td for s in lane] for lane in steps]))  # [E, T] / [E, T, A]
-        ended = over_time([[s.ended for s in lane] for lane in steps])
+        # Where the steps live (a torch-native env's device, or the CPU): the per-rollout bookkeeping
+        # runs there, so that 16,384 copies x 100 steps of a GPU rollout are not copied to the host.
+        ended_here = over_time([[s.ended for s in lane] for lane in steps])
+        here = ended_here.device
+        ended = ended_here.cpu()  # [E, T] bools: the episode ids are counted on the host
         episode_ids = self._episode_ids(ended)
-        self.history.record({g.name: experience.get((g.name, keys.ACTION)) for g in self._groups}, ended)
+        if self._replayable:
+            self.history.record({g.name: experience.get((g.name, keys.ACTION)) for g in self._groups}, ended)
         first = steps[0][0]
         E, T = self.num_envs, self.rollout_steps
+        rows_device = experience.get((self._groups[0].name, keys.VALID)).device
         next_groups = {}
         rewards, valid, bindings = {}, {}, {}
         for g in self._groups:
@@ -326,22 +347,28 @@ class RolloutCollector:
                 )
                 # The next observation continues the step's episode: never a reset.
                 next_groups[name].set(keys.IS_INIT, torch.zeros(E, T, A, dtype=torch.bool))
-            # Annotations follow the map each env copy plays (per-env overrides included).
+            # Annotations follow the map each env copy plays (per-env overrides included). With one map
+            # for the whole rollout they are [E, A] tables looked up once and expanded over time, built
+            # where the rows are (no [E, T, A] gather, no copy to a GPU).
+            rows = experience.get(name)
             if step_bindings is None:
-                binding = self.table.bindings_of_envs(name, E).unsqueeze(1).expand(E, T, A)
+                of_env = self.table.bindings_of_envs(name, E)
+                binding = of_env.to(rows_device).unsqueeze(1).expand(E, T, A)
+                profile = self.table.profile_of_binding[of_env].to(rows_device).unsqueeze(1).expand(E, T, A)
+                trainable = self.table.trainable[of_env].to(rows_device).unsqueeze(1).expand(E, T, A)
             else:
                 binding = over_time([[b[name] for b in lane] for lane in step_bindings])
+                profile, trainable = self.table.profile_of_binding[binding], self.table.trainable[binding]
             bindings[name] = binding
-            rows = experience.get(name)
             rows.set(keys.BINDING_ID, binding)
-            rows.set(keys.LOSS_PROFILE_ID, self.table.profile_of_binding[binding])
-            rows.set(keys.IS_TRAINABLE_AGENT, self.table.trainable[binding])
-            rows.set(keys.EPISODE_ID, episode_ids.unsqueeze(-1).expand(E, T, A))
-            rows.set(keys.ENV_INDEX, torch.arange(E).view(E, 1, 1).expand(E, T, A))
+            rows.set(keys.LOSS_PROFILE_ID, profile)
+            rows.set(keys.IS_TRAINABLE_AGENT, trainable)
+            rows.set(keys.EPISODE_ID, episode_ids.to(rows_device).unsqueeze(-1).expand(E, T, A))
+            rows.set(keys.ENV_INDEX, torch.arange(E, device=rows_device).view(E, 1, 1).expand(E, T, A))
             # Episode returns in the env's own rewards, also where a transform rescaled them for learning.
             rewards[name] = stacked.get(keys.ENV_REWARD, stacked[keys.REWARD])
-            valid[name] = rows.get(keys.VALID).cpu()
-        self._track_episodes(rewards, valid, ended, bindings)
+            valid[name] = rows.get(keys.VALID)
+        self._track_episodes(rewards, valid, ended_here, bindings, here)
         if ROOT in first.next:  # the env's global state after each step (the final one where an episode ended)
             next_groups[keys.STATE] = over_time([[s.next[ROOT][keys.STATE] for s in lane] for lane in steps])
         next_td = TensorDict(next_groups, batch_size=[E, T])
@@ -446,7 +473,7 @@ class RolloutCollector:
         self.history = EpisodeHistory(self.num_envs)
         self.recurrent.restart_all()
         if self._own_buffers:
-            self.buffers = {g.name: MultiAgentRolloutBuffer(g.num_agents) for g in self._groups}
+            self.buffers = {g.name: self._rollout_buffer(g.num_agents) for g in self._groups}
 
     def close(self) -> None:
         self.env.close()

@@ -69,6 +69,8 @@ class Lane:
         self.env = env
         self.envs = envs
         self.asynchronous = asynchronous
+        #: where the env's outputs live and its actions go (``VecEnv.device`` where a vector has one).
+        self.device = torch.device(getattr(env, "device", "cpu"))
         self._sent: tuple[TensorDict, dict[str, torch.Tensor]] | None = None
 
     def send(self, td: TensorDict, actions: dict[str, torch.Tensor]) -> None:
@@ -111,7 +113,8 @@ class RolloutLoop:
         env: the vectorized env.
         policy: the population's policy.
         exploration: ``RANDOM`` samples actions; ``DETERMINISTIC`` takes each policy's mode.
-        device: where the policy runs (envs hand out CPU tensors; actions go back on the CPU).
+        device: where the policy runs (envs hand out tensors on their ``device``, the CPU where
+            they have none; actions go back there).
     """
 
     def __init__(
@@ -188,7 +191,9 @@ class RolloutLoop:
         if self.device.type != "cpu":  # moving a TensorDict costs even when it is a no-op
             td = td.to(self.device)
         self.policy(td, env_start=lane.envs.start)
-        lane.send(td, {g.name: td.get((g.name, keys.ACTION)).cpu() for g in self.groups})
+        # Actions go where the lane's env wants them: the host for CPU envs, the env's own device
+        # for torch-native ones (a VMAS vector on the GPU: no copy, no host synchronisation).
+        lane.send(td, {g.name: td.get((g.name, keys.ACTION)).to(lane.device) for g in self.groups})
 
     def close(self) -> None:
         self.env.close()

@@ -18,10 +18,11 @@ What differs from PettingZoo vectors:
 * Agents never leave: ``valid`` is always True.
 * One seed drives the whole batch: ``reset()`` reseeds the batch with ``seeds[0]``; copy ``i``
   is not seeded with ``seeds[i]`` on its own. Same seed and actions, same trajectories.
-* VMAS resets one copy at a time (``reset_at``): ended copies are reset in a loop over the
-  ended ones only; stepping has no per-copy loop.
-* Outputs are CPU tensors whatever ``device`` simulates (the collector's contract); on a GPU
-  the simulation runs there and each step's results are copied to the CPU.
+* Ended copies are reset in one batched call (:func:`reset_copies`), not one ``reset_at`` call
+  per copy; stepping has no per-copy loop either.
+* The training vector's outputs stay on ``device`` (on a GPU the rollout never copies a step's
+  results to the host); evaluation vectors, and vectors followed by transforms, hand out CPU
+  tensors.
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ class VmasEnvConfig(EnvConfig):
         device: where VMAS simulates (``cpu``, ``cuda``, ``cuda:1``).
         transforms: optional :mod:`~lightmarl.envs.transforms` applied, in order, to the
             vector's outputs.
+        batched_reset: reset the copies that ended in one call (:func:`reset_copies`); ``false``:
+            one VMAS ``reset_at`` call per ended copy, for a scenario of your own that keeps
+            per-copy state outside tensors (which the batched reset cannot put back).
         info_fields: fields of the scenario's per-agent ``info()`` (one number per env copy,
             e.g. navigation's ``final_rew``) that evaluation reports per binding (see
             :class:`~lightmarl.envs.config.EnvConfig`).
@@ -94,6 +98,7 @@ class VmasEnvConfig(EnvConfig):
     device: str = "cpu"
     transforms: list[VecTransform] = field(default_factory=list)
     info_fields: list[str] = field(default_factory=list)
+    batched_reset: bool = True
 
     def __post_init__(self) -> None:
         if not HAS_VMAS:
@@ -106,6 +111,8 @@ class VmasEnvConfig(EnvConfig):
             isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1
         ):
             raise ValueError(f"env.max_steps: expected a positive integer or null, got {self.max_steps!r}")
+        if not isinstance(self.batched_reset, bool):
+            raise TypeError(f"env.batched_reset: expected true or false, got {self.batched_reset!r}")
         if not isinstance(self.scenario, str) or not self.scenario:
             raise ValueError(f"env.scenario: expected a VMAS scenario name or import path, got {self.scenario!r}")
         try:
@@ -141,7 +148,7 @@ class VmasEnvConfig(EnvConfig):
             return scenario()
         raise ValueError(f"env.scenario: {self.scenario!r} is not a vmas BaseScenario subclass")
 
-    def _make(self, num_envs: int, seed: int, info_fields: bool = True) -> VmasVecEnv:
+    def _make(self, num_envs: int, seed: int, info_fields: bool = True, on_device: bool = False) -> VmasVecEnv:
         import vmas
 
         scenario = self._scenario()
@@ -170,7 +177,14 @@ class VmasEnvConfig(EnvConfig):
                 raise ValueError(f"env.scenario_kwargs: VMAS scenario {self.scenario!r}: {warning.message}")
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
         spec = vmas_spec_of(env, self.name)
-        return VmasVecEnv(env, self.with_info_fields(spec) if info_fields else spec, seed, random_state)
+        return VmasVecEnv(
+            env,
+            self.with_info_fields(spec) if info_fields else spec,
+            seed,
+            random_state,
+            output_device=self.device if on_device else "cpu",
+            batched_reset=self.batched_reset,
+        )
 
     def base_spec(self) -> EnvSpec:
         """The scenario's groups and spaces, after a reset and two random steps of two copies
@@ -184,7 +198,9 @@ class VmasEnvConfig(EnvConfig):
             vector.close()
 
     def make_base_vector(self, seed: int, num_envs: int, evaluation: bool = False) -> VecEnv:
-        return self._make(num_envs, seed)
+        """The training vector keeps its outputs on ``device`` (the collector's rollout stays there)
+        unless transforms, which work on CPU tensors, follow it; evaluation vectors hand out CPU tensors."""
+        return self._make(num_envs, seed, on_device=not evaluation and not self.vector_transforms())
 
     def make_base_recording_vector(self, seed: int, record: Callable[[Any, Callable[[Any], Any]], Any]) -> VecEnv:
         """One simulated copy; VMAS's ``Environment`` is what ``record`` wraps (its ``step``,
@@ -280,22 +296,115 @@ class VmasRandomState:
             self.shared[:] = others
 
 
+_SKIPPED_ATTRIBUTES = frozenset({"viewer", "_viewer", "render_geoms", "_render_geoms", "_render"})
+
+
+def _per_copy_tensors(root: Any, num_envs: int) -> dict[tuple[Any, ...], torch.Tensor]:
+    """Every tensor reachable from ``root`` (attributes, lists, tuples, dicts) whose first dim is ``num_envs``,
+    by its path of attribute names / keys: a VMAS scenario's per-copy state (its world's entities'
+    states and actions, the scenario's own tensors such as navigation's ``pos_shaping``)."""
+    found: dict[tuple[Any, ...], torch.Tensor] = {}
+    seen: set[int] = set()
+
+    def walk(obj: Any, path: tuple[Any, ...]) -> None:
+        if isinstance(obj, torch.Tensor):
+            if obj.dim() >= 1 and obj.shape[0] == num_envs:
+                found[path] = obj
+            return
+        if id(obj) in seen or len(path) > 10:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, (list, tuple)):
+            for i, item in enumerate(obj):
+                walk(item, (*path, i))
+        elif isinstance(obj, dict):
+            for key, item in obj.items():
+                walk(item, (*path, key))
+        elif not isinstance(obj, type) and hasattr(obj, "__dict__") and type(obj).__module__ != "builtins":
+            for name, item in vars(obj).items():
+                if name not in _SKIPPED_ATTRIBUTES and (isinstance(item, torch.Tensor) or not callable(item)):
+                    walk(item, (*path, name))
+
+    walk(root, ())
+    return found
+
+
+def reset_copies(env: Any, ended: torch.Tensor) -> int:
+    """Reset the copies of a VMAS ``Environment`` where ``ended`` (``[num_envs]`` bool) holds, in one call.
+
+    VMAS resets either one copy (``reset_at(i)``: the whole scenario code runs once per copy) or
+    all of them (``reset()``). With many ended copies the loop of ``reset_at`` calls costs more
+    than the step itself, so this resets every copy with the scenario's batched reset and puts
+    the copies that did not end back: every per-copy tensor reachable from the scenario (entity
+    states, actions, the scenario's own tensors) keeps its old rows where ``ended`` is False.
+    Copies that ended get a fresh start drawn by the scenario's own reset code (not the same
+    draws as ``reset_at`` would give, the same distribution). The caller runs it in the env's
+    random state (:class:`VmasRandomState`), like VMAS's ``reset``.
+
+    One host synchronisation: the number of ended copies (none: nothing to do; all: the batched
+    reset alone, nothing to put back).
+
+    Returns:
+        The number of copies reset.
+    """
+    count = int(ended.sum())  # the one host synchronisation
+    if count == 0:
+        return 0
+    if count == 1:  # one copy: VMAS's own per-copy reset (which a recording wrapper also sees)
+        env.reset_at(int(ended.to(torch.int8).argmax()), return_observations=False)
+        return count
+    from vmas.simulator.environment.environment import local_seed
+
+    scenario = env.scenario
+    # VMAS's own reset/step draw from its random state (swapped in by local_seed): so does this reset.
+    with local_seed(env.vmas_random_state):
+        if count == env.num_envs:
+            scenario.env_reset_world_at(env_index=None)
+            env.steps.zero_()
+            return count
+        before = {path: tensor.clone() for path, tensor in _per_copy_tensors(scenario, env.num_envs).items()}
+        scenario.env_reset_world_at(env_index=None)
+    keep = ~ended
+    for path, tensor in _per_copy_tensors(scenario, env.num_envs).items():
+        old = before.get(path)
+        if old is not None and old.shape == tensor.shape and old.dtype == tensor.dtype:
+            rows = keep.view(-1, *([1] * (tensor.dim() - 1)))
+            # In place: the scenario's tensors stay the objects it holds (other attributes may alias them).
+            tensor.copy_(torch.where(rows, old, tensor))
+    env.steps.masked_fill_(ended, 0)
+    return count
+
+
 class VmasVecEnv:
     """A VMAS ``Environment`` as a :class:`~lightmarl.envs.pettingzoo.VecEnv`, with auto-reset.
 
-    ``reset()`` and ``step()`` return, per group, CPU tensors ``[num_envs, agents_in_group, ...]``
-    (``observation``, ``valid``; after a step ``reward``, ``terminated``, ``truncated``, ``done``);
-    copies whose episode ended are reset inside ``step`` (the step reports the final observation,
-    :attr:`current` holds the reset one).
+    ``reset()`` and ``step()`` return, per group, tensors ``[num_envs, agents_in_group, ...]`` on
+    :attr:`device` (``observation``, ``valid``; after a step ``reward``, ``terminated``,
+    ``truncated``, ``done``); copies whose episode ended are reset inside ``step``, all in one
+    call (:func:`reset_copies`; the step reports the final observation, :attr:`current` holds the
+    reset one).
 
     Args:
         env: the VMAS environment (built with ``terminated_truncated=True``).
         spec: its :class:`EnvSpec` (:func:`vmas_spec_of`).
         seed: the batch's reset seed.
         random_state: the vector's own VMAS random state (:class:`VmasRandomState`).
+        output_device: where the outputs live (and actions are expected): ``cpu`` (the default,
+            whatever device VMAS simulates on), or VMAS's own device, so that a rollout on that
+            device never copies a step's results to the host.
+        batched_reset: ended copies reset in one call (:func:`reset_copies`), or one
+            ``reset_at`` call each.
     """
 
-    def __init__(self, env: Any, spec: EnvSpec, seed: int, random_state: VmasRandomState) -> None:
+    def __init__(
+        self,
+        env: Any,
+        spec: EnvSpec,
+        seed: int,
+        random_state: VmasRandomState,
+        output_device: str | torch.device = "cpu",
+        batched_reset: bool = True,
+    ) -> None:
         if not getattr(env, "terminated_truncated", False):
             raise ValueError("VmasVecEnv needs a VMAS env built with terminated_truncated=True")
         self._env = env
@@ -304,19 +413,25 @@ class VmasVecEnv:
         self.num_envs = int(env.num_envs)
         self.seed = seed
         self.seeds = [seed + i for i in range(self.num_envs)]
+        #: where the outputs live and where actions are expected (the collector sends them there).
+        self.device = torch.device(output_device)
         self.current: dict[str, dict[str, torch.Tensor]] = {}
-        self._agent_ids: dict[str, torch.Tensor] = {}
+        # Built once on the output device: a per-step copy from the host would synchronise a GPU.
+        self._agent_ids: dict[str, torch.Tensor] = {
+            g.name: torch.tensor(g.agent_ids, dtype=torch.int64, device=self.device) for g in spec.groups.values()
+        }
+        self._batched_reset = batched_reset
         self._discrete = {g.name: g.action_kind == "discrete" for g in spec.groups.values()}
 
     def _by_group(self, per_agent: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-        """VMAS's per-agent list -> group name -> ``[num_envs, agents_in_group, ...]`` on the CPU."""
+        """VMAS's per-agent list -> group name -> ``[num_envs, agents_in_group, ...]`` on :attr:`device`."""
         return {
-            g.name: torch.stack([per_agent[i] for i in g.agent_ids], dim=1).to("cpu", torch.float32)
+            g.name: torch.stack([per_agent[i] for i in g.agent_ids], dim=1).to(self.device, torch.float32)
             for g in self.spec.groups.values()
         }
 
     def _valid(self, group: GroupSpec) -> torch.Tensor:
-        return torch.ones(self.num_envs, group.num_agents, dtype=torch.bool)
+        return torch.ones(self.num_envs, group.num_agents, dtype=torch.bool, device=self.device)
 
     def reset(self) -> dict[str, dict[str, torch.Tensor]]:
         with self._random_state.active():
@@ -328,7 +443,11 @@ class VmasVecEnv:
         return self.current
 
     def step(self, actions: dict[str, torch.Tensor]) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]:
-        """Step every copy; arguments and results as in :meth:`~lightmarl.envs.base.VecEnv.step`."""
+        """Step every copy; arguments and results as in :meth:`~lightmarl.envs.base.VecEnv.step`.
+
+        With outputs on VMAS's device, the only host synchronisation this adds to VMAS's own
+        step is :func:`reset_copies`' count of ended copies.
+        """
         device = self._env.device
         per_agent: list[Any] = [None] * len(self.spec.possible_agents)
         for g in self.spec.groups.values():
@@ -343,24 +462,29 @@ class VmasVecEnv:
             observations, rewards, terminated, truncated, infos = self._env.step(per_agent)
             ended_on_device = terminated | truncated
             reset_observations = None
-            if bool(ended_on_device.any()):
-                for index in ended_on_device.nonzero().flatten().tolist():
+            if self._batched_reset:
+                any_reset = reset_copies(self._env, ended_on_device) > 0
+            else:
+                indices = ended_on_device.nonzero().flatten().tolist()
+                for index in indices:
                     self._env.reset_at(index, return_observations=False)
+                any_reset = bool(indices)
+            if any_reset:
                 reset_observations = self._env.get_from_scenario(
                     get_observations=True, get_rewards=False, get_infos=False, get_dones=False
                 )[0]
-        ended = ended_on_device.to("cpu", torch.bool)
+        ended = ended_on_device.to(self.device, torch.bool)
         final = self._by_group(observations)
         reward = self._by_group(rewards)
         restarted = self._by_group(reset_observations) if reset_observations is not None else None
-        terminated_cpu = terminated.to("cpu", torch.bool).view(-1, 1)
-        truncated_cpu = truncated.to("cpu", torch.bool).view(-1, 1)
+        terminated_out = terminated.to(self.device, torch.bool).view(-1, 1)
+        truncated_out = truncated.to(self.device, torch.bool).view(-1, 1)
         nxt, current = {}, {}
         for g in self.spec.groups.values():
             rows = (self.num_envs, g.num_agents)
             # VMAS ends episodes for the whole team: every agent of the copy shares its flags.
-            team_terminated = terminated_cpu.expand(rows).clone()
-            team_truncated = truncated_cpu.expand(rows).clone()
+            team_terminated = terminated_out.expand(rows).clone()
+            team_truncated = truncated_out.expand(rows).clone()
             nxt[g.name] = {
                 keys.OBSERVATION: final[g.name],
                 keys.REWARD: reward[g.name],
@@ -369,9 +493,13 @@ class VmasVecEnv:
                 keys.DONE: team_terminated | team_truncated,
                 **self._info_fields(g, infos),
             }
-            observation = final[g.name].clone()
+            observation = final[g.name]
             if restarted is not None:
-                observation[ended] = restarted[g.name][ended]
+                # torch.where, not a masked assignment: boolean indexing would synchronise a GPU.
+                shape = (self.num_envs, *([1] * (observation.dim() - 1)))
+                observation = torch.where(ended.view(shape), restarted[g.name], observation)
+            else:
+                observation = observation.clone()
             current[g.name] = {keys.OBSERVATION: observation, keys.VALID: self._valid(g)}
         self.current = current
         return nxt, ended
@@ -380,12 +508,12 @@ class VmasVecEnv:
         """``info/<field>`` ``[num_envs, agents_in_group]`` of the spec's info fields (NaN where an agent's info lacks one)."""
         out = {}
         for name in self.spec.info_fields:
-            values = torch.full((self.num_envs, group.num_agents), float("nan"))
+            values = torch.full((self.num_envs, group.num_agents), float("nan"), device=self.device)
             for j, i in enumerate(group.agent_ids):
                 value = infos[i].get(name)
                 if value is None:
                     continue
-                value = torch.as_tensor(value).to("cpu", torch.float32)
+                value = torch.as_tensor(value).to(self.device, torch.float32)
                 if value.numel() not in (1, self.num_envs):
                     raise RuntimeError(
                         f"VMAS scenario {self.spec.name!r}: info field {name!r} of agent "

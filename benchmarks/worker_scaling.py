@@ -1,0 +1,109 @@
+"""How collection with env worker processes scales with the number of workers, on the machine at hand.
+
+An env-bound PettingZoo setup (default: mpe2 ``simple_spread_v3`` with N=6 agents, 25-step
+episodes, 256 env copies: the pure-Python env costs far more per step than the policy's forward
+on the batch) collected by :class:`~lightmarl.data.collector.RolloutCollector` with an
+``MLPActorCritic`` (64, 64), with ``num_workers`` = 0 (in process), 1, 2, 4, 8 and every core
+(``--workers``). Each setting is measured on its own (workers of another setting would compete
+for the cores), ``--repeats`` times for ``--seconds`` each; the best run counts. The speed-up
+is frames/s over the 1-worker frames/s, the efficiency the speed-up over the workers. With
+``--raw``, the raw PettingZoo loop split over as many processes (synchronised once per 25 steps)
+is measured next to each: the ceiling for that many processes on this machine. Run from the
+repository root with the project's virtualenv::
+
+    python benchmarks/worker_scaling.py --json benchmarks/results/worker_scaling_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+
+import collector_speed
+import torch
+from bench_meta import metadata, write_json
+from collector_speed import Runner, collector_runner, raw_processes_runner
+
+from lightmarl.envs import PettingZooEnvConfig
+
+
+def rate(runner: Runner, seconds: float, repeats: int) -> list[float]:
+    runner.run()  # warm-up
+    rates = []
+    for _ in range(repeats):
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            steps += runner.run()
+        rates.append(steps / (time.perf_counter() - start))
+    return rates
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--env-fn", default="mpe2.simple_spread_v3.parallel_env")
+    parser.add_argument("--env-kwargs", default='{"N": 6, "max_cycles": 25}', help="JSON")
+    parser.add_argument("--num-envs", type=int, default=256, help="env copies in all (split over the workers)")
+    cores = os.cpu_count() or 1
+    parser.add_argument("--workers", type=int, nargs="+", default=sorted({0, 1, 2, 4, 8, cores}))
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--raw", action="store_true", help="also the raw loop over as many processes")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore", message="PettingZoo in TorchRL is tested")
+    torch.set_num_threads(1)
+    config = PettingZooEnvConfig(env_fn=args.env_fn, env_kwargs=json.loads(args.env_kwargs))
+    collector_speed.ENV_CONFIG = config  # collector_runner and the raw loop read the module's config
+    meta = metadata("cpu")
+    rows = []
+    for workers in args.workers:
+        if workers > args.num_envs:
+            continue
+        load = os.getloadavg()[0]
+        runner = collector_runner(args.num_envs, args.seed, two_bindings=False, num_workers=workers)
+        try:
+            runs = rate(runner, args.seconds, args.repeats)
+        finally:
+            runner.close()
+        row = {"workers": workers, "name": runner.name, "frames_per_s": max(runs), "runs": runs, "load_1min": load}
+        if args.raw and workers > 0:
+            raw = raw_processes_runner(args.num_envs, args.seed, workers)
+            try:
+                row["raw_processes_frames_per_s"] = max(rate(raw, args.seconds, args.repeats))
+            finally:
+                raw.close()
+        rows.append(row)
+        print(f"{workers} workers: {max(runs):,.0f} frames/s (load {load:.2f})", file=sys.stderr)
+    one = next((r["frames_per_s"] for r in rows if r["workers"] == 1), None)
+    print(
+        f"{args.env_fn} {args.env_kwargs}, {args.num_envs} env copies, {cores} CPUs ({meta['machine']['cpu']}), "
+        f"best of {args.repeats} × {args.seconds:g} s\n"
+    )
+    print("| workers | frames/s | speed-up over 1 worker | efficiency | raw loop, as many processes | load (1 min) |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        if one and row["workers"] > 0:
+            row["speedup_over_1"] = row["frames_per_s"] / one
+            row["efficiency"] = row["speedup_over_1"] / row["workers"]
+        speedup = f"{row['speedup_over_1']:.2f}x" if "speedup_over_1" in row else ""
+        efficiency = f"{row['efficiency']:.2f}" if "efficiency" in row else ""
+        raw = f"{row['raw_processes_frames_per_s']:,.0f}" if "raw_processes_frames_per_s" in row else ""
+        print(f"| {row['workers'] or 'in process'} | {row['frames_per_s']:,.0f} | {speedup} | {efficiency} | {raw} | "
+              f"{row['load_1min']:.2f} |")  # fmt: skip
+    if args.json:
+        write_json(
+            args.json,
+            meta,
+            {"env_fn": args.env_fn, "env_kwargs": json.loads(args.env_kwargs), "num_envs": args.num_envs,
+             "rollout_steps": collector_speed.ROLLOUT_STEPS, "seconds": args.seconds, "repeats": args.repeats,
+             "rows": rows},
+        )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
