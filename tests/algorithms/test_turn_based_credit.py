@@ -108,7 +108,7 @@ def test_gae_credits_a_reward_before_the_first_move_in_turn_based_envs():
 def test_ppo_credits_the_reply_to_the_move_also_across_rollout_boundaries(rollout_steps):
     # gamma ~ 0: a row's value target is its transition's reward (TorchRL's GAE needs gamma * lambda > 0).
     algorithm = PPO(gamma=1e-3, lmbda=1e-3, lr=1e-9, epochs=1, minibatch_size=2 * rollout_steps)
-    table, collector, trainer = build(algorithm, lambda g: MLPActorCritic(g, hidden_sizes=(8,)), rollout_steps)
+    _table, collector, trainer = build(algorithm, lambda g: MLPActorCritic(g, hidden_sizes=(8,)), rollout_steps)
     unit = trainer.unit_trainers["main"]
     seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     losses = unit.minibatch_losses
@@ -116,7 +116,9 @@ def test_ppo_credits_the_reply_to_the_move_also_across_rollout_boundaries(rollou
     def record(batch, main):
         rows = batch.get("player")
         mask = rows.get(keys.LOSS_MASK)
-        seen.append((rows.get(keys.ACTION)[mask], turn_of(rows.get(keys.OBSERVATION)[mask]), rows.get(keys.VALUE_TARGET)[mask]))
+        seen.append(
+            (rows.get(keys.ACTION)[mask], turn_of(rows.get(keys.OBSERVATION)[mask]), rows.get(keys.VALUE_TARGET)[mask])
+        )
         return losses(batch, main)
 
     unit.minibatch_losses = record
@@ -132,16 +134,19 @@ def test_ppo_credits_the_reply_to_the_move_also_across_rollout_boundaries(rollou
 
 
 def test_ppo_learns_each_move_once_and_not_the_open_one():
-    table, collector, trainer = build(PPO(minibatch_size=2), lambda g: MLPActorCritic(g, hidden_sizes=(8,)), 1)
+    _table, collector, trainer = build(PPO(minibatch_size=2), lambda g: MLPActorCritic(g, hidden_sizes=(8,)), 1)
     optimizers = trainer.make_optimizers()
-    rows = [trainer.update(collector.collect(), optimizers, PlainStepper()).get("main", {}).get("rows", 0.0) for _ in range(20)]
+    rows = [
+        trainer.update(collector.collect(), optimizers, PlainStepper()).get("main", {}).get("rows", 0.0)
+        for _ in range(20)
+    ]
     # 2 copies x 20 turns = 40 moves; those still open after the last rollout (at most 2 per copy) are not in.
     assert 36 <= sum(rows) <= 40
     assert rows[0] == 0  # the first moves wait for their reply
 
 
 def test_open_transitions_survive_a_checkpoint_of_the_replay_state():
-    table, collector, trainer = build(PPO(minibatch_size=2), lambda g: MLPActorCritic(g, hidden_sizes=(8,)), 1)
+    _table, collector, trainer = build(PPO(minibatch_size=2), lambda g: MLPActorCritic(g, hidden_sizes=(8,)), 1)
     unit = trainer.unit_trainers["main"]
     optimizers = trainer.make_optimizers()
     trainer.update(collector.collect(), optimizers, PlainStepper())
@@ -153,7 +158,9 @@ def test_open_transitions_survive_a_checkpoint_of_the_replay_state():
     fresh = OpenTransitions("player", 0)
     fresh.load_state_dict(torch.load(buffer, weights_only=True)["open_transitions"])
     assert fresh.tail is not None
-    assert torch.equal(fresh.tail.get(("player", keys.OBSERVATION)), unit.open_transitions.tail.get(("player", keys.OBSERVATION)))
+    assert torch.equal(
+        fresh.tail.get(("player", keys.OBSERVATION)), unit.open_transitions.tail.get(("player", keys.OBSERVATION))
+    )
 
 
 # -- off-policy: replay entries are written when the transition closes --------------------------
@@ -182,9 +189,21 @@ def check_replay(unit, min_entries: int) -> None:
 
 
 OFF_POLICY = {
-    "dqn": (lambda: DQN(batch_size=4, learning_starts=4, updates_per_iteration=1), lambda g: QNetworkPolicy(g, hidden_sizes=(8,)), False),
-    "sac": (lambda: SAC(batch_size=4, learning_starts=4, updates_per_iteration=1), lambda g: SACActorCritic(g, hidden_sizes=(8,)), True),
-    "ddpg": (lambda: DDPG(batch_size=4, learning_starts=4, updates_per_iteration=1), lambda g: DeterministicActorCritic(g, hidden_sizes=(8,)), True),
+    "dqn": (
+        lambda: DQN(batch_size=4, learning_starts=4, updates_per_iteration=1),
+        lambda g: QNetworkPolicy(g, hidden_sizes=(8,)),
+        False,
+    ),
+    "sac": (
+        lambda: SAC(batch_size=4, learning_starts=4, updates_per_iteration=1),
+        lambda g: SACActorCritic(g, hidden_sizes=(8,)),
+        True,
+    ),
+    "ddpg": (
+        lambda: DDPG(batch_size=4, learning_starts=4, updates_per_iteration=1),
+        lambda g: DeterministicActorCritic(g, hidden_sizes=(8,)),
+        True,
+    ),
 }
 
 
@@ -192,7 +211,7 @@ OFF_POLICY = {
 @pytest.mark.parametrize("rollout_steps", [1, 4])
 def test_off_policy_replay_gets_the_reply_and_the_next_own_turn(name, rollout_steps):
     algorithm, policy_fn, continuous = OFF_POLICY[name]
-    table, collector, trainer = build(algorithm(), policy_fn, rollout_steps, continuous)
+    _table, collector, trainer = build(algorithm(), policy_fn, rollout_steps, continuous)
     optimizers = trainer.make_optimizers()
     for _ in range(40 // rollout_steps):
         trainer.update(collector.collect(), optimizers, PlainStepper())
@@ -201,7 +220,7 @@ def test_off_policy_replay_gets_the_reply_and_the_next_own_turn(name, rollout_st
 
 def test_dqn_against_a_frozen_seat_gets_its_own_replies_only():
     algorithm, policy_fn, _ = OFF_POLICY["dqn"]
-    table, collector, trainer = build(algorithm(), policy_fn, 1, seats=("main", "npc"))
+    _table, collector, trainer = build(algorithm(), policy_fn, 1, seats=("main", "npc"))
     optimizers = trainer.make_optimizers()
     for _ in range(30):
         trainer.update(collector.collect(), optimizers, PlainStepper())

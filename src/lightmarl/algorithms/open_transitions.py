@@ -111,7 +111,9 @@ class AgentTransitions:
         n = self.slot.shape[0]
         member = self.slot >= 0
         index = self._index(self.slot)[member]
-        return torch.zeros(n * self.width, dtype=values.dtype, device=values.device).index_add_(0, index, values[member])
+        return torch.zeros(n * self.width, dtype=values.dtype, device=values.device).index_add_(
+            0, index, values[member]
+        )
 
 
 def agent_transitions(valid: torch.Tensor, done: torch.Tensor, turn_based: bool) -> AgentTransitions:
@@ -295,7 +297,9 @@ class OpenTransitions:
             return {}
         return {
             "entries": [(_path(k), v.detach().to("cpu", copy=True)) for k, v in self.tail.items(True, True)],
-            "batch_sizes": [(_path(k), list(v.batch_size)) for k, v in self.tail.items(True) if is_tensor_collection(v)],
+            "batch_sizes": [
+                (_path(k), list(v.batch_size)) for k, v in self.tail.items(True) if is_tensor_collection(v)
+            ],
             "batch_size": list(self.tail.batch_size),
         }
 
