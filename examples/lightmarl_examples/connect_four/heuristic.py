@@ -36,7 +36,7 @@ class ConnectFourHeuristicPolicy(ScriptedPolicy):
             )
         super().__init__(group)
         self.block = block
-        self._generator = None if seed is None else torch.Generator().manual_seed(seed)
+        self.own_random_stream(seed)
 
     def act(
         self, observation: torch.Tensor, action_mask: torch.Tensor | None = None, agent_id: torch.Tensor | None = None
@@ -53,5 +53,5 @@ class ConnectFourHeuristicPolicy(ScriptedPolicy):
         score = torch.where(legal, score, -1.0)
         # Uniform among the legal columns with the best score (any column where none is legal: an absent row).
         best = (score == score.amax(-1, keepdim=True)) & (legal | ~legal.any(-1, keepdim=True))
-        choice = torch.multinomial(best.float().cpu(), 1, generator=self._generator).view(batch)
+        choice = torch.multinomial(best.float().cpu(), 1, generator=self.generator).view(batch)
         return choice.to(observation.device)
