@@ -65,8 +65,6 @@ class AgentTransitions:
 
     slot: torch.Tensor
     """``[n, T]`` long: the transition (per sequence) whose reward a row adds to, -1 for none."""
-    start: torch.Tensor
-    """``[n * width]`` long: start row (time) of each transition, -1 for padding."""
     end: torch.Tensor
     """``[n * width]`` long: end row (time) of each transition, -1 for padding."""
     open: torch.Tensor
@@ -148,21 +146,18 @@ def agent_transitions(valid: torch.Tensor, done: torch.Tensor, turn_based: bool)
         # A row before the next valid row: that row's transition number is the count of valid rows before it.
         slot = torch.where(first, before, slot)
         member = member | first
-        # Rows of the last episode with no valid row yet: their rewards wait for the agent's next move.
-        pending = ~member & ~has_next & (episode == episode[:, -1:])
+        # Rows of the last episode, still going on, with no valid row yet: their rewards wait for the agent's next move.
+        pending = ~member & ~has_next & (episode == episode[:, -1:]) & ~d[:, -1:]
     slot = torch.where(member, slot, -1)
     width = max(int(ok.sum(1).max()), 1) if n else 1
     index = (torch.arange(n, device=device).unsqueeze(1) * width + slot)[member]
     end = torch.full((n * width,), -1, dtype=torch.long, device=device)
     end.scatter_reduce_(0, index, time[member], reduce="amax")
-    start = torch.full((n * width,), -1, dtype=torch.long, device=device)
-    start_index = (torch.arange(n, device=device).unsqueeze(1) * width + (before - 1))[ok]
-    start[start_index] = time[ok]
     is_open = torch.zeros(n * width, dtype=torch.bool, device=device)
     if turn_based and steps:
         last_done = d[:, -1].repeat_interleave(width)
         is_open = (end == steps - 1) & ~last_done
-    return AgentTransitions(slot=slot, start=start, end=end, open=is_open, pending=pending, valid=ok, width=width)
+    return AgentTransitions(slot=slot, end=end, open=is_open, pending=pending, valid=ok, width=width)
 
 
 def sequences(x: torch.Tensor, time_dim: int, batch_shape: torch.Size) -> torch.Tensor:
