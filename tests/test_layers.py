@@ -312,7 +312,9 @@ def defined_names(tree: ast.Module) -> Iterator[tuple[str, int]]:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             yield node.name, node.lineno
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
         for target in targets:
             if isinstance(target, ast.Name):
                 yield target.id, node.lineno
