@@ -1,8 +1,9 @@
 """Turn-based credit: rewards on the other seat's turn, and across rollout boundaries, reach the move that earned them.
 
 :class:`~lightmarl.envs.testing.ReplyRewardEnv` pays each move +1 (action 1, or a positive action)
-or -1 on the *other* seat's next turn; the game's last move is never paid. With
-``rollout_steps=1`` every reply falls right after a rollout boundary. Each learner family must
+or -1 on the *other* seat's next turn; the game's last move is never paid, and the second seat
+is paid ``OPENING`` before its first move (its first move must get it). With ``rollout_steps=1``
+every reply falls right after a rollout boundary. Each learner family must
 learn from transitions whose reward is that pay and whose next observation is the agent's next
 own turn (or the game's end); learners that read joint transitions refuse turn-based envs.
 """
@@ -25,12 +26,13 @@ from lightmarl.policies.qnet import QNetworkPolicy
 from lightmarl.population import BindingTable, PolicyBinding
 
 MOVES = 5  # turns 0..4: player_0 moves at 0, 2, 4; player_1 at 1, 3; the move at turn 4 is never paid
+OPENING = 0.5  # paid to player_1 on turn 0, before its first move: its move at turn 1 gets it
 
 
 def reply_config(continuous: bool = False, num_envs: int = 2) -> PettingZooEnvConfig:
     return PettingZooEnvConfig(
         env_fn="lightmarl.envs.testing.ReplyRewardEnv",
-        env_kwargs={"moves": MOVES, "continuous": continuous},
+        env_kwargs={"moves": MOVES, "continuous": continuous, "opening_pay": OPENING},
         num_envs=num_envs,
     )
 
@@ -59,6 +61,12 @@ def good(action: torch.Tensor) -> torch.Tensor:
 def turn_of(observation: torch.Tensor) -> torch.Tensor:
     """The turn number from the one-hot observation."""
     return observation.reshape(observation.shape[0], -1).argmax(-1)
+
+
+def expected_reward(action: torch.Tensor, turn: torch.Tensor) -> torch.Tensor:
+    """What the move at ``turn`` earns: +1 / -1 on the reply (none for the last move), plus the opening pay at turn 1."""
+    paid = torch.where(good(action), 1.0, -1.0) * (turn < MOVES - 1)
+    return paid + OPENING * (turn == 1)
 
 
 # -- the grouping rule --------------------------------------------------------------------------
@@ -127,10 +135,8 @@ def test_ppo_credits_the_reply_to_the_move_also_across_rollout_boundaries(rollou
         trainer.update(collector.collect(), optimizers, PlainStepper())
     action, turn, target = (torch.cat(x) for x in zip(*seen, strict=True))
     assert len(action) >= 2 * (48 // MOVES) - 4  # every closed move of both seats
-    paid = turn < MOVES - 1
-    expected = torch.where(good(action), 1.0, -1.0)
-    assert torch.allclose(target.flatten()[paid], expected[paid], atol=1e-2)
-    assert torch.allclose(target.flatten()[~paid], torch.zeros(int((~paid).sum())), atol=1e-2)
+    assert (turn == 1).any() and (turn == MOVES - 1).any()
+    assert torch.allclose(target.flatten(), expected_reward(action, turn), atol=1e-2)
 
 
 def test_ppo_learns_each_move_once_and_not_the_open_one():
@@ -180,9 +186,7 @@ def replay_entries(unit) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torc
 def check_replay(unit, min_entries: int) -> None:
     action, turn, reward, next_turn, done = replay_entries(unit)
     assert len(action) >= min_entries
-    paid = turn < MOVES - 1
-    assert torch.equal(reward[paid], torch.where(good(action), 1.0, -1.0)[paid])
-    assert torch.equal(reward[~paid], torch.zeros(int((~paid).sum())))
+    assert torch.equal(reward, expected_reward(action, turn))
     # The next observation is the agent's next own turn, two turns on, or the game's last one at its end.
     assert torch.equal(next_turn[~done], turn[~done] + 2)
     assert (turn[done] >= MOVES - 2).all()

@@ -3,9 +3,11 @@
 Two seats move in turn for ``moves`` turns (``player_0`` first). When a seat moves, the seat
 that moved before it is paid for that earlier move: +1 if it was action 1 (``Discrete``) or a
 positive action (``Box``), -1 otherwise. The game's last move is never paid (nobody replies), and
-the game ends (terminated) with it. So every reward arrives on a row where the paid agent did not
-act, which is what a learner of turn-based games must credit to the move that earned it. A
-policy that always plays 1 scores ``+1`` per paid move; uniformly random play scores 0.
+the game ends (terminated) with it. With ``opening_pay``, the second seat is also paid that much
+on the first seat's first move, before it has moved at all. So every reward arrives on a row
+where the paid agent did not act, which is what a learner of turn-based games must credit to the
+move that earned it (or, for the opening pay, to the agent's first move of the game). A policy
+that always plays 1 scores ``+1`` per paid move; uniformly random play scores 0.
 
 The observation is the turn's number (one-hot) and, for discrete actions, an all-legal
 ``action_mask``. Imports no torch (env worker processes build it).
@@ -26,16 +28,18 @@ class ReplyRewardEnv(AECEnv):
     Args:
         moves: turns per game (at least 2: the first paid move needs a reply).
         continuous: ``Box(-1, 1, (1,))`` actions (paid +1 when positive) instead of ``Discrete(2)``.
+        opening_pay: paid to the second seat on the game's first move (before its own first move).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"name": "reply_reward_v0", "render_modes": [], "is_parallelizable": False}
 
-    def __init__(self, moves: int = 4, continuous: bool = False) -> None:
+    def __init__(self, moves: int = 4, continuous: bool = False, opening_pay: float = 0.0) -> None:
         super().__init__()
         if moves < 2:
             raise ValueError(f"ReplyRewardEnv: moves must be at least 2, got {moves}")
         self.moves = moves
         self.continuous = continuous
+        self.opening_pay = float(opening_pay)
         self.possible_agents = ["player_0", "player_1"]
         board = spaces.Box(0.0, 1.0, (moves,), np.float32)
         if continuous:
@@ -82,6 +86,8 @@ class ReplyRewardEnv(AECEnv):
         self.rewards = {a: 0.0 for a in self.agents}
         if self._pending is not None:
             self.rewards[other] = self._pending  # the reply pays the move before it
+        elif self.opening_pay:
+            self.rewards[other] = self.opening_pay  # the second seat, paid before its first move
         good = float(np.asarray(action).reshape(-1)[0]) > 0 if self.continuous else int(action) == 1
         self._pending = 1.0 if good else -1.0
         self._turn += 1
