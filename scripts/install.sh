@@ -19,8 +19,8 @@ fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install "$torch_spec"
 if [ -n "$extra" ]; then
-  "${pip[@]}" install -e ".[$extra]" -e examples "$torch_spec"
+  "${pip[@]}" install -e ".[$extra]" -e ./examples "$torch_spec"
 else
-  "${pip[@]}" install -e . -e examples "$torch_spec"
+  "${pip[@]}" install -e . -e ./examples "$torch_spec"
 fi
 echo "lightmarl installed in $venv ($("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

@@ -12,5 +12,5 @@ game, and recipes name it by class path:
   (:class:`~lightmarl_examples.simple_spread.SpreadToLandmarkPolicy`,
   :class:`~lightmarl_examples.simple_spread.SpreadByAssignmentPolicy`).
 
-Installed next to lightmarl by ``scripts/install.sh`` (``pip install -e examples``).
+Installed next to lightmarl by ``scripts/install.sh`` (``pip install -e ./examples``).
 """
