@@ -51,8 +51,8 @@ from lightmarl import keys
 MIN_KEPT_STEPS = 256
 
 #: the row entries (inside the group) that mark the kept tail.
-COUNTED = "_counted"  # the row's reward is not yet part of any transition's reward
-LEARNABLE = "_learnable"  # a transition starting at the row may still enter a loss
+COUNTED = keys.REWARD_UNCOUNTED  # the row's reward is not yet part of any transition's reward
+LEARNABLE = keys.LEARNABLE  # a transition starting at the row may still enter a loss
 
 
 @dataclass
