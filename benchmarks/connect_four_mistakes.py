@@ -1,7 +1,7 @@
 """Why the connect-four league's main player loses to the heuristic: its tactical mistakes, counted.
 
 Plays ``--games`` games (half moving first) of the main player (greedy) against
-:class:`~lightmarl.policies.scripted.ConnectFourHeuristicPolicy` on a batched board of its own
+:class:`~lightmarl_examples.connect_four.ConnectFourHeuristicPolicy` on a batched board of its own
 (the observations and rules of PettingZoo's ``connect_four_v3``: ``[6 rows, top first, 7
 columns, 2]``, channel 0 the mover's pieces) and checks every move of the main player:
 
@@ -31,8 +31,8 @@ import torch
 from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from lightmarl.policies import Policy, PolicyDict, gravity_rules
-from lightmarl.policies.scripted import ConnectFourHeuristicPolicy
+from lightmarl.policies import Policy, PolicyDict
+from lightmarl_examples.connect_four import ConnectFourHeuristicPolicy, rules
 
 ROWS, COLUMNS = 6, 7
 #: mistake kinds, in the order reports list them.
@@ -41,12 +41,12 @@ KINDS = ("missed_win", "missed_block", "played_under", "double_threat")
 
 def landing_rows(boards: torch.Tensor) -> torch.Tensor:
     """``[B, 7]``: the row a piece dropped in each column lands on (the lowest empty cell; -1: full)."""
-    return gravity_rules.landing_rows(boards == 0)
+    return rules.landing_rows(boards == 0)
 
 
 def has_four(pieces: torch.Tensor) -> torch.Tensor:
     """``[B]``: the 0/1 boards ``pieces`` (``[B, 6, 7]``) hold four in a row."""
-    return gravity_rules.has_four(pieces)
+    return rules.has_four(pieces)
 
 
 def drop(boards: torch.Tensor, columns: torch.Tensor, piece: int | torch.Tensor) -> torch.Tensor:
@@ -60,7 +60,7 @@ def drop(boards: torch.Tensor, columns: torch.Tensor, piece: int | torch.Tensor)
 def winning_columns(boards: torch.Tensor, piece: int | torch.Tensor) -> torch.Tensor:
     """``[B, 7]`` bool: dropping ``piece`` (per board or one for all) into the column completes four."""
     owner = torch.as_tensor(piece, dtype=boards.dtype).expand(boards.shape[0]).view(-1, 1, 1)
-    return gravity_rules.winning_drops(boards == owner, boards == 0)
+    return rules.winning_drops(boards == owner, boards == 0)
 
 
 def observe(boards: torch.Tensor, piece: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

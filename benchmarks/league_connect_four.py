@@ -6,7 +6,7 @@ second) against each of three opponents:
 - ``random``: :class:`~lightmarl.policies.UniformRandomPolicy` (a uniformly random legal column);
 - ``first_snapshot``: the main player's own first league snapshot (the file the league wrote
   under ``<run>/league/``), sampling from its policy so that games vary;
-- ``heuristic``: :class:`~lightmarl.policies.scripted.ConnectFourHeuristicPolicy` (win if
+- ``heuristic``: :class:`~lightmarl_examples.connect_four.ConnectFourHeuristicPolicy` (win if
   possible, else block, else random), which the league never trained against.
 
 The main player takes its greedy (mode) action. Games are played by
@@ -40,6 +40,7 @@ from lightmarl.league import SnapshotStore
 from lightmarl.policies import MultiAgentPolicy, Policy, PolicyDict, UniformRandomPolicy
 from lightmarl.policies.scripted import ConnectFourHeuristicPolicy
 from lightmarl.population import BindingTable, PolicyBinding
+from lightmarl_examples.connect_four import ConnectFourHeuristicPolicy
 
 CONNECT_FOUR = PettingZooEnvConfig(env_fn="pettingzoo.classic.connect_four_v3.env", num_envs=20)
 #: connect four's agents: ``player_0`` moves first.

@@ -16,13 +16,9 @@ import torch
 
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.evaluation import evaluate_episodes
-from lightmarl.policies import (
-    MultiAgentPolicy,
-    SpreadByAssignmentPolicy,
-    SpreadToLandmarkPolicy,
-    UniformRandomPolicy,
-)
+from lightmarl.policies import MultiAgentPolicy, UniformRandomPolicy
 from lightmarl.population import BindingTable, PolicyBinding
+from lightmarl_examples.simple_spread import SpreadByAssignmentPolicy, SpreadToLandmarkPolicy
 
 POLICIES = (SpreadByAssignmentPolicy, SpreadToLandmarkPolicy, UniformRandomPolicy)
 

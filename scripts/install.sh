@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create ./.venv (or $LIGHTMARL_VENV) and install lightmarl into it, editable.
+# Create ./.venv (or $LIGHTMARL_VENV) and install lightmarl into it, editable, with the example
+# recipes' game-specific code (examples/: the lightmarl-examples distribution), editable too.
 #   scripts/install.sh            # runtime only
 #   scripts/install.sh test       # + test tools
 #   scripts/install.sh dev        # + test tools, ruff, mypy
@@ -18,8 +19,8 @@ fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install "$torch_spec"
 if [ -n "$extra" ]; then
-  "${pip[@]}" install -e ".[$extra]" "$torch_spec"
+  "${pip[@]}" install -e ".[$extra]" -e ./examples "$torch_spec"
 else
-  "${pip[@]}" install -e . "$torch_spec"
+  "${pip[@]}" install -e . -e ./examples "$torch_spec"
 fi
 echo "lightmarl installed in $venv ($("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

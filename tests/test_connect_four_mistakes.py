@@ -12,7 +12,7 @@ from pettingzoo.classic import connect_four_v3
 from benchmark_scripts import load_benchmark
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies import ScriptedPolicy
-from lightmarl.policies.scripted import ConnectFourHeuristicPolicy
+from lightmarl_examples.connect_four import ConnectFourHeuristicPolicy
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUP = PettingZooEnvConfig(env_fn="pettingzoo.classic.connect_four_v3.env", num_envs=1).spec().groups["player"]

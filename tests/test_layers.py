@@ -258,3 +258,111 @@ def test_the_checks_catch_what_they_name():
     assert forbidden_external({"lightmarl.population.shared": [("torch.nn", 4), ("torch", 5), ("torchrl", 6)]}) == [
         "lightmarl.population.shared:4 imports torch.nn"
     ]
+
+
+# -- the framework knows no game ------------------------------------------------------------------
+#
+# A module of src/lightmarl must make sense for any env: rules, scripted experts and encoders of one
+# game or task live in examples/ (the lightmarl_examples distribution). The rule reads code, not prose:
+# module paths, the names a module defines (classes, functions, module-level names) and the modules
+# it imports must not name a specific game or env task. Docstrings and default values may name one
+# as an example of use (``env_fn: pettingzoo.classic.connect_four_v3.env``). Env *families* that
+# lightmarl adapts (PettingZoo, VMAS, OpenSpiel, MettaGrid, mpe2 as a package) are not games and
+# may be named; the test envs of ``lightmarl.envs.testing`` are lightmarl's own tasks.
+#
+# A name matches when, lower-cased with ``_`` removed, it contains one of GAME_NAMES, or when one of
+# its words (split at ``_`` and at capitals) is one of GAME_WORDS: words too short or too common to
+# match inside other names ("go" is in "algorithm", "spread" in "widespread").
+
+#: games and env tasks, matched inside names (lower case, no ``_``).
+GAME_NAMES = (
+    # board and card games (PettingZoo classic, OpenSpiel, RLCard)
+    "connectfour", "connect4", "tictactoe", "chess", "checkers", "backgammon", "othello", "gomoku",
+    "poker", "holdem", "leduc", "kuhn", "hanabi", "rummy", "mahjong", "blackjack", "dudo", "liarsdice",
+    # mpe2 tasks
+    "simplespread", "simpletag", "simpleadversary", "simplepush", "simplereference", "simplecrypto",
+    "simplespeakerlistener", "simpleworldcomm",
+    # butterfly and sisl tasks
+    "pistonball", "cooperativepong", "knightsarcherszombies", "multiwalker", "waterworld", "pursuit",
+    # Atari-style and grid games
+    "pong", "breakout", "boxing", "tennis", "nethack", "minigrid",
+)  # fmt: skip
+#: game vocabulary, matched as whole words of a name.
+GAME_WORDS = ("go", "spread", "landmark", "gravity", "threat", "threats", "afterstate", "afterstates", "c4")
+
+
+def _words(name: str) -> list[str]:
+    """``DropAfterstateEncoder`` -> drop, afterstate, encoder; ``gravity_rules`` -> gravity, rules."""
+    spaced = "".join(f"_{c}" if c.isupper() else c for c in name)
+    return [w for w in spaced.lower().split("_") if w]
+
+
+def names_a_game(name: str) -> str | None:
+    """The game or task word ``name`` contains, or ``None``."""
+    flat = name.lower().replace("_", "")
+    for game in GAME_NAMES:
+        if game in flat:
+            return game
+    return next((w for w in _words(name) if w in GAME_WORDS), None)
+
+
+def defined_names(tree: ast.Module) -> Iterator[tuple[str, int]]:
+    """Classes and functions anywhere in a module, and its module-level assigned names."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name, node.lineno
+    for node in tree.body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        for target in targets:
+            if isinstance(target, ast.Name):
+                yield target.id, node.lineno
+
+
+def game_names(sources: dict[str, str]) -> list[str]:
+    """Every module path part, defined name and imported module of ``sources`` (module -> code) that names a game."""
+    found = []
+    for module, code in sources.items():
+        for part in module.split("."):
+            if game := names_a_game(part):
+                found.append(f"{module}: the module path names {game!r}")
+        tree = ast.parse(code)
+        for name, line in defined_names(tree):
+            if game := names_a_game(name):
+                found.append(f"{module}:{line} defines {name} ({game!r})")
+        for node, _ in _walk(tree):
+            for imported in _imported_names(node, module, False):
+                for part in imported.split("."):
+                    if game := names_a_game(part):
+                        found.append(f"{module}:{node.lineno} imports {imported} ({game!r})")
+                        break
+    return found
+
+
+def test_no_module_of_lightmarl_names_a_game():
+    sources = {module: path.read_text() for module, path in all_modules().items()}
+    assert game_names(sources) == []
+
+
+def test_the_game_rule_catches_what_it_names():
+    sources = {
+        "lightmarl.policies.gravity_rules": "",
+        "lightmarl.policies.scripted": "class ConnectFourHeuristicPolicy:\n    pass\nclass SpreadToLandmarkPolicy:\n    pass\n",
+        "lightmarl.policies.encoders": "def drop_afterstates():\n    pass\nLEDUC_CARDS = 6\n",
+        "lightmarl.envs.board": "from pettingzoo.classic import tictactoe_v3\nimport open_spiel.python.games.kuhn_poker\n",
+        # Env families and words that merely contain a game word pass ("go" in "algorithm").
+        "lightmarl.envs.openspiel": "class OpenSpielEnvConfig:\n    pass\ndef algorithm_groups():\n    pass\n",
+        # "spread" is a game word (mpe2's spread tasks) even where it means dispersion: name that otherwise.
+        "lightmarl.evaluation.statistics": "def spread_of(x):\n    pass\n",
+    }
+    assert game_names(sources) == [
+        "lightmarl.policies.gravity_rules: the module path names 'gravity'",
+        "lightmarl.policies.scripted:1 defines ConnectFourHeuristicPolicy ('connectfour')",
+        "lightmarl.policies.scripted:3 defines SpreadToLandmarkPolicy ('spread')",
+        "lightmarl.policies.encoders:1 defines drop_afterstates ('afterstates')",
+        "lightmarl.policies.encoders:3 defines LEDUC_CARDS ('leduc')",
+        "lightmarl.envs.board:1 imports pettingzoo.classic.tictactoe_v3 ('tictactoe')",
+        "lightmarl.envs.board:2 imports open_spiel.python.games.kuhn_poker ('poker')",
+        "lightmarl.evaluation.statistics:1 defines spread_of ('spread')",
+    ]

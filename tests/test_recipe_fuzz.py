@@ -16,7 +16,7 @@ from expectations import TINY_CLI_RUN
 from lightmarl.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ["quickstart", "ppo_vs_dqn", "qmix_simple_spread", "connect_four_selfplay"]
+RECIPES = ["quickstart", "ppo_vs_dqn", "qmix_simple_spread", "connect_four_vs_heuristic"]
 # One rollout of 16 copies x 25 steps: large enough for every recipe's minibatch, a few seconds long.
 ONE_ROLLOUT = [*TINY_CLI_RUN, "--model.env.num_envs=16", "--model.rollout_steps=25", "--model.max_frames=400"]
 OUTCOMES: list[str] = []

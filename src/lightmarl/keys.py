@@ -68,6 +68,11 @@ TD_ERROR = "td_error"
 #: A value-decomposition mixer's team Q and double Q's bootstrap action (under NEXT).
 TEAM_ACTION_VALUE = "team_action_value"
 BOOTSTRAP_ACTION = "bootstrap_action"
+#: Marks on the rows of a learner's kept tail of open transitions (turn-based envs,
+#: ``lightmarl.algorithms.open_transitions``): the row's reward is not yet in a closed transition,
+#: and a transition starting on the row may still enter a loss.
+REWARD_UNCOUNTED = "reward_uncounted"
+LEARNABLE = "learnable"
 #: PPO's approximate KL between the policy that collected a rollout and the updated one (a loss output).
 KL_APPROX = "kl_approx"
 #: Loss outputs that fit a value or Q function (PPO's critic, SAC's Q, DDPG's value, DQN/QMIX's TD loss):

@@ -10,8 +10,9 @@ from lightmarl.algorithms import PPO, Distillation, IndependentMARLTrainer, Kick
 from lightmarl.cli import main
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.errors import ConfigError
-from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, NoOpPolicy, SpreadToLandmarkPolicy
+from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, NoOpPolicy
 from lightmarl.population import BindingTable, PolicyBinding
+from lightmarl_examples.simple_spread import SpreadToLandmarkPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 

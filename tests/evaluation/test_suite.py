@@ -67,7 +67,7 @@ def test_head_to_head_report_has_a_payoff_heatmap_and_a_gif_is_written(tmp_path)
     spread = PettingZooEnvConfig(env_kwargs={"N": 2, "max_cycles": 5}, num_envs=2)
     config = EvaluationConfig(
         bindings=[
-            {"id": "seek", "class_path": "lightmarl.policies.SpreadToLandmarkPolicy"},
+            {"id": "seek", "class_path": "lightmarl_examples.simple_spread.SpreadToLandmarkPolicy"},
             {"id": "idle", "class_path": "lightmarl.policies.NoOpPolicy"},
         ],
         head_to_head=[HeadToHeadConfig(name="duel", players=["seek", "idle"], episodes=2, video=True)],

@@ -14,8 +14,9 @@ from pettingzoo import ParallelEnv
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.evaluation import evaluate_episodes
 from lightmarl.evaluation.episodes import seat_outcomes
-from lightmarl.policies import MultiAgentPolicy, NoOpPolicy, ScriptedPolicy, SpreadToLandmarkPolicy
+from lightmarl.policies import MultiAgentPolicy, NoOpPolicy, ScriptedPolicy
 from lightmarl.population import BindingTable, PolicyBinding
+from lightmarl_examples.simple_spread import SpreadToLandmarkPolicy
 
 HERE = __name__
 

@@ -1,5 +1,5 @@
 """README "Inference": every block of the section runs as written, on the shipped checkpoint laid out
-as a run directory (`runs/quickstart`) and a tiny turn-based run (`runs/connect_four_selfplay`)."""
+as a run directory (`runs/quickstart`) and a tiny turn-based run (`runs/connect_four_vs_heuristic`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from lightmarl.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSET = ROOT / "assets/checkpoints/simple_spread_mappo_150k.ckpt"
-CONNECT_FOUR = ROOT / "recipes/connect_four_selfplay.yaml"
+CONNECT_FOUR = ROOT / "recipes/connect_four_vs_heuristic.yaml"
 
 
 def section() -> str:

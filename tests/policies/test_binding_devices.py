@@ -9,9 +9,10 @@ from lightning.pytorch import Trainer
 from lightmarl.algorithms import PPO
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.errors import ConfigError
-from lightmarl.policies import MultiAgentPolicy, SpreadToLandmarkPolicy
+from lightmarl.policies import MultiAgentPolicy
 from lightmarl.population import BindingTable, PolicyBinding
 from lightmarl.training import MARLModule
+from lightmarl_examples.simple_spread import SpreadToLandmarkPolicy
 
 SPREAD = PettingZooEnvConfig(env_kwargs={"N": 3, "max_cycles": 5}, num_envs=2)
 

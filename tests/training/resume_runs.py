@@ -23,6 +23,9 @@ RECIPES: dict[str, list[str]] = {
         "--model.algorithms.dqn_policy.init_args.buffer_size=100",
         "--model.algorithms.dqn_policy.init_args.updates_per_iteration=2",
     ],
+    # turn-based PPO: the transitions open at the checkpoint (kept rows of the last rollout) close after it.
+    # Self-play: the scripted heuristic's own generator is not part of a checkpoint.
+    "connect_four_vs_heuristic": ["--model.agent_binding_map=[main, main]"],
     "qmix_simple_spread": [  # value decomposition (QMIX mixer on joint transitions)
         "--model.algorithm.init_args.learning_starts=30",
         "--model.algorithm.init_args.batch_size=16",

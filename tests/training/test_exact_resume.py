@@ -1,7 +1,7 @@
 """`fit` 2N iterations == `fit` N + `--ckpt_path last` for N more, bit for bit, in one process.
 
-For an on-policy (quickstart), an off-policy (ppo_vs_dqn, replay buffer wrapping around) and a
-value-decomposition (QMIX) recipe through the real CLI: weights, optimizer states, trainer
+For an on-policy (quickstart), an off-policy (ppo_vs_dqn, replay buffer wrapping around), a
+value-decomposition (QMIX) and a turn-based (connect four: transitions open across the checkpoint) recipe through the real CLI: weights, optimizer states, trainer
 state (target networks, counters), replay buffers, RNG streams and the collector's state of the
 final checkpoints are equal. Every checkpoint falls mid-episode (episodes of 25 steps, rollouts
 of 10), so the env copies must be put back by replaying their episodes in flight.
@@ -31,7 +31,9 @@ def test_fit_2n_equals_fit_n_then_resume(recipe: str, tmp_path: Path, monkeypatc
     assert (half["lightmarl"]["iterations"], resumed["lightmarl"]["iterations"]) == (N, 2 * N)
     history = half["lightmarl_resume"]["ranks"][0]["collector"]["history"]
     assert all(len(a) for copy in history["actions"] for a in copy.values()), "the checkpoint fell between episodes"
-    if recipe != "quickstart":  # the replay buffer is in the checkpoint, and learning ran on both sides of it
+    if recipe == "connect_four_vs_heuristic":  # the open transitions are in the checkpoint
+        assert half["lightmarl_resume"]["ranks"][0]["replay"]["main"]["open_transitions"]
+    elif recipe != "quickstart":  # the replay buffer is in the checkpoint, and learning ran on both sides of it
         (replay,) = half["lightmarl_resume"]["ranks"][0]["replay"].values()
         assert replay["count"] > 0
         assert all(t["grad_steps"] > 0 for t in half["lightmarl"]["trainers"].values() if "grad_steps" in t)

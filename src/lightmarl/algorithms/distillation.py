@@ -323,9 +323,9 @@ class KickstarterLoss(_TeacherLoss):
 
     Examples:
         >>> from lightmarl.envs import PettingZooEnvConfig
-        >>> from lightmarl.policies import MLPActorCritic, SpreadToLandmarkPolicy
+        >>> from lightmarl.policies import MLPActorCritic
         >>> group = PettingZooEnvConfig(env_kwargs={"N": 3}).spec().groups["agent"]
-        >>> loss = KickstarterLoss(MLPActorCritic(group), SpreadToLandmarkPolicy(group))
+        >>> loss = KickstarterLoss(MLPActorCritic(group), teacher=MLPActorCritic(group))  # a trained one, in practice
         >>> rows = TensorDict(
         ...     {"observation": torch.randn(8, 3, 18), "agent_id": torch.arange(3).expand(8, 3),
         ...      "action": torch.zeros(8, 3, dtype=torch.int64), "distill_mask": torch.ones(8, 3, dtype=torch.bool)},

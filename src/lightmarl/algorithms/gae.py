@@ -1,14 +1,17 @@
 """Generalized advantage estimation over each agent's own valid rows.
 
 Schulman et al. 2016 (GAE). TorchRL's :func:`~torchrl.objectives.value.functional.vec_generalized_advantage_estimate`
-does the recursion; :func:`valid_row_gae` first compacts each (env, agent) sequence to the rows
-where the agent acted, so turn-based envs and agents that leave mid-episode get the right credit.
+does the recursion; :func:`valid_row_gae` first compacts each (env, agent) sequence into the
+agent's transitions (:mod:`lightmarl.algorithms.open_transitions`), so turn-based envs and agents
+that leave mid-episode get the right credit.
 """
 
 from __future__ import annotations
 
 import torch
 from torchrl.objectives.value.functional import vec_generalized_advantage_estimate
+
+from lightmarl.algorithms.open_transitions import AgentTransitions, agent_transitions
 
 
 def valid_row_gae(
@@ -21,16 +24,22 @@ def valid_row_gae(
     terminated: torch.Tensor,
     valid: torch.Tensor,
     time_dim: int = 1,
+    turn_based: bool = False,
+    counted: torch.Tensor | None = None,
+    transitions: AgentTransitions | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAE over each sequence's valid rows: a transition runs from one valid row to the next.
+    """GAE over each sequence's agent transitions: a transition runs from one valid row to the next.
 
     In turn-based envs an agent's rows alternate with rows where another agent acts (``valid``
     False), and rewards or the episode's end can arrive on those; in parallel envs an agent
     that left mid-episode has invalid rows until the reset. Each sequence (one env and agent,
-    along ``time_dim``) is *compacted*: its valid row ``t`` becomes one transition whose
+    along ``time_dim``) is *compacted* into the agent's transitions
+    (:func:`~lightmarl.algorithms.open_transitions.agent_transitions`): valid row ``t`` becomes
+    one transition whose
 
-    * reward is the sum of the rewards on rows ``t .. e`` (undiscounted: they arrive within one
-      of the agent's own steps),
+    * reward is the sum of the rewards of its rows (undiscounted: they arrive within one of the
+      agent's own steps): rows ``t .. e`` and, in turn-based envs, the rows of the episode
+      before the agent's first move when ``t`` is that move,
     * end row ``e`` is the first row from ``t`` on that is ``done``, else the row before the
       agent's next valid row, else the sequence's last row,
     * ``done`` / ``terminated`` / next value are those of row ``e`` (so the next value is the
@@ -38,10 +47,11 @@ def valid_row_gae(
       sees at its next turn),
 
     then TorchRL's :func:`~torchrl.objectives.value.functional.vec_generalized_advantage_estimate`
-    runs on the compacted sequences and the results go back to the valid rows. Rewards after a
-    done row and before the agent's next valid row (its next episode, before its first turn) are
-    dropped, as are rows before a sequence's first valid row. With every row valid, each
-    transition is its own row and this is TorchRL's GAE.
+    runs on the compacted sequences and the results go back to the valid rows. With every row
+    valid, each transition is its own row and this is TorchRL's GAE. A transition still open at
+    the last row (turn-based) bootstraps from that row's next value here; the on-policy learner
+    keeps it out of the loss and closes it with the next rollout
+    (:class:`~lightmarl.algorithms.open_transitions.OpenTransitions`).
 
     Args:
         gamma: discount factor.
@@ -53,6 +63,11 @@ def valid_row_gae(
         terminated: ``("next", terminated)``, same shape (bool).
         valid: the rows' ``valid`` flags, ``value``'s shape or without its trailing feature dims.
         time_dim: the time dimension.
+        turn_based: rows where the agent did not act carry its rewards (see
+            :func:`~lightmarl.algorithms.open_transitions.agent_transitions`).
+        counted: rows whose reward counts (``valid``'s shape; default all): rows of a kept tail
+            whose reward is already in an earlier update's transition do not.
+        transitions: the sequences' transitions, when the caller already grouped them.
 
     Returns:
         ``(advantage, value_target)`` shaped like ``value``; on invalid rows advantage is 0 and
@@ -65,26 +80,26 @@ def valid_row_gae(
     valid = valid.expand(shape)
     steps = shape[time_dim]
 
-    def sequences(x: torch.Tensor) -> torch.Tensor:
+    def seq(x: torch.Tensor) -> torch.Tensor:
         return x.expand(shape).movedim(time_dim, -1).reshape(-1, steps)
 
-    v, nv, r = sequences(value), sequences(next_value), sequences(reward).to(value.dtype)
-    d, term, ok = sequences(done).bool(), sequences(terminated).bool(), sequences(valid).bool()
+    v, nv, r = seq(value), seq(next_value), seq(reward).to(value.dtype)
+    d, term, ok = seq(done).bool(), seq(terminated).bool(), seq(valid).bool()
+    if counted is not None:
+        while counted.dim() < value.dim():
+            counted = counted.unsqueeze(-1)
+        r = torch.where(seq(counted).bool(), r, 0)
     n = v.shape[0]
-    slot = ok.long().cumsum(1) - 1  # which valid row's transition a row belongs to (-1: none yet)
-    dones_before = d.long().cumsum(1) - d.long()  # done rows strictly before each row
-    # dones_before at the row's transition start (non-decreasing in time, so a running max finds it)
-    start_dones = torch.where(ok, dones_before, 0).cummax(1).values
-    member = (slot >= 0) & (dones_before == start_dones)  # no done between the transition's start and the row
-    width = max(int(ok.sum(1).max()), 1) if n else 1
-    index = torch.arange(n, device=v.device).unsqueeze(1) * width + slot  # flat [n * width] transition index
-    reward_c = torch.zeros(n * width, dtype=v.dtype, device=v.device).index_add_(0, index[member], r[member])
-    time = torch.arange(steps, device=v.device).expand(n, steps)
-    end = torch.full((n * width,), -1, dtype=torch.long, device=v.device)
-    end.scatter_reduce_(0, index[member], time[member], reduce="amax")
-    used = end >= 0  # padding transitions (shorter sequences) stay zero and done: they add nothing
-    end_flat = torch.arange(n * width, device=v.device) // width * steps + end.clamp(min=0)
+    if transitions is None:
+        transitions = agent_transitions(ok, d, turn_based)
+    width = transitions.width
+    # Rows outside every transition may hold anything (an absent agent's NaN): they are never read.
+    reward_c = transitions.sum_rows(torch.where(transitions.slot >= 0, r, 0))
+    used = transitions.used  # padding transitions (shorter sequences) stay zero and done: they add nothing
+    end_flat = transitions.flat_end(steps)
     value_c = torch.zeros(n * width, dtype=v.dtype, device=v.device)
+    start_slot = ok.long().cumsum(1) - 1
+    index = torch.arange(n, device=v.device).unsqueeze(1) * width + start_slot
     value_c[index[ok]] = v[ok]
     next_value_c = torch.where(used, nv.reshape(-1)[end_flat], 0)
     done_c = torch.where(used, d.reshape(-1)[end_flat], True)

@@ -33,6 +33,7 @@ from torchrl.objectives import HardUpdate, LossModule, SoftUpdate, ValueEstimato
 
 from lightmarl import keys
 from lightmarl.algorithms.base import Algorithm, GradientStepper, MetricMeans, UnitTrainer, loss_row_mask, optimize
+from lightmarl.algorithms.open_transitions import AgentTransitions, OpenTransitions, rows_of, sequences
 from lightmarl.policies.base import Policy
 from lightmarl.population import BindingTable
 
@@ -70,6 +71,43 @@ def joint_transitions(experience: TensorDictBase, group_name: str, mask: torch.T
     transitions = _select_transitions(experience, group_name, steps)
     transitions.set((group_name, keys.LOSS_MASK), mask[steps])
     return transitions
+
+
+def closed_transitions(
+    data: TensorDictBase,
+    group_name: str,
+    mask: torch.Tensor,
+    transitions: AgentTransitions,
+    counted: torch.Tensor,
+) -> TensorDict:
+    """The agent transitions that start on the rows in ``mask`` (``[envs, time, agents]``), as flat ``[N]``.
+
+    For turn-based envs (:mod:`lightmarl.algorithms.open_transitions`): each keeps its start
+    row's ``(group, observation/action/action_mask + annotations)``; under ``("next", group)``
+    the reward is the sum of the transition's ``counted`` rows' rewards and observation, done,
+    terminated and action mask are those of its end row (the agent's next own turn, or its
+    episode's end). ``transitions`` groups ``data``'s ``[envs * agents, time]`` sequences.
+    """
+    rows = data.get(group_name)
+    shape = rows.shape
+    after = data.get((keys.NEXT, group_name))
+    reward = after.get(keys.REWARD)
+    reward_seq = torch.where(sequences(counted, 1, shape), sequences(reward, 1, shape), 0)
+    sums = transitions.sum_rows(torch.where(transitions.slot >= 0, reward_seq, 0))
+    n_seq = reward_seq.shape[0]
+    start_slot = transitions.valid.long().cumsum(1) - 1
+    flat = torch.arange(n_seq, device=start_slot.device).unsqueeze(1) * transitions.width + start_slot
+    chosen = rows_of(flat, 1, shape)[mask]
+    env, _, agent = mask.nonzero(as_tuple=True)
+    now = rows.select(*_NOW_KEYS, strict=False)[mask]
+    nxt = after.select(*_NEXT_KEYS, strict=False)[env, transitions.end[chosen], agent]
+    nxt.set(keys.REWARD, sums[chosen].to(reward.dtype).reshape(nxt.get(keys.REWARD).shape))
+    n = int(mask.sum())
+    return TensorDict(
+        {group_name: now, keys.NEXT: TensorDict({group_name: nxt}, batch_size=[n])},
+        batch_size=[n],
+        device=data.device,
+    )
 
 
 def _select_transitions(experience: TensorDictBase, group_name: str, index: torch.Tensor) -> TensorDict:
@@ -170,6 +208,14 @@ class OffPolicyAlgorithm(Algorithm):
 
     def check_binding(self, binding_id: str, policy: Policy, table: BindingTable) -> None:
         trainer = cast(type[OffPolicyUnitTrainer], self.trainer_class)
+        if trainer.reads_whole_group(policy) and table.env_spec.turn_based:
+            # A joint transition per env step mixes the agents' values at one step, but in a
+            # turn-based env each agent's transition runs from its own turn to its next one.
+            raise ValueError(
+                f"binding {binding_id!r}: algorithm {self.name} learns from joint transitions of the whole group "
+                f"(a centralized critic or a mixer), which turn-based env {table.env_spec.name!r} does not have "
+                "(one agent acts per step); use a local critic, DQN or PPO"
+            )
         if trainer.reads_whole_group(policy):
             why, hint = trainer.whole_group_reason
             require_whole_group(binding_id, self.name, table, policy.group.name, why, hint)
@@ -196,6 +242,9 @@ class OffPolicyUnitTrainer(UnitTrainer):
         #: store joint transitions ``[N, agents]`` (centralized critic) instead of rows ``[N]``.
         self.joint = self.reads_whole_group(self.policy)
         self.update_every = self.config.update_every
+        #: turn-based envs: a replay entry is written when the agent's transition closes.
+        self.turn_based = self.table.env_spec.turn_based
+        self.open_transitions = OpenTransitions(self.group.name, self.table.index[self.binding_id])
         self.device = torch.device("cpu")
         self.replay = self._make_replay()
         self.frames = 0
@@ -244,6 +293,7 @@ class OffPolicyUnitTrainer(UnitTrainer):
         """
         self.target_updater = self._make_target_updater()  # copies the online networks into the targets
         self.replay = self._make_replay()
+        self.open_transitions.forget_learning()
 
     def exploration(self) -> tuple[str, torch.Tensor, float] | None:
         """``(metric name, the policy's exploration buffer, its scheduled value now)``, or ``None`` (no schedule)."""
@@ -296,6 +346,12 @@ class OffPolicyUnitTrainer(UnitTrainer):
         (:func:`joint_transitions`) when the trainer's critic is centralized.
         """
         g = self.group.name
+        if self.turn_based and not self.joint:
+            # The kept tail of open transitions, then this rollout: entries for the transitions that close.
+            data = self.open_transitions.extend(experience)
+            grouped, closed, counted = self.open_transitions.close(data, max_steps=experience.shape[1])
+            mask = loss_row_mask(data.get(g), self.table, self.loss_name, binding_id=self.binding_id) & closed
+            return closed_transitions(data, g, mask, grouped, counted)
         mask = loss_row_mask(experience.get(g), self.table, self.loss_name, binding_id=self.binding_id)
         if not self.joint:
             return row_transitions(experience, g, mask)
@@ -378,6 +434,7 @@ class OffPolicyUnitTrainer(UnitTrainer):
         count = len(self.replay)
         data = self.replay.storage[:count] if count else TensorDict({}, batch_size=[0])
         return {
+            "open_transitions": self.open_transitions.state_dict(),
             "count": count,
             "writer": self.replay.writer.state_dict(),
             # Copies: a slice of the storage would save the whole preallocated storage (buffer_size slots).
@@ -388,6 +445,7 @@ class OffPolicyUnitTrainer(UnitTrainer):
         }
 
     def load_replay_state_dict(self, state: dict) -> None:
+        self.open_transitions.load_state_dict(state.get("open_transitions", {}))
         self.replay = self._make_replay()
         count = int(state["count"])
         if not count:

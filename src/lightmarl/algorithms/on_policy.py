@@ -36,6 +36,7 @@ from lightmarl.algorithms.base import (
     optimize,
 )
 from lightmarl.algorithms.gae import valid_row_gae
+from lightmarl.algorithms.open_transitions import AgentTransitions, OpenTransitions, row_marks
 from lightmarl.policies.contracts import Recurrent
 
 
@@ -108,6 +109,11 @@ class OnPolicyUnitTrainer(UnitTrainer):
             policy.sequence_mode if isinstance(policy, Recurrent) and self.recurrent else contextlib.nullcontext
         )
         self.updates = 0
+        #: turn-based envs: rows where the agent did not act carry its rewards, and transitions a
+        #: rollout leaves open are kept and learned from once they close (one rollout later).
+        self.turn_based = self.table.env_spec.turn_based
+        self.open_transitions = OpenTransitions(self.group.name, self.table.index[self.binding_id])
+        self._transitions: AgentTransitions | None = None
         self.loss = self._make_loss()
         # The row mask and TorchRL's GAE (for its value calls; the recursion is valid_row_gae's).
         self.loss.loss_mask_key = (self.group.name, keys.LOSS_MASK)
@@ -156,23 +162,39 @@ class OnPolicyUnitTrainer(UnitTrainer):
         self, experience: TensorDictBase, optimizer: torch.optim.Optimizer, stepper: GradientStepper
     ) -> dict[str, float]:
         g = self.group.name
-        # A structural copy: advantage/mask entries written below stay private to this binding.
-        data = experience.copy()
+        self._transitions = None
+        if self.turn_based:
+            # The kept tail of open transitions, then this rollout: they close here.
+            data = self.open_transitions.extend(experience)
+            carried = data.shape[1] - experience.shape[1]
+            self._transitions, closed, _ = self.open_transitions.close(data, max_steps=experience.shape[1])
+        else:
+            # A structural copy: advantage/mask entries written below stay private to this binding.
+            data = experience.copy()
+            carried, closed = 0, None
         rows = data.get(g)
         mask = loss_row_mask(rows, self.table, self.loss_name, binding_id=self.binding_id)
+        if closed is not None:
+            mask = mask & closed  # a transition enters the loss once it closed, and once only
         num_rows = int(mask.sum())
         extra = self.extra_rows(data)
+        extra_masks = self.extra_row_masks(data)
+        if carried:
+            # The kept steps' rows were in an earlier update's extra losses already.
+            for extra_mask in extra_masks:
+                extra_mask[:, :carried] = False
+            extra = {name: int(m.sum()) for name, m in zip(extra, extra_masks, strict=True)}
         if num_rows == 0 and not any(extra.values()):
             return {}
         if num_rows:
             self._set_advantages(data, mask, num_rows)
         # Env steps with rows some loss of this binding learns from: the others would only cost.
         steps = mask.any(-1)
-        for extra_mask in self.extra_row_masks(data):
+        for extra_mask in extra_masks:
             steps = steps | extra_mask.any(-1)
         means = MetricMeans()
         params = self.parameters()
-        for batch, replay in self._minibatches(data, steps):
+        for batch, replay in self._minibatches(data, steps, stepper):
             with replay:
                 terms = self.minibatch_losses(batch, main=num_rows > 0)
             optimize(terms, optimizer, stepper, params, self.config.max_grad_norm, guard=self.guard)
@@ -201,12 +223,15 @@ class OnPolicyUnitTrainer(UnitTrainer):
         rows.set(keys.LOSS_MASK, mask)
 
     def extra_row_masks(self, data: TensorDictBase) -> list[torch.Tensor]:
-        """The row masks (``[envs, time, agents]``) of the losses next to the main one, written by :meth:`extra_rows`."""
+        """The row masks (``[envs, time, agents]``) of the losses next to the main one, written by :meth:`extra_rows`.
+
+        In the order of :meth:`extra_rows`' names; the tensors ``data`` holds (the update edits them in place).
+        """
         del data
         return []
 
     def _minibatches(
-        self, data: TensorDictBase, steps: torch.Tensor
+        self, data: TensorDictBase, steps: torch.Tensor, stepper: GradientStepper
     ) -> Iterator[tuple[TensorDictBase, AbstractContextManager[None]]]:
         """``epochs`` shuffled passes of minibatches over the env ``steps`` (``[envs, time]`` bool) that
         hold the binding's rows, each with the context its losses run in."""
@@ -220,9 +245,11 @@ class OnPolicyUnitTrainer(UnitTrainer):
             samples = data.reshape(-1) if bool(flat.all()) else data.reshape(-1)[flat]
             size = min(self.config.minibatch_size, samples.shape[0])
         count = samples.shape[0]
+        # Every process takes the same number of steps (turn-based rollouts differ in the steps a binding played).
+        batches = stepper.agree_min(max(1, count // size))
         for _ in range(self.config.epochs):
             order = torch.randperm(count, device=samples.device)
-            for i in range(max(1, count // size)):
+            for i in range(batches):
                 yield samples[order[i * size : (i + 1) * size]], self._replay()
 
     def estimate_advantages(self, data: TensorDictBase) -> None:
@@ -245,6 +272,7 @@ class OnPolicyUnitTrainer(UnitTrainer):
             detach_next=True,
             vmap_randomness=estimator.vmap_randomness,
         )
+        counted, _ = row_marks(data, g)
         advantage, value_target = valid_row_gae(
             self.config.gamma,
             self.config.lmbda,
@@ -255,12 +283,28 @@ class OnPolicyUnitTrainer(UnitTrainer):
             terminated=data.get((keys.NEXT, g, keys.TERMINATED)),
             valid=data.get((g, keys.VALID)),
             time_dim=data.ndim - 1,
+            turn_based=self.turn_based,
+            counted=counted,
+            transitions=self._transitions,  # grouped by the update already (None: group them here)
         )
+        self._transitions = None
         data.set(self.loss.tensor_keys.advantage, advantage)
         data.set(self.loss.tensor_keys.value_target, value_target)
+
+    def restart(self) -> None:
+        """New weights: the open transitions' actions were the old policy's, so they enter no loss."""
+        self.open_transitions.forget_learning()
 
     def state_dict(self) -> dict:
         return {"updates": self.updates}
 
     def load_state_dict(self, state: dict) -> None:
         self.updates = int(state.get("updates", 0))
+
+    def replay_state_dict(self) -> dict:
+        """The open transitions kept for the next update (turn-based envs; per process), ``{}`` for none."""
+        kept = self.open_transitions.state_dict()
+        return {"open_transitions": kept} if kept else {}
+
+    def load_replay_state_dict(self, state: dict) -> None:
+        self.open_transitions.load_state_dict(state.get("open_transitions", {}))

@@ -14,6 +14,7 @@ from lightmarl import keys
 from lightmarl.data.rollout import RolloutLoop, RolloutStep
 from lightmarl.envs.config import EnvConfig
 from lightmarl.envs.spec import GroupSpec
+from lightmarl.policies.base import fresh_random_streams
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.population import BindingTable
 
@@ -133,7 +134,9 @@ def _play(
     )
     loop = RolloutLoop(env, policy, mode, device)
     try:
-        loop.run(scorer)
+        # Scripted policies' own random streams start from their seeds, as in a policy built afresh.
+        with fresh_random_streams(policy):
+            loop.run(scorer)
     finally:
         loop.close()
     return scorer

@@ -32,6 +32,7 @@ from lightmarl.envs.base import VecEnv
 from lightmarl.envs.config import EnvConfig
 from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.rendering import FrameRecorder, frame_stride
+from lightmarl.policies.base import fresh_random_streams
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 
 __all__ = [
@@ -129,7 +130,8 @@ def record_episodes(
     mode = ExplorationType.DETERMINISTIC if deterministic else ExplorationType.RANDOM
     loop = RolloutLoop(env, policy, mode, device)
     try:
-        loop.run(EpisodeCounter(num_episodes))
+        with fresh_random_streams(policy):  # as evaluation: scripted streams from their seeds
+            loop.run(EpisodeCounter(num_episodes))
     finally:
         loop.close()
     if recorder.dropped:

@@ -10,7 +10,6 @@ from lightmarl.policies.policy_dict import PolicyDict
 from lightmarl.policies.qnet import QNetworkPolicy
 from lightmarl.policies.recurrent import RecurrentActorCritic
 from lightmarl.policies.registry import PolicyRegistry
-from lightmarl.policies.scripted import SpreadByAssignmentPolicy, SpreadToLandmarkPolicy
 
 __all__ = [
     "CNNEncoder",
@@ -30,7 +29,5 @@ __all__ = [
     "RecurrentActorCritic",
     "SACActorCritic",
     "ScriptedPolicy",
-    "SpreadByAssignmentPolicy",
-    "SpreadToLandmarkPolicy",
     "UniformRandomPolicy",
 ]

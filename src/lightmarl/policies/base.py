@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -94,6 +95,10 @@ class ScriptedPolicy(Policy):
 
     _act_takes_agent_id: bool = True
     _logits_take_agent_id: bool = True
+    #: the script's own random stream (``None``: it draws from torch's global one); see :meth:`own_random_stream`.
+    generator: torch.Generator | None = None
+    #: the seed :attr:`generator` starts from.
+    random_seed: int | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -109,6 +114,34 @@ class ScriptedPolicy(Policy):
                 f"{type(self).__name__} defines action_logits, which needs discrete actions; group "
                 f"{group.name!r} has {group.action_kind} actions (define act() instead)"
             )
+
+    def own_random_stream(self, seed: int | None) -> None:
+        """Sample from a generator of the script's own, :attr:`generator`, started from ``seed`` (``None``: none).
+
+        A script that samples with its own generator keeps it out of torch's global stream, so
+        that it meets the same draws whatever else the run samples; evaluation restarts it from
+        ``seed`` (:meth:`fresh_random_stream`).
+        """
+        self.random_seed = seed
+        self.generator = None if seed is None else torch.Generator().manual_seed(seed)
+
+    @contextlib.contextmanager
+    def fresh_random_stream(self) -> Iterator[None]:
+        """Run the block with :attr:`generator` restarted from its seed, and give its previous state back after.
+
+        Evaluation plays the script as one built afresh would, whatever it drew while it played
+        in training rollouts, so the same checkpoint evaluates the same in ``fit`` and in a later
+        ``validate``; training then goes on with the stream where it was.
+        """
+        if self.generator is None or self.random_seed is None:
+            yield
+            return
+        state = self.generator.get_state()
+        self.generator.manual_seed(self.random_seed)
+        try:
+            yield
+        finally:
+            self.generator.set_state(state)
 
     @property
     def has_distribution(self) -> bool:
@@ -200,7 +233,7 @@ class UniformRandomPolicy(ScriptedPolicy):
 
     def __init__(self, group: GroupSpec, seed: int | None = None) -> None:
         super().__init__(group)
-        self._generator = None if seed is None else torch.Generator().manual_seed(seed)
+        self.own_random_stream(seed)
 
     def act(
         self, observation: torch.Tensor, action_mask: torch.Tensor | None = None, agent_id: torch.Tensor | None = None
@@ -209,7 +242,7 @@ class UniformRandomPolicy(ScriptedPolicy):
         if self.group.action_kind == "continuous":
             low = torch.tensor(self.group.action_low).view(self.group.action_shape)
             high = torch.tensor(self.group.action_high).view(self.group.action_shape)
-            u = torch.rand(*batch, *self.group.action_shape, generator=self._generator)
+            u = torch.rand(*batch, *self.group.action_shape, generator=self.generator)
             return low + u * (high - low)
         # Sampled on the CPU, where the policy's own generator is; forward() moves the actions to the rows.
         weights = torch.ones(*batch, self.group.num_actions) if action_mask is None else action_mask.float().cpu()
@@ -218,7 +251,7 @@ class UniformRandomPolicy(ScriptedPolicy):
         for part in weights.split(list(self.group.action_nvec or (self.group.num_actions,)), dim=-1):
             flat = part.reshape(-1, part.shape[-1])
             flat = torch.where(flat.sum(-1, keepdim=True) > 0, flat, 1.0)  # absent agents' empty masks
-            choices.append(torch.multinomial(flat, 1, generator=self._generator).view(batch))
+            choices.append(torch.multinomial(flat, 1, generator=self.generator).view(batch))
         return choices[0] if self.group.action_kind == "discrete" else torch.stack(choices, dim=-1)
 
     def action_log_prob(self, action: torch.Tensor) -> torch.Tensor:
@@ -262,3 +295,13 @@ class NoOpPolicy(ScriptedPolicy):
             for part in action_mask.split(list(self.group.action_nvec or (self.group.num_actions,)), dim=-1)
         ]
         return choices[0] if self.group.action_kind == "discrete" else torch.stack(choices, dim=-1)
+
+
+@contextlib.contextmanager
+def fresh_random_streams(module: nn.Module) -> Iterator[None]:
+    """:meth:`ScriptedPolicy.fresh_random_stream` for every scripted policy in ``module`` (a population, say)."""
+    with contextlib.ExitStack() as stack:
+        for sub in module.modules():
+            if isinstance(sub, ScriptedPolicy):
+                stack.enter_context(sub.fresh_random_stream())
+        yield

@@ -16,8 +16,9 @@ and the runners), so the collector, the policies and evaluation see the usual ro
   distribution.
 * **rewards**: after ``env.step(action)``, ``env.rewards`` holds the turn's reward of *every*
   agent. Each is written into that agent's ``("next", reward)`` row of this step, valid or not:
-  the loser's -1 of connect four arrives on the winner's turn. PPO credits rewards that arrive
-  between two of an agent's turns to the earlier one (``lightmarl.algorithms.ppo``).
+  the loser's -1 of connect four arrives on the winner's turn. Every learner credits a reward
+  that arrives between two of an agent's turns to the earlier one, and one before its first turn
+  of a game to that first turn (``lightmarl.algorithms.open_transitions``).
 * **episode ends**: an agent's ``terminated`` / ``truncated`` flag is written in the step where
   the env first reports it, valid row or not; when the game is over (``env.agents`` empty)
   every agent of the episode not yet reported is marked ``truncated``, and the copy is reset

@@ -3,6 +3,8 @@
 * :class:`CueMemoryEnv` (:mod:`~lightmarl.envs.testing.memory`): only a recurrent policy can solve it.
 * :class:`MatchTargetEnv` (:mod:`~lightmarl.envs.testing.match`): ``MultiDiscrete`` actions,
   action masks, agents that leave early.
+* :class:`ReplyRewardEnv` (:mod:`~lightmarl.envs.testing.reply`): turn-based, every reward arrives
+  on the other seat's turn.
 * :mod:`~lightmarl.envs.testing.agent_ids`: envs whose agent ids are ints or tuples
   (:class:`IntIdsMatchEnv`, :class:`TupleIdsMatchEnv`, :class:`RenamedAECEnv`).
 
@@ -14,5 +16,6 @@ from __future__ import annotations
 
 from lightmarl.envs.testing.match import MatchTargetEnv
 from lightmarl.envs.testing.memory import CueMemoryEnv
+from lightmarl.envs.testing.reply import ReplyRewardEnv
 
-__all__ = ["CueMemoryEnv", "MatchTargetEnv"]
+__all__ = ["CueMemoryEnv", "MatchTargetEnv", "ReplyRewardEnv"]

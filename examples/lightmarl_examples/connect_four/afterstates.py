@@ -16,7 +16,7 @@ from torch import nn
 
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.encoders import ACTIVATIONS, activation_class
-from lightmarl.policies.gravity_rules import board_size
+from lightmarl_examples.connect_four.rules import board_size
 
 
 class DropAfterstateEncoder(nn.Module):

@@ -1,8 +1,8 @@
 """The rules of connect four on batched boards: where a dropped piece lands and which drops complete four.
 
 One place for the game's rules, shared by the scripted heuristic
-(:class:`~lightmarl.policies.scripted.ConnectFourHeuristicPolicy`), the rule-feature encoder
-(:class:`~lightmarl.policies.threats.ThreatFeaturesEncoder`) and the mistake counter
+(:class:`~lightmarl_examples.connect_four.ConnectFourHeuristicPolicy`), the rule-feature encoder
+(:class:`~lightmarl_examples.connect_four.threats.ThreatFeaturesEncoder`) and the mistake counter
 (``benchmarks/connect_four_mistakes.py``). Boards are ``[..., rows, columns]`` (any leading batch
 dims) with row 0 at the top (PettingZoo's ``connect_four_v3``): a piece dropped in a column lands
 on the column's lowest empty cell. Pieces and empty cells are given as 0/1 (or bool) tensors of

@@ -8,8 +8,9 @@ from connect_four_positions import board, random_game_positions, replay
 from tensordict import TensorDict
 
 from lightmarl.envs.spec import GroupSpec
-from lightmarl.policies import MLPActorCritic, gravity_rules
-from lightmarl.policies.threats import DEFAULT_FACTS, FACTS, ThreatFeaturesEncoder
+from lightmarl.policies import MLPActorCritic
+from lightmarl_examples.connect_four import rules
+from lightmarl_examples.connect_four.threats import DEFAULT_FACTS, FACTS, ThreatFeaturesEncoder
 
 GROUP = GroupSpec("player", ("player_0", "player_1"), (0, 1), (6, 7, 2), "discrete", num_actions=7)
 ENCODER = ThreatFeaturesEncoder(GROUP, facts=FACTS)
@@ -99,7 +100,7 @@ def brute_force(observation: torch.Tensor) -> dict[str, list[bool]]:
         return pieces, occupied
 
     def four(pieces: torch.Tensor) -> bool:
-        return bool(gravity_rules.has_four(pieces.unsqueeze(0))[0])
+        return bool(rules.has_four(pieces.unsqueeze(0))[0])
 
     def wins(pieces: torch.Tensor, occupied: torch.Tensor) -> int:
         return sum(four(dropped(pieces, occupied, c)[0]) for c in range(7) if landing(occupied, c) >= 0)
@@ -173,7 +174,10 @@ def test_it_drives_an_actor_critic_from_a_class_path_with_any_batch_shape():
         GROUP,
         hidden_sizes=[16],
         critic="local",
-        encoder={"class_path": "lightmarl.policies.threats.ThreatFeaturesEncoder", "init_args": {"facts": ["win"]}},
+        encoder={
+            "class_path": "lightmarl_examples.connect_four.ThreatFeaturesEncoder",
+            "init_args": {"facts": ["win"]},
+        },
     )
     obs = torch.randint(0, 2, (3, 5, 2, 6, 7, 2), dtype=torch.int8)
     td = TensorDict({"player": {"observation": obs, "action_mask": torch.ones(3, 5, 2, 7, dtype=torch.bool)}}, [3, 5])

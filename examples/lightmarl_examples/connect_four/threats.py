@@ -2,10 +2,10 @@
 
 Model-free PPO in the connect-four league did not learn to take its immediate wins or block the
 opponent's from the raw board within the budget, not with an MLP, a CNN or the learned
-afterstate convolution of :class:`~lightmarl.policies.afterstates.DropAfterstateEncoder`
+afterstate convolution of :class:`~lightmarl_examples.connect_four.afterstates.DropAfterstateEncoder`
 (docs/league.md, "Connect four"). :class:`ThreatFeaturesEncoder` applies the game's rules
 instead of learning them: for every column it computes whether the move wins, blocks, plays under
-a threat or sets up a double threat (``lightmarl.policies.gravity_rules``), and the policy learns
+a threat or sets up a double threat (``lightmarl_examples.connect_four.rules``), and the policy learns
 how to weigh those facts and everything positional. Hand-crafted features computed by the rules
 are the classic device of game-playing RL (Tesauro's TD-Gammon added such features to the raw
 board: "Temporal difference learning and TD-Gammon", CACM 1995).
@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from lightmarl.envs.spec import GroupSpec
-from lightmarl.policies.gravity_rules import (
+from lightmarl_examples.connect_four.rules import (
     CONNECT,
     board_size,
     cells_at,

@@ -1,4 +1,8 @@
-"""Hand-written policies for specific tasks: opponents, partners and distillation teachers."""
+"""Scripted policies for mpe2 ``simple_spread``: partners, opponents and distillation teachers.
+
+They read ``simple_spread``'s observation layout, so they live with the example, not in
+lightmarl: a recipe names them by class path (``lightmarl_examples.simple_spread.SpreadToLandmarkPolicy``).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ import torch
 
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import ScriptedPolicy
-from lightmarl.policies.gravity_rules import winning_drops
 
 # mpe2 discrete moves: 0 no-op, 1 -x, 2 +x, 3 -y, 4 +y (``SimpleEnv._set_action``).
 _MPE_MOVES = ((0.0, 0.0), (-1.0, 0.0), (1.0, 0.0), (0.0, -1.0), (0.0, 1.0))
@@ -181,51 +184,3 @@ class SpreadByAssignmentPolicy(SpreadToLandmarkPolicy):
         taken = distance[..., torch.arange(n, device=observation.device), self.permutations]  # [*batch, N!, N]
         best = taken.sum(-1).argmin(-1)
         return self.permutations[best, 0]
-
-
-class ConnectFourHeuristicPolicy(ScriptedPolicy):
-    """PettingZoo ``connect_four_v3``: win if possible, else block the opponent's win, else random.
-
-    A classic scripted opponent: among the legal columns it plays one that completes four of
-    its own in a row; failing that, one where the opponent would complete four on its next
-    move; failing that, a uniformly random legal column. It samples with its own generator in
-    every exploration mode, so deterministic evaluation still meets a varied opponent.
-
-    Observation layout (``connect_four_v3``, from the acting player's view): ``[6 rows (top
-    first), 7 columns, 2]``, channel 0 its own pieces, channel 1 the opponent's; a piece
-    dropped in a column lands on its lowest empty cell.
-
-    Args:
-        group: the agent group this policy acts for (connect four's players).
-        seed: seed of the policy's own generator (``None``: torch's global RNG).
-        block: also block the opponent's immediate wins (``False``: win-or-random).
-    """
-
-    def __init__(self, group: GroupSpec, seed: int | None = None, block: bool = True) -> None:
-        if group.action_kind != "discrete" or group.num_actions != 7 or tuple(group.observation_shape) != (6, 7, 2):
-            raise ValueError(
-                f"ConnectFourHeuristicPolicy needs connect_four_v3 (observations (6, 7, 2), 7 discrete actions); "
-                f"group {group.name!r} has observations {group.observation_shape} and {group.action_kind} "
-                f"actions ({group.num_actions or group.action_shape})"
-            )
-        super().__init__(group)
-        self.block = block
-        self._generator = None if seed is None else torch.Generator().manual_seed(seed)
-
-    def act(
-        self, observation: torch.Tensor, action_mask: torch.Tensor | None = None, agent_id: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        batch = observation.shape[:-3]
-        board = observation.reshape(-1, 6, 7, 2).float()
-        own, theirs = board[..., 0], board[..., 1]
-        empty = (own + theirs) == 0
-        legal = empty[:, 0, :] if action_mask is None else action_mask.reshape(-1, 7).bool()
-        score = torch.zeros(board.shape[0], 7, device=board.device)
-        if self.block:
-            score += winning_drops(theirs, empty).float()
-        score += 2 * winning_drops(own, empty).float()
-        score = torch.where(legal, score, -1.0)
-        # Uniform among the legal columns with the best score (any column where none is legal: an absent row).
-        best = (score == score.amax(-1, keepdim=True)) & (legal | ~legal.any(-1, keepdim=True))
-        choice = torch.multinomial(best.float().cpu(), 1, generator=self._generator).view(batch)
-        return choice.to(observation.device)

@@ -9,7 +9,7 @@ from tensordict import TensorDict
 
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies import MLPActorCritic
-from lightmarl.policies.afterstates import DropAfterstateEncoder
+from lightmarl_examples.connect_four.afterstates import DropAfterstateEncoder
 
 GROUP = GroupSpec("player", ("player_0", "player_1"), (0, 1), (6, 7, 2), "discrete", num_actions=7)
 
@@ -73,7 +73,7 @@ def test_it_drives_an_actor_critic_with_any_batch_shape_and_integer_boards():
         GROUP,
         hidden_sizes=[16],
         critic="local",
-        encoder={"class_path": "lightmarl.policies.afterstates.DropAfterstateEncoder", "init_args": {"channels": 4}},
+        encoder={"class_path": "lightmarl_examples.connect_four.DropAfterstateEncoder", "init_args": {"channels": 4}},
     )
     obs = torch.randint(0, 2, (3, 5, 2, 6, 7, 2), dtype=torch.int8)
     td = TensorDict({"player": {"observation": obs, "action_mask": torch.ones(3, 5, 2, 7, dtype=torch.bool)}}, [3, 5])
