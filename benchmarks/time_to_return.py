@@ -141,8 +141,8 @@ def main() -> None:
             per_seed={"run": numbers},
             columns=COLUMNS,
             rows=result_rows(device, numbers),
-            notes=f"`lightmarl fit` of {args.recipe} {' '.join(args.overrides)} until the training return "
-                  f"({metric}) reaches {args.target:g}, or {args.max_seconds:g} s of wall time; training time "
+            notes=f"`lightmarl fit --config {' '.join([args.recipe, *args.overrides])}` until the training return "
+                  f"(`{metric}`) reaches {args.target:g}, or {args.max_seconds:g} s of wall time; training time "
                   "is collection plus update, wall time includes the start.",
             directory=Path(args.json).parent,
             measured_on=where,
