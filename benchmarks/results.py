@@ -17,7 +17,8 @@ its cores and load, the date, the raw per-seed (or per-run) numbers and the tabl
 ``python scripts/render_results.py`` writes every table in the docs from these files, between
 ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->``; ``tests/test_results_tables.py`` fails
 when a committed table and its JSON disagree. A new measurement replaces the file; its history
-is in git.
+is in git. Folders below ``benchmarks/results/`` (e.g. ``gpu/run1``) keep raw run output as
+a machine returned it; only the files at the top level are results.
 
 Only the standard library is used, so any benchmark (or a BenchMARL venv) can import it.
 """
