@@ -17,7 +17,8 @@ its cores and load, the date, the raw per-seed (or per-run) numbers and the tabl
 ``python scripts/render_results.py`` writes every table in the docs from these files, between
 ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->``; ``tests/test_results_tables.py`` fails
 when a committed table and its JSON disagree. A new measurement replaces the file; its history
-is in git.
+is in git. Folders below ``benchmarks/results/`` (e.g. ``gpu/run1``) keep raw run output as
+a machine returned it; only the files at the top level are results.
 
 Only the standard library is used, so any benchmark (or a BenchMARL venv) can import it.
 """
@@ -28,7 +29,9 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,8 +60,16 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def machine() -> dict[str, Any]:
-    """Where a result was measured: CPU model, cores, load averages (1/5/15 min) and versions."""
+def command_line() -> str:
+    """This process's command as typed from the repository root: ``python benchmarks/x.py --a 1``."""
+    script = Path(sys.argv[0]).resolve()
+    shown = script.relative_to(ROOT) if script.is_relative_to(ROOT) else Path(sys.argv[0])
+    return shlex.join(["python", str(shown), *sys.argv[1:]])
+
+
+def machine(gpu: str | None = None) -> dict[str, Any]:
+    """Where a result was measured: CPU model, cores, load averages (1/5/15 min) and versions;
+    with ``gpu`` (the accelerator's name, e.g. ``"NVIDIA H200"``), that too."""
     load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     versions: dict[str, str] = {"python": platform.python_version()}
     for package in ("torch", "torchrl", "tensordict", "pettingzoo"):
@@ -69,6 +80,7 @@ def machine() -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - a package not installed is simply not listed
             continue
     return {
+        **({"gpu": gpu} if gpu else {}),
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
         "load": [round(x, 2) for x in load] if load is not None else None,
@@ -90,6 +102,7 @@ def write_result(
     measured_on: Mapping[str, Any] | None = None,
     date: str | None = None,
     commit: str | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``benchmarks/results/<name>.json`` and return its path.
 
@@ -110,7 +123,11 @@ def write_result(
             :func:`machine`).
         date: the measurement's date (ISO 8601), for the same case (default: now, UTC).
         commit: the commit whose code was measured, for the same case (default: ``HEAD``, with
-            ``dirty`` saying whether tracked files had changes); ``""`` when it is not known.
+            ``dirty`` saying whether tracked files had changes; outside a git checkout, e.g. a
+            copy on a lent GPU machine, the ``LIGHTMARL_COMMIT`` environment variable);
+            ``""`` when it is not known.
+        extra: what else the run recorded that is neither a table cell nor a per-run number
+            (its settings, the load before it started); kept in the file, not rendered.
 
     Raises:
         ValueError: a bad ``name``, an empty ``command``, ``rows`` without ``columns`` or rows of
@@ -132,6 +149,8 @@ def write_result(
         # Results written by an earlier benchmark of the same session do not make the code dirty.
         changed = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results")
         dirty = bool(changed) if commit else None
+        if not commit:  # no git here: the commit the copy was made from, if the caller said so
+            commit = os.environ.get("LIGHTMARL_COMMIT", "").removesuffix("+dirty") or None
     result: dict[str, Any] = {
         "name": name,
         "command": command,
@@ -147,6 +166,8 @@ def write_result(
         result["notes"] = notes
     if source:
         result["source"] = source
+    if extra:
+        result["extra"] = dict(extra)
     path = Path(directory) if directory is not None else RESULTS_DIR
     path.mkdir(parents=True, exist_ok=True)
     out = path / f"{name}.json"

@@ -11,9 +11,12 @@ reached (``null`` when it was not). Run from the repository root, e.g. the GPU-s
 navigation recipe on a GPU and then on the CPU::
 
     python benchmarks/time_to_return.py --recipe recipes/vmas_navigation_gpu.yaml --accelerator gpu \\
-        --target 0.6 --json benchmarks/results/navigation_gpu_time_to_return_cuda.json
+        --target 0.6 --json benchmarks/results/time_to_return_navigation_gpu_h200.json
     python benchmarks/time_to_return.py --recipe recipes/vmas_navigation_gpu.yaml --accelerator cpu \\
-        --target 0.6 --json benchmarks/results/navigation_gpu_time_to_return_cpu.json -- --model.env.device=cpu
+        --target 0.6 --json benchmarks/results/time_to_return_navigation_gpu_cpu.json -- --model.env.device=cpu
+
+``--json`` writes the result through ``results.write_result`` (the file's stem is its name): the
+run's numbers (curve included) as ``per_seed["run"]`` and a one-row table.
 """
 
 from __future__ import annotations
@@ -29,7 +32,25 @@ import time
 from pathlib import Path
 
 import torch
-from bench_meta import metadata, write_json
+from results import command_line, machine, write_result
+
+COLUMNS = [
+    "device",
+    "target",
+    {"name": "training time to target (s)", "format": ".1f"},
+    {"name": "frames to target", "format": ",.0f"},
+    "iterations logged",
+    {"name": "last return", "format": ".3f"},
+    {"name": "wall time (s)", "format": ".1f"},
+    "stopped by the clock",
+]
+
+
+def result_rows(device: str, run: dict) -> list[list]:
+    """The one-row table of a run's numbers (``per_seed["run"]``); ``—`` where the target was not reached."""
+    final = run.get("final") or {}
+    return [[device, run["target_return"], run["train_s_to_target"], run["frames_to_target"], len(run["curve"]),
+             final.get("return"), run["wall_s"], run["stopped_by_clock"]]]  # fmt: skip
 
 
 def main() -> None:
@@ -43,8 +64,8 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("overrides", nargs="*", help="more `lightmarl fit` arguments (after --)")
     args = parser.parse_args()
-    device = "cuda" if args.accelerator == "gpu" else "cpu"
-    meta = metadata(device)
+    command, load_before = command_line(), [round(x, 2) for x in os.getloadavg()]
+    gpu = torch.cuda.get_device_name(0) if args.accelerator == "gpu" and torch.cuda.is_available() else None
     metric = f"collect/{args.binding}/episode_return"
     with tempfile.TemporaryDirectory() as tmp:
         extra = Path(tmp) / "time_to_return.yaml"
@@ -107,11 +128,26 @@ def main() -> None:
     if not rows:
         numbers["output_tail"] = output[-3000:]
     print(
-        f"{args.recipe} on {meta['device_name']} ({args.accelerator}): "
+        f"{args.recipe} on {gpu or 'CPU'} ({args.accelerator}): "
         + (f"return {args.target} reached after {reached['train_s']:.1f} s of training, {reached['frames']:.0f} frames"
            if reached else f"return {args.target} not reached in {wall:.0f} s (last: {curve[-1] if curve else None})")
     )  # fmt: skip
-    write_json(args.json, meta, numbers)
+    if args.json:
+        where = machine(gpu)
+        device = gpu or f"{where['cores']} CPU cores"
+        write_result(
+            Path(args.json).stem,
+            command=command,
+            per_seed={"run": numbers},
+            columns=COLUMNS,
+            rows=result_rows(device, numbers),
+            notes=f"`lightmarl fit --config {' '.join([args.recipe, *args.overrides])}` until the training return "
+                  f"(`{metric}`) reaches {args.target:g}, or {args.max_seconds:g} s of wall time; training time "
+                  "is collection plus update, wall time includes the start.",
+            directory=Path(args.json).parent,
+            measured_on=where,
+            extra={"load_before": load_before},
+        )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -24,7 +24,11 @@ each unit ends with ``torch.cuda.synchronize()``. Run from the repository root w
 project's virtualenv and the ``vmas`` extra::
 
     python benchmarks/vmas_speed.py --num-envs 1024 4096 16384 --seconds 8 --json benchmarks/results/vmas_speed_cpu.json
-    python benchmarks/vmas_speed.py --device cuda --fit --json benchmarks/results/vmas_speed_cuda.json
+    python benchmarks/vmas_speed.py --device cuda --fit --json benchmarks/results/vmas_speed_h200.json
+
+``--json`` writes the result through ``results.write_result``: the file's stem is the result's
+name (the docs' ``<!-- results:NAME -->`` marker), per size and path the runs and ratios as
+``per_seed``, the best rates as the table.
 """
 
 from __future__ import annotations
@@ -39,8 +43,9 @@ import tempfile
 from pathlib import Path
 
 import torch
-from bench_meta import REPO, metadata, write_json
 from collector_speed import Runner, interleaved_rates
+from results import ROOT as REPO
+from results import command_line, machine, write_result
 
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs.vmas import VmasEnvConfig, VmasRandomState, reset_copies
@@ -201,6 +206,45 @@ def fit_fps(num_envs: int, device: str, iterations: int, warmup: int, epochs: in
         }
 
 
+RAW = "raw VMAS loop, reset in one call"
+RAW_POLICY = "raw VMAS loop + MLP policy, reset in one call"
+COLUMNS = [
+    "envs",
+    "path",
+    {"name": "env-steps/s", "format": ",.0f"},
+    {"name": "× raw", "format": ".2f"},
+    {"name": "× raw + policy", "format": ".2f"},
+    "runs (env-steps/s, min–max)",
+]
+
+
+def gpu_name(device: str) -> str | None:
+    """The GPU's name for a CUDA ``device``; ``None`` on the CPU."""
+    dev = torch.device(device)
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" and torch.cuda.is_available() else None
+
+
+def result_rows(per_size: dict[str, dict]) -> list[list]:
+    """The table of a result's ``per_seed`` (``{"1024": {path: {...}, "fit": {...}}}``): per size
+    and path the best round's env-steps/s, the median same-round ratios to the two raw loops
+    (``None`` where a run had no such loop) and the spread of the rounds; ``fit`` as frames/s
+    (one frame per env step) with the ratio of the best rates."""
+    rows = []
+    for num_envs, entry in per_size.items():
+        for name, numbers in entry.items():
+            if name == "fit":
+                if "frames_per_s" in numbers:
+                    rows.append([int(num_envs), f"whole `lightmarl fit` ({numbers['ppo']})", numbers["frames_per_s"],
+                                 numbers.get("ratio_to_raw_best"), None, ""])  # fmt: skip
+                continue
+            runs = numbers["runs"]
+            rows.append([
+                int(num_envs), name, numbers["env_steps_per_s_best"], numbers.get("ratio_to_raw_median"),
+                numbers.get("ratio_to_raw_with_policy_median"), f"{min(runs):,.0f}–{max(runs):,.0f}",
+            ])  # fmt: skip
+    return rows
+
+
 def table(results: dict[int, dict[str, list[float]]], num_agents: int) -> str:
     """Best run per path; ratios: medians over repeats of same-repeat ratios to the two raw loops."""
     lines = [
@@ -240,7 +284,7 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="write the results here as JSON")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    meta = metadata(args.device)
+    command, load_before, gpu = command_line(), [round(x, 2) for x in os.getloadavg()], gpu_name(args.device)
     config = VmasEnvConfig(scenario=args.scenario, scenario_kwargs=SCENARIO_KWARGS, max_steps=100, device=args.device)
     num_agents = len(config.spec().possible_agents)
     results: dict[int, dict[str, list[float]]] = {}
@@ -264,19 +308,26 @@ def main() -> None:
             )
         print(f"{num_envs} copies done", file=sys.stderr)
         if args.json:  # after every size: a later one that fails or runs out of time keeps these
-            write_json(
-                args.json,
-                meta,
-                {"scenario": args.scenario, "scenario_kwargs": SCENARIO_KWARGS, "steps_per_unit": args.steps,
-                 "seconds": args.seconds, "repeats": args.repeats, "threads": args.threads,
-                 "table": numbers_of(results, fits)},
+            per_size = numbers_of(results, fits)
+            write_result(
+                Path(args.json).stem,
+                command=command,
+                per_seed=per_size,
+                columns=COLUMNS,
+                rows=result_rows(per_size),
+                notes=notes(args),
+                directory=Path(args.json).parent,
+                measured_on=machine(gpu),
+                extra={"scenario": args.scenario, "scenario_kwargs": SCENARIO_KWARGS, "steps_per_unit": args.steps,
+                       "seconds": args.seconds, "repeats": args.repeats, "threads": args.threads,
+                       "device": args.device, "load_before": load_before},
             )  # fmt: skip
     print(
-        f"VMAS {args.scenario} (n_agents=3, max_steps=100, discrete actions) on {meta['device_name']} "
+        f"VMAS {args.scenario} (n_agents=3, max_steps=100, discrete actions) on {gpu or 'CPU'} "
         f"({args.device}), {args.steps} steps per unit, {args.repeats} interleaved runs × {args.seconds:g} s per "
         f"path, torch threads {args.threads}, {os.cpu_count()} CPUs, torch {torch.__version__}"
     )
-    print(f"load average (1/5/15 min): before {meta['load_before']}, after {list(os.getloadavg())}")
+    print(f"load average (1/5/15 min): before {load_before}, after {list(os.getloadavg())}")
     print(f"agent-steps/s = env-steps/s × {num_agents}\n")
     print(table(results, num_agents))
     for num_envs, fit in fits.items():
@@ -286,12 +337,23 @@ def main() -> None:
             print(f"\nfit at {num_envs} copies failed: {fit['error'][-500:]}")
 
 
-def numbers_of(results: dict[int, dict[str, list[float]]], fits: dict[int, dict]) -> list[dict]:
-    numbers = []
+def notes(args: argparse.Namespace) -> str:
+    """The line under the table: what was measured and how the figures were reduced."""
+    return (
+        f"VMAS {args.scenario} (3 agents, 100-step episodes, discrete actions) on {args.device}, "
+        f"{args.steps} steps per unit, {args.repeats} interleaved rounds × {args.seconds:g} s per path, "
+        f"torch threads {args.threads}: the best round's rate; ratios are medians of same-round ratios "
+        "(for `fit`, of the best rates)."
+    )
+
+
+def numbers_of(results: dict[int, dict[str, list[float]]], fits: dict[int, dict]) -> dict[str, dict]:
+    """Per number of copies (as a string key) and path: the best rate, every round and the ratios."""
+    numbers = {}
     for num_envs, rates in results.items():
-        raw = rates["raw VMAS loop, reset in one call"]
-        with_policy = rates["raw VMAS loop + MLP policy, reset in one call"]
-        entry: dict = {"num_envs": num_envs}
+        raw = rates[RAW]
+        with_policy = rates[RAW_POLICY]
+        entry: dict = {}
         for name, runs in rates.items():
             entry[name] = {
                 "env_steps_per_s_best": max(runs),
@@ -303,7 +365,7 @@ def numbers_of(results: dict[int, dict[str, list[float]]], fits: dict[int, dict]
             entry["fit"] = dict(fits[num_envs])
             if "frames_per_s" in entry["fit"]:
                 entry["fit"]["ratio_to_raw_best"] = entry["fit"]["frames_per_s"] / max(raw)
-        numbers.append(entry)
+        numbers[str(num_envs)] = entry
     return numbers
 
 

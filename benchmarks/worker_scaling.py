@@ -12,6 +12,9 @@ is measured next to each: the ceiling for that many processes on this machine. R
 repository root with the project's virtualenv::
 
     python benchmarks/worker_scaling.py --json benchmarks/results/worker_scaling_cpu.json
+
+``--json`` writes the result through ``results.write_result`` (the file's stem is its name): the
+rows, keyed by the number of workers, as ``per_seed``, and the table the docs show.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ import os
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import collector_speed
 import torch
-from bench_meta import metadata, write_json
 from collector_speed import Runner, collector_runner, raw_processes_runner
+from results import command_line, machine, write_result
 
 from lightmarl.envs import PettingZooEnvConfig
 
@@ -40,6 +44,25 @@ def rate(runner: Runner, seconds: float, repeats: int) -> list[float]:
             steps += runner.run()
         rates.append(steps / (time.perf_counter() - start))
     return rates
+
+
+COLUMNS = [
+    "workers",
+    {"name": "frames/s", "format": ",.0f"},
+    {"name": "speed-up over 1 worker", "format": ".2f"},
+    {"name": "efficiency", "format": ".2f"},
+    {"name": "raw loop, as many processes", "format": ",.0f"},
+    {"name": "load (1 min)", "format": ".2f"},
+]
+
+
+def result_rows(per_workers: dict[str, dict]) -> list[list]:
+    """The table of a result's ``per_seed`` (``{"2": {"frames_per_s": ..., ...}}``): one row per worker count."""
+    return [
+        [int(workers) or "in process", row["frames_per_s"], row.get("speedup_over_1"), row.get("efficiency"),
+         row.get("raw_processes_frames_per_s"), row["load_1min"]]
+        for workers, row in per_workers.items()
+    ]  # fmt: skip
 
 
 def main() -> None:
@@ -59,7 +82,7 @@ def main() -> None:
     torch.set_num_threads(1)
     config = PettingZooEnvConfig(env_fn=args.env_fn, env_kwargs=json.loads(args.env_kwargs))
     collector_speed.ENV_CONFIG = config  # collector_runner and the raw loop read the module's config
-    meta = metadata("cpu")
+    command, load_before, where = command_line(), [round(x, 2) for x in os.getloadavg()], machine()
     rows = []
     for workers in args.workers:
         if workers > args.num_envs:
@@ -81,7 +104,7 @@ def main() -> None:
         print(f"{workers} workers: {max(runs):,.0f} frames/s (load {load:.2f})", file=sys.stderr)
     one = next((r["frames_per_s"] for r in rows if r["workers"] == 1), None)
     print(
-        f"{args.env_fn} {args.env_kwargs}, {args.num_envs} env copies, {cores} CPUs ({meta['machine']['cpu']}), "
+        f"{args.env_fn} {args.env_kwargs}, {args.num_envs} env copies, {cores} CPUs ({where['cpu']}), "
         f"best of {args.repeats} × {args.seconds:g} s\n"
     )
     print("| workers | frames/s | speed-up over 1 worker | efficiency | raw loop, as many processes | load (1 min) |")
@@ -96,12 +119,20 @@ def main() -> None:
         print(f"| {row['workers'] or 'in process'} | {row['frames_per_s']:,.0f} | {speedup} | {efficiency} | {raw} | "
               f"{row['load_1min']:.2f} |")  # fmt: skip
     if args.json:
-        write_json(
-            args.json,
-            meta,
-            {"env_fn": args.env_fn, "env_kwargs": json.loads(args.env_kwargs), "num_envs": args.num_envs,
-             "rollout_steps": collector_speed.ROLLOUT_STEPS, "seconds": args.seconds, "repeats": args.repeats,
-             "rows": rows},
+        per_workers = {str(row["workers"]): row for row in rows}
+        write_result(
+            Path(args.json).stem,
+            command=command,
+            per_seed=per_workers,
+            columns=COLUMNS,
+            rows=result_rows(per_workers),
+            notes=f"{args.env_fn} {args.env_kwargs}, {args.num_envs} env copies in all, each worker count measured "
+                  f"on its own: the best of {args.repeats} × {args.seconds:g} s; efficiency = speed-up / workers.",
+            directory=Path(args.json).parent,
+            measured_on=where,
+            extra={"env_fn": args.env_fn, "env_kwargs": json.loads(args.env_kwargs), "num_envs": args.num_envs,
+                   "rollout_steps": collector_speed.ROLLOUT_STEPS, "seconds": args.seconds, "repeats": args.repeats,
+                   "load_before": load_before},
         )  # fmt: skip
 
 

@@ -81,6 +81,7 @@ def render(result: Mapping[str, Any]) -> str:
     where = ", ".join(
         part
         for part in (
+            machine.get("gpu"),
             machine.get("cpu"),
             f"{machine['cores']} cores" if machine.get("cores") else None,
             "load " + " / ".join(f"{x:g}" for x in machine["load"] if x is not None) if machine.get("load") else None,

@@ -79,3 +79,48 @@ def test_write_result_rejects_bad_input(tmp_path, kwargs):
     args = {"name": "toy", "command": "python x.py", "per_seed": {"0": {"x": 1.0}}, "directory": tmp_path, **kwargs}
     with pytest.raises(ValueError):
         results.write_result(**args)
+
+
+def test_write_result_keeps_the_gpu_the_settings_and_a_commit_given_outside_git(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "_git", lambda *args: None)  # a copy without .git, e.g. on a lent GPU machine
+    monkeypatch.setenv("LIGHTMARL_COMMIT", "0123456789abcdef+dirty")
+    path = results.write_result(
+        "toy_gpu",
+        command="python benchmarks/toy.py --device cuda",
+        per_seed={"run": {"fps": 1000.0}},
+        measured_on=results.machine(gpu="NVIDIA Toy"),
+        extra={"seconds": 2.0, "load_before": [0.5, 0.2, 0.1]},
+        directory=tmp_path,
+    )
+    result = json.loads(path.read_text())
+    assert result["commit"] == "0123456789abcdef"
+    assert result["extra"] == {"seconds": 2.0, "load_before": [0.5, 0.2, 0.1]}
+    assert "Measured " in render.render(result) and " on NVIDIA Toy, " in render.render(result)
+    assert "commit `0123456789`" in render.render(result)
+
+
+def test_scaling_tables_are_what_their_scripts_make_of_the_per_run_numbers():
+    # The VMAS-speed, worker-scaling and time-to-return results (some converted from an earlier
+    # format) must show the table their script would write from the same per-run numbers.
+    from benchmark_scripts import load_benchmark
+
+    vmas_speed = load_benchmark("vmas_speed.py")
+    worker_scaling = load_benchmark("worker_scaling.py")
+    time_to_return = load_benchmark("time_to_return.py")
+
+    directory = ROOT / "benchmarks" / "results"
+    checked = 0
+    for path in sorted(directory.glob("vmas_speed_*.json")):
+        result = json.loads(path.read_text())
+        assert result["table"]["rows"] == vmas_speed.result_rows(result["per_seed"]), path.name
+        checked += 1
+    for path in sorted(directory.glob("worker_scaling_*.json")):
+        result = json.loads(path.read_text())
+        assert result["table"]["rows"] == worker_scaling.result_rows(result["per_seed"]), path.name
+        checked += 1
+    for path in sorted(directory.glob("time_to_return_*.json")):
+        result = json.loads(path.read_text())
+        device = result["table"]["rows"][0][0]
+        assert result["table"]["rows"] == time_to_return.result_rows(device, result["per_seed"]["run"]), path.name
+        checked += 1
+    assert checked >= 8

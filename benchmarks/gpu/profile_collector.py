@@ -7,7 +7,9 @@ recording), ``_assemble`` (stacking, episode ids and statistics), and the buffer
 the raw VMAS loop (batched reset) over the same number of steps for scale; and a cProfile of a
 whole ``collect()`` (top functions by own time). Run from the repository root::
 
-    python benchmarks/gpu/profile_collector.py --device cuda --num-envs 16384 --json profile.json
+    python benchmarks/gpu/profile_collector.py --device cuda --num-envs 16384 --json /tmp/profile_collector.json
+
+``--json`` writes the result through ``results.write_result`` (the file's stem is its name).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_meta import metadata, write_json
-from vmas_speed import SCENARIO_KWARGS, make_collector, raw_runner, synchronize
+from results import command_line, machine, write_result
+from vmas_speed import SCENARIO_KWARGS, gpu_name, make_collector, raw_runner, synchronize
 
 from lightmarl.data.collector import _ExperienceRecorder
 from lightmarl.envs.vmas import VmasEnvConfig
@@ -38,7 +40,7 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    meta = metadata(args.device)
+    command = command_line()
     config = VmasEnvConfig(scenario="navigation", scenario_kwargs=SCENARIO_KWARGS, max_steps=100, device=args.device)
     raw = raw_runner(config, args.num_envs, 0, args.steps)
     collector = make_collector(config, args.num_envs, 0, args.steps)
@@ -82,7 +84,18 @@ def main() -> None:
     }
     print({k: v for k, v in numbers.items() if k != "collect_profile_by_own_time"})
     print(text.getvalue())
-    write_json(args.json, meta, numbers)
+    if args.json:
+        parts = ["raw_loop_s", "step_loop_s", "assemble_s", "add_rollout_s"]
+        write_result(
+            Path(args.json).stem,
+            command=command,
+            per_seed={"run": numbers},
+            columns=["part", {"name": "seconds", "format": ".4f"}],
+            rows=[[part, numbers[part]] for part in parts],
+            notes=f"one rollout of {args.steps} steps at {args.num_envs} copies on {args.device}, in parts",
+            directory=Path(args.json).parent,
+            measured_on=machine(gpu_name(args.device)),
+        )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@
 # index: the script installs the other dependencies (never torch) from benchmarks/gpu/wheels
 # (filled on a machine with an index by benchmarks/gpu/download_wheels.sh; git-ignored) into a
 # folder of their own on PYTHONPATH, falling back to the index for what is missing.
-# Results: one JSON per part and a log of each part, all packed into $OUT/results.tar.gz after every
+# Results: one result JSON per part (benchmarks/results.py's format, named with $TAG, the GPU's
+# model, e.g. vmas_speed_h200.json: copy one to benchmarks/results/ and render it into the docs
+# with scripts/render_results.py) and a log of each part, all packed into $OUT/results.tar.gz after every
 # part (the device runner returns only a few files), and $OUT/summary.txt (each part's rc and time).
 set -u
 cd "$(dirname "$0")/../.."
@@ -21,7 +23,8 @@ mkdir -p "$FINAL"
 DEVICE=${DEVICE:-cuda}
 SMALL=${SMALL:-0}
 rm -rf "$OUT"; mkdir -p "$OUT"  # a rerun on a warm machine starts clean
-export LIGHTMARL_COMMIT=$(git rev-parse HEAD 2>/dev/null || cat benchmarks/gpu/COMMIT 2>/dev/null || echo unknown)
+# The commit the results name (results.write_result reads it where this copy has no .git).
+export LIGHTMARL_COMMIT=$(git rev-parse HEAD 2>/dev/null || cat benchmarks/gpu/COMMIT 2>/dev/null || true)
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
 note() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$SUMMARY"; cp "$SUMMARY" "$FINAL/summary.txt"; }
@@ -77,6 +80,11 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.
       "| cores", os.cpu_count())
 PY
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$SUMMARY" 2>/dev/null
+# Part of every result's name: the GPU's model ("NVIDIA H200" -> h200), or the device on a dry run.
+if [ -z "${TAG:-}" ] && [ "$DEVICE" = cuda ]; then
+  TAG=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | awk '{print tolower($NF)}' | tr -cd 'a-z0-9_-')
+fi
+TAG=${TAG:-$DEVICE}
 [ -n "${INSTALL_ONLY:-}" ] && exit 0
 
 part() {  # part NAME SECONDS COMMAND...: run one part under a time limit, log to $OUT/NAME.log
@@ -97,7 +105,7 @@ fi
 
 # (a) the VMAS table on the device: raw loop (batched reset) vs VmasVecEnv vs collector vs fit.
 part vmas_table 150 "$PY" benchmarks/vmas_speed.py --device "$DEVICE" --num-envs "${ENVS[@]}" --seconds "$SECONDS_PER" \
-  --repeats "$REPEATS" --fit --fit-iterations "$FIT_IT" --fit-timeout 60 --json "$OUT/vmas_speed_$DEVICE.json"
+  --repeats "$REPEATS" --fit --fit-iterations "$FIT_IT" --fit-timeout 60 --json "$OUT/vmas_speed_$TAG.json"
 
 # (b) no host synchronisation on the collector's step path (torch.cuda.set_sync_debug_mode("error")).
 part host_sync 50 "$PY" -m pytest -q -p no:cacheprovider -m "gpu or not slow" tests/data/test_host_sync.py \
@@ -105,23 +113,23 @@ part host_sync 50 "$PY" -m pytest -q -p no:cacheprovider -m "gpu or not slow" te
 
 # (e) where a rollout's time goes on the device: step loop, per-rollout assembly, buffers, cProfile.
 part profile 60 "$PY" benchmarks/gpu/profile_collector.py --device "$DEVICE" --num-envs "${ENVS[-1]}" \
-  --json "$OUT/profile_collector_$DEVICE.json"
+  --json "$OUT/profile_collector_$TAG.json"
 
 # (c) the GPU-sized recipe to a fixed training return: on the GPU, then the same recipe on every CPU core.
 TARGET=${TARGET:-0.6}
 part recipe_gpu $((CAP + 40)) "$PY" benchmarks/time_to_return.py --recipe recipes/vmas_navigation_gpu.yaml \
   --accelerator "$([ "$DEVICE" = cuda ] && echo gpu || echo cpu)" --target "$TARGET" --max-seconds "$CAP" \
-  --json "$OUT/time_to_return_$DEVICE.json" -- --model.env.device="$DEVICE" --model.env.num_envs="$NAV_ENVS" \
+  --json "$OUT/time_to_return_navigation_gpu_$TAG.json" -- --model.env.device="$DEVICE" --model.env.num_envs="$NAV_ENVS" \
   --model.algorithm.init_args.minibatch_size="$NAV_MB"
 # (no 409,600-frame iteration of it finished in 140 s on the 16 cores of the first GPU machine:
 # the CPU run is capped shorter, its lower bound is what it measures)
 part recipe_cpu $((CAP + 10)) "$PY" benchmarks/time_to_return.py --recipe recipes/vmas_navigation_gpu.yaml \
-  --accelerator cpu --target "$TARGET" --max-seconds $((CAP * 2 / 3)) --json "$OUT/time_to_return_cpu_cores.json" -- \
+  --accelerator cpu --target "$TARGET" --max-seconds $((CAP * 2 / 3)) --json "$OUT/time_to_return_navigation_gpu_${TAG}_cpu.json" -- \
   --model.env.device=cpu --model.env.num_envs="$NAV_ENVS" --model.algorithm.init_args.minibatch_size="$NAV_MB"
 
 # (d) env worker processes at 1, 2, 4, 8 and every core, env-bound PettingZoo collection.
 part worker_scaling 80 "$PY" benchmarks/worker_scaling.py --workers 0 "${WORKERS[@]}" --num-envs "$WENVS" \
-  --seconds "$WSEC" --repeats 1 --json "$OUT/worker_scaling.json"
+  --seconds "$WSEC" --repeats 1 --json "$OUT/worker_scaling_$TAG.json"
 
 note "done; JSON in $FINAL/results.tar.gz: $(cd "$OUT" && ls *.json 2>/dev/null | tr '\n' ' ')"
 pack
