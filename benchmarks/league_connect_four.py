@@ -38,7 +38,6 @@ from lightmarl.evaluation.statistics import OutcomeSummary, ValueSummary, summar
 from lightmarl.inference import read_artifact
 from lightmarl.league import SnapshotStore
 from lightmarl.policies import MultiAgentPolicy, Policy, PolicyDict, UniformRandomPolicy
-from lightmarl.policies.scripted import ConnectFourHeuristicPolicy
 from lightmarl.population import BindingTable, PolicyBinding
 from lightmarl_examples.connect_four import ConnectFourHeuristicPolicy
 
