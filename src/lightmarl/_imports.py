@@ -7,6 +7,8 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from lightmarl import trust
+
 
 def import_object(path: str, *, field: str) -> Any:
     """Import ``package.module.attr`` (attributes may be nested, ``mod.Class.method``).
@@ -18,8 +20,10 @@ def import_object(path: str, *, field: str) -> Any:
     Raises:
         ValueError: naming ``field`` and ``path`` when nothing importable is found.
     """
-    if not isinstance(path, str) or "." not in path:
+    if not isinstance(path, str) or "." not in path or not all(part.isidentifier() for part in path.split(".")):
         raise ValueError(f"{field}: expected a dotted import path like 'package.module.name', got {path!r}")
+    # While a file is loaded, what it names is checked before anything is imported (lightmarl.trust).
+    trust.check_import(path, field=field)
     parts = path.split(".")
     module = None
     # Import the longest importable module prefix, then walk attributes.
@@ -40,6 +44,7 @@ def import_object(path: str, *, field: str) -> Any:
             raise ValueError(
                 f"{field}: module {module_name!r} has no attribute {'.'.join(parts[split:])!r} (from {path!r})"
             ) from None
+        trust.check_imported(path, obj, field=field)
         return obj
     raise ValueError(f"{field}: cannot import {path!r}: no module {parts[0]!r} is installed")
 

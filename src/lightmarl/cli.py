@@ -155,12 +155,14 @@ class LightmarlCLI(LightningCLI):
         return self.config_init[self.subcommand] if self.subcommand else self.config_init
 
     def _parse_ckpt_path(self) -> None:
-        # LightningCLI reads a --ckpt_path file's hyper-parameters while parsing: check the file first.
+        # LightningCLI merges a --ckpt_path file's `hyper_parameters` into the parsed config, so a file
+        # could set model.env.env_fn (an import path that is then called). lightmarl checkpoints hold
+        # no hyper-parameters (the recipe is the config), and a file is data (lightmarl.trust): the
+        # file is checked here and its hyper-parameters are never read.
         subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if ckpt_path not in (None, "last", "best", "hpc"):
             _read_checkpoint(ckpt_path)
-        super()._parse_ckpt_path()
 
     def before_fit(self) -> None:
         # Before Lightning writes config.yaml into the log directory: an unwritable one is named in one line.
@@ -365,11 +367,29 @@ def export_main(args: list[str]) -> None:
     )
     parser.add_argument("--out", required=True, help="the directory to write")
     parser.add_argument("--bindings", nargs="+", help="export only these bindings (default: all)")
+    parser.add_argument(
+        "--allow",
+        nargs="+",
+        default=[],
+        metavar="CLASS_PATH",
+        help="classes outside lightmarl.policies that the checkpoint may name (e.g. an encoder of examples/)",
+    )
+    parser.add_argument(
+        "--trust_code",
+        action="store_true",
+        help="build any class the checkpoint names (importing it runs its code): only for files you trust",
+    )
     options = parser.parse_args(args)
-    policies = PolicyDict.load(options.checkpoint)
+    out_path = Path(options.out)
+    if out_path.exists() and not out_path.is_dir():
+        raise ConfigError(f"--out: {options.out!r} is a file; name a directory to write the export into")
+    policies = PolicyDict.load(options.checkpoint, trust_code=options.trust_code, allowed_classes=options.allow)
     if options.bindings:
         policies = policies.select(options.bindings)
-    out = policies.export(options.out)
+    try:
+        out = policies.export(options.out)
+    except OSError as err:
+        raise ConfigError(f"--out: cannot write {options.out!r} ({err.strerror or err})") from err
     print(f"lightmarl: exported {', '.join(policies.keys())} to {out}")  # noqa: T201
 
 

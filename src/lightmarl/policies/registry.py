@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -12,12 +11,12 @@ import torch
 from torch import nn
 
 from lightmarl._imports import import_object, instantiate
-from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
 from lightmarl.policies.exported import is_export, read_export
 from lightmarl.policies.loading import load_torch_file
 from lightmarl.population import PolicyBinding
+from lightmarl.trust import loading_file, resolve_class
 
 #: key under which a lightmarl checkpoint describes its bindings (see ``MARLModule.on_save_checkpoint``).
 CHECKPOINT_KEY = "lightmarl"
@@ -41,10 +40,17 @@ class PolicyRegistry:
     Every policy is then checked against the env with ``initialize_to_environment``, and
     remembers where it came from in ``policy.origin`` (class path and kwargs), so that a
     checkpoint of a run that loaded it can be loaded again.
+
+    A file is data (:mod:`lightmarl.trust`): the classes a saved file names are built only when
+    they are ``lightmarl.policies`` classes, are in ``allowed`` or the binding sets ``trust_code``.
+
+    Args:
+        allowed: class paths the recipe names (:func:`lightmarl.trust.recipe_class_paths`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, allowed: Iterable[str] = ()) -> None:
         self._cache: dict[tuple, Policy] = {}
+        self.allowed = frozenset(allowed)
 
     def get(
         self,
@@ -70,7 +76,13 @@ class PolicyRegistry:
                 binding.class_path, binding.policy_kwargs, group, field=f"binding {binding.id!r}", injected=injected
             )
         return load_policy_from_uri(
-            str(binding.policy_uri), binding.id, group, binding.policy_kwargs, trust_pickle=binding.trust_pickle
+            str(binding.policy_uri),
+            binding.id,
+            group,
+            binding.policy_kwargs,
+            trust_pickle=binding.trust_pickle,
+            trust_code=binding.trust_code,
+            allowed=self.allowed | _class_paths_in(binding.policy_kwargs),
         )
 
 
@@ -100,28 +112,42 @@ def build_policy(
 
 
 def load_policy_from_uri(
-    uri: str, binding_id: str, group: GroupSpec, policy_kwargs: dict[str, Any], *, trust_pickle: bool = False
+    uri: str,
+    binding_id: str,
+    group: GroupSpec,
+    policy_kwargs: dict[str, Any],
+    *,
+    trust_pickle: bool = False,
+    trust_code: bool = False,
+    allowed: Iterable[str] = (),
 ) -> Policy:
-    """The policy saved at ``uri`` (see :class:`PolicyRegistry`), read weights-only unless ``trust_pickle``."""
+    """The policy saved at ``uri`` (see :class:`PolicyRegistry`), read weights-only unless ``trust_pickle``.
+
+    ``group`` is the recipe's: the file's own env is never built. Classes the file names are
+    built only as :mod:`lightmarl.trust` allows (``allowed``: the recipe's class paths;
+    ``trust_code``: the user trusts the file's author).
+    """
     field = f"binding {binding_id!r}.policy_uri"
     location, _, fragment = uri.partition("#")
     path_text, _, query = location.partition("?")
     path = Path(path_text)
-    if is_export(path):
-        return _from_population(*read_export(path, field=field), path, fragment or binding_id, group, field)
-    saved = load_torch_file(path, field=field, trust_pickle=trust_pickle)
-    if _is_population(saved):
-        return _from_population(*_population_of(saved), path, fragment or binding_id, group, field)
-    if isinstance(saved, dict) and saved and all(isinstance(v, torch.Tensor) for v in saved.values()):
-        class_path = parse_qs(query).get("class_path", [None])[0]
-        if class_path is None:
-            raise ValueError(
-                f"{field}: {str(path)!r} is a plain state_dict; name its policy class in the URI, "
-                f"e.g. '{path_text}?class_path=lightmarl.policies.MLPActorCritic'"
-            )
-        policy = build_policy(class_path, policy_kwargs, group, field=field)
-        _load_weights(policy, saved, field, f"{class_path}{policy_kwargs}")
-        return policy
+    class_path = parse_qs(query).get("class_path", [None])[0]  # named by the recipe's URI: allowed
+    allowed = frozenset(allowed) | ({class_path} if class_path else set())
+    with loading_file(path, field=field, allowed=allowed, trust_code=trust_code):
+        if is_export(path):
+            return _from_population(*read_export(path, field=field), path, fragment or binding_id, group, field)
+        saved = load_torch_file(path, field=field, trust_pickle=trust_pickle)
+        if _is_population(saved):
+            return _from_population(*_population_of(saved, field), path, fragment or binding_id, group, field)
+        if isinstance(saved, dict) and saved and all(isinstance(v, torch.Tensor) for v in saved.values()):
+            if class_path is None:
+                raise ValueError(
+                    f"{field}: {str(path)!r} is a plain state_dict; name its policy class in the URI, "
+                    f"e.g. '{path_text}?class_path=lightmarl.policies.MLPActorCritic'"
+                )
+            policy = build_policy(class_path, policy_kwargs, group, field=field)
+            _load_weights(policy, saved, field, f"{class_path}{policy_kwargs}")
+            return policy
     raise ValueError(
         f"{field}: {str(path)!r} is neither a lightmarl checkpoint, a saved PolicyDict, an exported "
         "population nor a state_dict of tensors"
@@ -147,26 +173,64 @@ def read_population(
     saved = load_torch_file(path, field=field, trust_pickle=trust_pickle, map_location=map_location)
     if not _is_population(saved):
         raise ValueError(f"{field}: {str(path)!r} is neither a saved PolicyDict, a lightmarl checkpoint nor an export")
-    return _population_of(saved)
+    return _population_of(saved, field)
 
 
 def _is_population(saved: Any) -> bool:
     return isinstance(saved, dict) and (CHECKPOINT_KEY in saved or saved.get("format") == POLICY_DICT_FORMAT)
 
 
-def _population_of(saved: dict) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def _population_of(saved: dict, field: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    # The group specs are the file's data; an env the file names is never built (lightmarl.trust).
     if saved.get("format") == POLICY_DICT_FORMAT:
-        return saved, saved["state_dict"]
-    # A training checkpoint: the policies live under the LightningModule's population.
-    prefix = "population.policies."
-    state = {k[len(prefix) :]: v for k, v in saved["state_dict"].items() if k.startswith(prefix)}
-    description = saved[CHECKPOINT_KEY]
-    env = description.get("env") or {}
-    if "groups" not in description and "env_fn" in env:
-        # Checkpoints written before group specs were saved: rebuild them from the PettingZoo env they name.
-        groups = PettingZooEnvConfig(env_fn=env["env_fn"], env_kwargs=env.get("env_kwargs") or {}).spec().groups
-        description = {**description, "groups": {name: dataclasses.asdict(g) for name, g in groups.items()}}
-    return description, state
+        description, state = saved, saved.get("state_dict")
+    else:  # a training checkpoint: the policies live under the LightningModule's population
+        prefix = "population.policies."
+        state_dict = saved.get("state_dict")
+        state = (
+            {k[len(prefix) :]: v for k, v in state_dict.items() if isinstance(k, str) and k.startswith(prefix)}
+            if isinstance(state_dict, Mapping)
+            else None
+        )
+        description = saved[CHECKPOINT_KEY]
+    _check_description(description, state, field)
+    return dict(description), dict(state or {})
+
+
+def _check_description(description: Any, state: Any, field: str) -> None:
+    """A saved population's description is the plain data lightmarl writes (else a one-line error)."""
+    problem = None
+    if not isinstance(description, Mapping) or not isinstance(description.get("bindings"), Mapping):
+        problem = "no 'bindings' table"
+    elif not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        problem = "its weights are not a table of tensors"
+    else:
+        for binding_id, entry in description["bindings"].items():
+            if not (
+                isinstance(entry, Mapping)
+                and isinstance(entry.get("class_path"), str)
+                and isinstance(entry.get("policy_kwargs", {}), Mapping)
+                and isinstance(entry.get("shared_modules", {}), Mapping)
+            ):
+                problem = f"binding {binding_id!r} is not {{class_path, policy_kwargs, group}}"
+                break
+        shared = description.get("shared_modules", {})
+        if problem is None and not (
+            isinstance(shared, Mapping)
+            and all(isinstance(s, Mapping) and isinstance(s.get("class_path"), str) for s in shared.values())
+        ):
+            problem = "its shared_modules are not {class_path, init_args} tables"
+        groups = description.get("groups", {})
+        if problem is None and not (isinstance(groups, Mapping) and all(isinstance(g, Mapping) for g in groups.values())):
+            problem = "its groups are not tables of fields"
+    if problem is not None:
+        raise ValueError(f"{field}: the file does not describe a lightmarl population ({problem})")
+
+
+def _class_paths_in(value: Any) -> frozenset[str]:
+    from lightmarl.trust import recipe_class_paths
+
+    return recipe_class_paths(value)
 
 
 def _from_population(
@@ -184,7 +248,7 @@ def _from_population(
     shared_specs = description.get("shared_modules", {})
     injected = rebuild_shared_modules(entry.get("shared_modules", {}), shared_specs, group, field=field)
     policy = build_policy(
-        entry["class_path"], entry["policy_kwargs"], group, field=f"{field} ({source_id})", injected=injected
+        entry["class_path"], dict(entry.get("policy_kwargs", {})), group, field=f"{field} ({source_id})", injected=injected
     )
     prefix = f"{source_id}."
     weights = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
@@ -208,9 +272,12 @@ def rebuild_shared_modules(
             raise ValueError(f"{field}: the saved policy uses shared module {name!r}, which the file does not describe")
         if built is None or name not in built:
             spec = specs[name]
+            module_field = f"{field} (shared module {name!r})"
+            # Checked before it is built: a shared module must be an nn.Module class (lightmarl.trust).
+            resolve_class(str(spec["class_path"]), field=f"{module_field}.class_path", source=field)
             module = instantiate(
-                {"class_path": spec["class_path"], "init_args": spec.get("init_args", {})},
-                field=f"{field} (shared module {name!r})",
+                {"class_path": spec["class_path"], "init_args": spec.get("init_args") or {}},
+                field=module_field,
                 group=group,
             )
             if built is not None:

@@ -37,6 +37,7 @@ from lightmarl.training.resume import RunResume
 from lightmarl.training.rollouts import tick_loader
 from lightmarl.training.stepper import LightningStepper, assert_ranks_in_sync
 from lightmarl.training.storage import check_run_directories, use_atomic_checkpoints
+from lightmarl.trust import recipe_class_paths
 
 
 class MARLModule(LightningModule):
@@ -180,7 +181,8 @@ class MARLModule(LightningModule):
                     f"trainable bindings are {self.table.trainable_ids}"
                 )
         self.shared = SharedModules(shared_modules, self.table, self.env_spec)
-        registry = PolicyRegistry()
+        # A policy_uri file may name the classes this recipe names, and lightmarl's own (lightmarl.trust).
+        registry = PolicyRegistry(allowed=recipe_class_paths(self.table.bindings, shared_modules))
         policies = {
             b: registry.get(
                 self.table.binding(b),
