@@ -345,6 +345,9 @@ def _read_checkpoint(path: str) -> dict[str, Any]:
         raise ConfigError(str(err)) from err
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise ConfigError(f"--ckpt_path: {str(path)!r} is not a Lightning checkpoint (no 'state_dict')")
+    for key, kind in (("state_dict", dict), ("pytorch-lightning_version", str)):
+        if not isinstance(checkpoint.get(key), kind):
+            raise ConfigError(f"--ckpt_path: {str(path)!r} is not a Lightning checkpoint (no {key!r})")
     return checkpoint
 
 
