@@ -62,6 +62,8 @@ TRAINER_DEFAULTS = {
 #: where runs go, relative to the working directory: ``runs/<run_name>/``.
 RUNS_DIR = "runs"
 CHECKPOINT_CLASS = "lightning.pytorch.callbacks.ModelCheckpoint"
+#: the largest seed NumPy (and so ``seed_everything``) accepts.
+MAX_SEED = 2**32 - 1
 #: set to 1 for full tracebacks instead of one-line user errors.
 DEBUG_ENV = "LIGHTMARL_DEBUG"
 
@@ -150,6 +152,14 @@ class LightmarlCLI(LightningCLI):
         if self.subcommand == "fit" and evaluation is not None and evaluation.every_n_frames is not None:
             # Before the checkpoint callbacks, so that a monitored eval/... metric is fresh when they run.
             self.trainer.callbacks.insert(0, PeriodicEvaluation(evaluation))  # type: ignore[attr-defined]
+
+    def _set_seed(self) -> None:
+        seed = self._get(self.config, "seed_everything")
+        if not isinstance(seed, bool) and not (isinstance(seed, int) and 0 <= seed <= MAX_SEED):
+            raise ConfigError(
+                f"seed_everything: expected an integer from 0 to {MAX_SEED}, or true for a random seed, got {seed!r}"
+            )
+        super()._set_seed()
 
     def _config_init(self) -> Any:
         return self.config_init[self.subcommand] if self.subcommand else self.config_init

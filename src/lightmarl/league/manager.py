@@ -182,7 +182,7 @@ class LeagueManager:
     # Construction
 
     def _add_active(self, spec: RoleSpec, category: str) -> None:
-        cls = _import_role(spec.class_path)
+        cls = role_class(spec.class_path)
         if spec.count < 0:
             raise ValueError(f"role {spec.class_path!r}: count must be >= 0, got {spec.count}")
         name = spec.name or re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
@@ -496,8 +496,12 @@ def _make_payoff(settings: PayoffSettings) -> BattleSharedPayoff | SoloSharedPay
     raise ValueError(f"payoff kind must be 'battle' or 'solo', got {settings.kind!r}")
 
 
-def _import_role(class_path: str) -> type[ActivePlayer]:
-    # A bare class name means one exported by lightmarl.league.
+def role_class(class_path: str) -> type[ActivePlayer]:
+    """The :class:`ActivePlayer` subclass a role's ``class_path`` names (a bare name: one of ``lightmarl.league``).
+
+    Raises:
+        ValueError: naming the path when it does not import or is not an ``ActivePlayer`` subclass.
+    """
     path = class_path if "." in class_path else f"lightmarl.league.{class_path}"
     cls = import_object(path, field="league role class_path")
     if not (isinstance(cls, type) and issubclass(cls, ActivePlayer)):

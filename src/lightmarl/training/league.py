@@ -39,6 +39,7 @@ from lightmarl.envs.spec import EnvSpec
 from lightmarl.evaluation.head_to_head import PayoffMatrix
 from lightmarl.evaluation.plots import plot_payoff_heatmap
 from lightmarl.league import LeagueManager, PayoffSettings, PretrainedSpec, RatingSettings, RoleSpec, SnapshotStore
+from lightmarl.league.manager import role_class
 from lightmarl.league.matchmaking import Matchmaker, Seating, outcome_from_returns
 from lightmarl.league.payoff import BattleSharedPayoff
 from lightmarl.league.player import ActivePlayer, HistoricalPlayer
@@ -161,7 +162,11 @@ class LeagueTraining:
         bindings = [as_binding(b) for b in policy_bindings or []]
         by_id = {b.id: b for b in bindings}
         self.player_binding_ids = [role.binding for role in config.roles]
-        for role in config.roles:
+        for i, role in enumerate(config.roles):
+            try:  # the role's class and settings, before any env exists (the manager is built in setup)
+                role_class(role.class_path).make_settings(dict(role.settings))
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"league.roles[{i}] (binding {role.binding!r}): {err}") from None
             binding = by_id.get(role.binding)
             if binding is None or not binding.trainable:
                 raise ValueError(

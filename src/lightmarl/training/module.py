@@ -135,6 +135,15 @@ class MARLModule(LightningModule):
         ):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"model.{name}: expected a positive integer, got {value!r}")
+        for name, value in (("eval_num_envs", eval_num_envs), ("cpu_threads", cpu_threads)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"model.{name}: expected a positive integer or null (the default), got {value!r}")
+        if policy_bindings is not None and len(policy_bindings) == 0:
+            # An empty list would quietly become the default binding: say so instead.
+            raise ValueError(
+                "model.policy_bindings: the list is empty; list at least one binding, or leave policy_bindings "
+                "unset for the default (one trainable 'main' binding of lightmarl.policies.MLPActorCritic)"
+            )
         self.env_config = env or PettingZooEnvConfig()
         self.algorithm = algorithm or PPO()
         self.algorithms = dict(algorithms or {})
