@@ -205,9 +205,31 @@ class LightmarlCLI(LightningCLI):
                 config["ckpt_path"] = None
                 return
             ckpt_path = max(last, key=os.path.getmtime)
-        if ckpt_path is None or ckpt_path in ("best", "hpc"):
+        if ckpt_path == "best":
+            # Lightning knows the best checkpoint only within the process that wrote it.
+            files = self._checkpoint_files()
+            found = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+            raise ConfigError(
+                "--ckpt_path best: a new process knows no best checkpoint; pass the file that a ModelCheckpoint "
+                f"with `monitor` wrote (in {', '.join(self._checkpoint_dirs()) or 'no checkpoint folder'}: "
+                f"{found or 'none yet'}), or --ckpt_path last"
+            )
+        if ckpt_path == "hpc":
+            root = Path(self.trainer.default_root_dir)  # type: ignore[attr-defined]
+            hpc = sorted(root.glob("hpc_ckpt_*.ckpt")) if root.is_dir() else []
+            if not hpc:
+                raise ConfigError(
+                    f"--ckpt_path hpc: no hpc_ckpt_*.ckpt in {str(root)!r} (SLURM requeue checkpoints); "
+                    "pass a checkpoint file, or --ckpt_path last"
+                )
             return
-        _read_checkpoint(ckpt_path)
+        if ckpt_path is None:
+            return
+        checkpoint = _read_checkpoint(ckpt_path)
+        cast(MARLModule, self.model).check_checkpoint_fits(checkpoint["state_dict"], field="--ckpt_path")
+
+    def _checkpoint_files(self) -> list[str]:
+        return sorted(p.name for d in self._checkpoint_dirs() if Path(d).is_dir() for p in Path(d).glob("*.ckpt"))
 
     def _checkpoint_callbacks(self) -> list[ModelCheckpoint]:
         return [cb for cb in self.trainer.callbacks if isinstance(cb, ModelCheckpoint)]  # type: ignore[attr-defined]
@@ -333,6 +355,7 @@ class EvaluateCLI(LightmarlCLI):
             ckpt_path = max(last, key=os.path.getmtime)
         if ckpt_path is not None:
             checkpoint = _read_checkpoint(ckpt_path)
+            module.check_checkpoint_fits(checkpoint["state_dict"], field="--ckpt_path")
             module.load_state_dict(checkpoint["state_dict"])
             module.on_load_checkpoint(checkpoint)
         if module.cpu_threads is not None:

@@ -508,6 +508,34 @@ class MARLModule(LightningModule):
                 self._collector, self.marl_trainer, self.league, self.device
             )
 
+    def check_checkpoint_fits(self, state_dict: Any, *, field: str) -> None:
+        """Raise a :class:`ConfigError` naming what differs when ``state_dict`` cannot load into this module.
+
+        (Lightning's strict load raises a multi-line ``RuntimeError``, or TensorDict's "key sets don't match".)
+        """
+        own = self.state_dict()
+        if not isinstance(state_dict, dict):
+            raise ConfigError(f"{field}: the checkpoint's state_dict is not a table of tensors")
+        problems = []
+        missing = sorted(set(own) - set(state_dict))
+        unexpected = sorted(set(state_dict) - set(own))
+        shapes = [
+            f"{key} is {list(state_dict[key].shape)} in the checkpoint, {list(value.shape)} in the recipe"
+            for key, value in own.items()
+            if isinstance(value, torch.Tensor)
+            and isinstance(state_dict.get(key), torch.Tensor)
+            and state_dict[key].shape != value.shape
+        ]
+        for label, items in (("shapes differ", shapes), ("missing", missing), ("unexpected", unexpected)):
+            if items:
+                more = f" and {len(items) - 2} more" if len(items) > 2 else ""
+                problems.append(f"{label}: {'; '.join(items[:2])}{more}")
+        if problems:
+            raise ConfigError(
+                f"{field}: the checkpoint does not fit this recipe's population (another env, policy class or "
+                f"policy_kwargs?): {'; '.join(problems)}"
+            )
+
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get(CHECKPOINT_KEY, {})
         self.frames = int(state.get("frames", 0))
