@@ -429,6 +429,11 @@ def export_main(args: list[str]) -> None:
     print(f"lightmarl: exported {', '.join(policies.keys())} to {out}")  # noqa: T201
 
 
+def _one_line(err: BaseException) -> str:
+    """An error message on one line (an env's or a library's message may span several)."""
+    return " ".join(str(err).split())
+
+
 def main(args: list[str] | None = None) -> None:
     argv = sys.argv[1:] if args is None else args
     if argv[:1] == ["plot"]:
@@ -474,19 +479,19 @@ def main(args: list[str] | None = None) -> None:
         if os.environ.get(DEBUG_ENV):
             raise
         # Config errors raised while building the run: one readable line, non-zero exit.
-        print(f"lightmarl: error: {err}", file=sys.stderr)  # noqa: T201
+        print(f"lightmarl: error: {_one_line(err)}", file=sys.stderr)  # noqa: T201
         raise SystemExit(2) from None
     except CheckpointWriteError as err:
         if os.environ.get(DEBUG_ENV):
             raise
         # A fault during the run (a full disk): one line, and the run's own failure exit code.
-        print(f"lightmarl: error: {err}", file=sys.stderr)  # noqa: T201
+        print(f"lightmarl: error: {_one_line(err)}", file=sys.stderr)  # noqa: T201
         raise SystemExit(1) from None
     except TrainingFault as err:
         if os.environ.get(DEBUG_ENV):
             raise
         # A run that cannot go on (stop policies, env workers): one line naming the binding or env copy.
-        print(f"lightmarl: error: {err}", file=sys.stderr)  # noqa: T201
+        print(f"lightmarl: error: {_one_line(err)}", file=sys.stderr)  # noqa: T201
         raise SystemExit(TRAINING_FAULT_EXIT_CODE) from None
     except RuntimeError as err:
         # Lightning's load_state_dict of a checkpoint from another recipe: say so in one line.
