@@ -22,8 +22,8 @@ field and a non-zero exit; ``LIGHTMARL_DEBUG=1`` shows the full traceback instea
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -64,6 +64,9 @@ RUNS_DIR = "runs"
 CHECKPOINT_CLASS = "lightning.pytorch.callbacks.ModelCheckpoint"
 #: the largest seed NumPy (and so ``seed_everything``) accepts.
 MAX_SEED = 2**32 - 1
+#: every command, for messages: LightningCLI's and those lightmarl dispatches itself.
+COMMANDS = ("fit", "validate", "test", "predict", "evaluate", "export", "plot")
+COMMANDS_HINT = f"the commands are {', '.join(COMMANDS)} (`lightmarl COMMAND --help` lists its options)"
 #: set to 1 for full tracebacks instead of one-line user errors.
 DEBUG_ENV = "LIGHTMARL_DEBUG"
 
@@ -100,6 +103,12 @@ class LightmarlArgumentParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error or os.environ.get(DEBUG_ENV):
             super().error(message, ex)
+        if "subcommand" in message and ("invalid choice" in message or "not provided" in message):
+            # LightningCLI knows only the Trainer's commands; lightmarl dispatches the others itself.
+            found = re.search(r"invalid choice: '([^']*)'", message)
+            given = f"unknown command {found.group(1)!r}" if found else "no command given"
+            sys.stderr.write(f"lightmarl: error: {given}; {COMMANDS_HINT}\n")
+            raise SystemExit(2)
         # prog is "<script> [options] fit"; the script is __main__.py when run in-process.
         command = " ".join(["lightmarl", *self.prog.replace(" [options]", "").split()[1:]])
         sys.stderr.write(f"lightmarl: error: {readable(message)} (`{command} --help` lists every option)\n")
@@ -384,11 +393,49 @@ def _read_checkpoint(path: str) -> dict[str, Any]:
     return checkpoint
 
 
+def _config_files(args: list[str]) -> list[tuple[str, str]]:
+    """``(flag, value)`` of every ``--config F``, ``--config=F``, ``-c F`` and ``-cF`` in ``args``."""
+    found = []
+    for i, arg in enumerate(args):
+        for flag in ("--config", "-c"):
+            if arg == flag and i + 1 < len(args):
+                found.append((flag, args[i + 1]))
+            elif arg.startswith(f"{flag}="):
+                found.append((flag, arg[len(flag) + 1 :]))
+            elif flag == "-c" and arg.startswith("-c") and len(arg) > 2 and not arg.startswith("--"):
+                found.append((flag, arg[2:]))
+    return found
+
+
 def _check_config_files(args: list[str]) -> None:
-    """Fail on an empty recipe file with a message (LightningCLI prints its usage and 'Unexpected config')."""
-    for flag, value in itertools.pairwise(args):
-        if flag == "--config" and Path(value).is_file() and not Path(value).read_text().strip():
-            raise ConfigError(f"--config {value}: the file is empty; a recipe needs at least a `model:` section")
+    """Fail on a recipe file that holds no settings, or no mapping of them, with a message
+    (LightningCLI prints only 'Unexpected config')."""
+    import yaml
+
+    for flag, value in _config_files(args):
+        path = Path(value)
+        if not path.is_file():
+            continue  # jsonargparse also takes an inline YAML string, and names a missing file itself
+        text = path.read_text()
+        if not text.strip():
+            raise ConfigError(f"{flag} {value}: the file is empty; a recipe needs at least a `model:` section")
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            where = getattr(err, "problem_mark", None)
+            at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+            reason = getattr(err, "problem", None) or type(err).__name__
+            raise ConfigError(f"{flag} {value}: not valid YAML: {reason}{at}") from None
+        if loaded is None:
+            raise ConfigError(
+                f"{flag} {value}: the file holds no settings (only comments or document markers); "
+                "a recipe needs at least a `model:` section"
+            )
+        if not isinstance(loaded, dict):
+            raise ConfigError(
+                f"{flag} {value}: expected a mapping of sections (model:, trainer:, ...), "
+                f"got a {type(loaded).__name__} ({' '.join(text.split())[:60]!r})"
+            )
 
 
 def export_main(args: list[str]) -> None:
@@ -466,6 +513,7 @@ def main(args: list[str] | None = None) -> None:
             return
         LightmarlCLI(
             MARLModule,
+            parser_kwargs={"description": f"Multi-agent RL with lightmarl; {COMMANDS_HINT}."},
             trainer_defaults={**TRAINER_DEFAULTS, "callbacks": [preemption]},
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
