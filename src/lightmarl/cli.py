@@ -47,6 +47,7 @@ from lightmarl.policies.policy_dict import PolicyDict
 from lightmarl.training.module import MARLModule
 from lightmarl.training.periodic_evaluation import PeriodicEvaluation, run_suite, suite_for
 from lightmarl.training.preemption import PREEMPTED_EXIT_CODES, Preemption
+from lightmarl.training.run_lock import RunLock
 from lightmarl.training.storage import check_run_directories
 
 TRAINER_DEFAULTS = {
@@ -64,6 +65,8 @@ RUNS_DIR = "runs"
 CHECKPOINT_CLASS = "lightning.pytorch.callbacks.ModelCheckpoint"
 #: the largest seed NumPy (and so ``seed_everything``) accepts.
 MAX_SEED = 2**32 - 1
+#: run locks this process holds (released when :func:`main` returns or raises).
+_RUN_LOCKS: list[RunLock] = []
 #: every command, for messages: LightningCLI's and those lightmarl dispatches itself.
 COMMANDS = ("fit", "validate", "test", "predict", "evaluate", "export", "plot")
 COMMANDS_HINT = f"the commands are {', '.join(COMMANDS)} (`lightmarl COMMAND --help` lists its options)"
@@ -186,6 +189,10 @@ class LightmarlCLI(LightningCLI):
     def before_fit(self) -> None:
         # Before Lightning writes config.yaml into the log directory: an unwritable one is named in one line.
         check_run_directories(self.trainer)
+        # One fit per run directory: a second one would overwrite this one's last.ckpt (training/run_lock.py).
+        lock = RunLock(self.trainer.default_root_dir)  # type: ignore[attr-defined]
+        lock.acquire()
+        _RUN_LOCKS.append(lock)
         self._check_checkpoint("fit")
 
     def before_validate(self) -> None:
@@ -488,6 +495,14 @@ def main(args: list[str] | None = None) -> None:
         plot_cli.main(argv[1:])
         return
     preemption = Preemption()
+    try:
+        _main(argv, args, preemption)
+    finally:
+        while _RUN_LOCKS:
+            _RUN_LOCKS.pop().release()
+
+
+def _main(argv: list[str], args: list[str] | None, preemption: Preemption) -> None:
     try:
         if argv[:1] == ["export"]:
             try:

@@ -248,8 +248,51 @@ class MARLModule(LightningModule):
         return self.env_config.num_envs * self.rollout_steps * world
 
     @property
+    def remaining_iterations(self) -> int:
+        """Iterations left until ``max_frames``, counted from the frames done (a resumed run's come from its checkpoint)."""
+        return max(0, math.ceil((self.max_frames - self.frames) / self.frames_per_iteration))
+
+    @property
     def total_iterations(self) -> int:
-        return math.ceil(self.max_frames / self.frames_per_iteration)
+        """Iterations of the whole run: those done and those left."""
+        return self.iterations + self.remaining_iterations
+
+    def _iteration_shape(self) -> dict[str, int]:
+        world = self._trainer.world_size if self._trainer is not None else 1
+        return {"env.num_envs": self.env_config.num_envs, "model.rollout_steps": self.rollout_steps, "world size": world}
+
+    def _check_resumed_budget(self, state: dict[str, Any]) -> None:
+        """A resume whose iterations take another number of frames continues to exactly ``max_frames`` or is refused.
+
+        The budget counts frames: those done come from the checkpoint, so a resumed run with more env
+        copies, a longer rollout or more processes neither trains past ``max_frames`` nor stops short
+        of it, and says which it would have to do instead.
+        """
+        saved = state.get("iteration_shape")
+        now = self._iteration_shape()
+        fpi = self.frames_per_iteration
+        if isinstance(saved, dict):
+            changed = [f"{k} {saved[k]} -> {now[k]}" for k in now if k in saved and saved[k] != now[k]]
+        elif self.iterations > 0 and self.frames != self.iterations * fpi:  # a checkpoint without the shape
+            changed = [f"frames per iteration {self.frames // self.iterations} -> {fpi}"]
+        else:
+            changed = []
+        left = self.max_frames - self.frames
+        if not changed or left <= 0:
+            return
+        if left % fpi == 0:
+            rank_zero_info(
+                f"lightmarl: resuming with {', '.join(changed)}: {left // fpi} iterations of {fpi} frames "
+                f"reach model.max_frames {self.max_frames} exactly"
+            )
+            return
+        below, above = self.frames + left // fpi * fpi, self.frames + -(-left // fpi) * fpi
+        options = " or ".join(str(n) for n in dict.fromkeys(n for n in (below, above) if n > self.frames))
+        raise ConfigError(
+            f"--ckpt_path: the run is resumed with {', '.join(changed)}; the {self.frames} frames done leave {left} "
+            f"of model.max_frames {self.max_frames}, not a whole number of iterations of {fpi} frames. Resume "
+            f"with the settings the checkpoint was written with, or set model.max_frames to {options}"
+        )
 
     def algorithm_of(self, binding_id: str) -> Algorithm:
         return self.algorithms.get(binding_id, self.algorithm)
@@ -342,7 +385,7 @@ class MARLModule(LightningModule):
 
     def on_train_start(self) -> None:
         self._resume.restore_rng(self.device)  # last: nothing may draw from the RNG streams after them
-        if self.iterations >= self.total_iterations:
+        if self.frames >= self.max_frames:
             # Resumed from a checkpoint of a finished run: no iteration would run, so no training
             # step would ever stop the (max_epochs: -1) fit loop, which would spin on empty epochs.
             rank_zero_info(
@@ -366,7 +409,7 @@ class MARLModule(LightningModule):
 
     # -- data -----------------------------------------------------------------------------
     def train_dataloader(self):
-        return tick_loader(self.iterations_per_epoch, lambda: self.total_iterations - self.iterations)
+        return tick_loader(self.iterations_per_epoch, lambda: self.remaining_iterations)
 
     def val_dataloader(self):
         return tick_loader()
@@ -409,7 +452,7 @@ class MARLModule(LightningModule):
         if f"collect/{first}/episode_return" in logs:
             progress["return"] = logs[f"collect/{first}/episode_return"]
         self.log_dict(progress, prog_bar=True, logger=False, on_step=True, on_epoch=False, batch_size=1)
-        if self.iterations >= self.total_iterations:
+        if self.frames >= self.max_frames:
             self.trainer.should_stop = True
 
     # -- evaluation -----------------------------------------------------------------------
@@ -484,6 +527,8 @@ class MARLModule(LightningModule):
         checkpoint[CHECKPOINT_KEY] = {
             "frames": self.frames,
             "iterations": self.iterations,
+            # What an iteration was made of: a resume with another shape is checked against the budget.
+            "iteration_shape": self._iteration_shape(),
             "env": self.env_config.describe(),
             # Running statistics of the env's transforms (e.g. ObservationNorm), used frozen by `validate`.
             "env_transforms": transforms_state_dict(self.env_config.transforms),
@@ -540,13 +585,18 @@ class MARLModule(LightningModule):
         state = checkpoint.get(CHECKPOINT_KEY, {})
         self.frames = int(state.get("frames", 0))
         self.iterations = int(state.get("iterations", 0))
+        if self.marl_trainer is not None:  # fit: the budget left, in the frames an iteration now takes
+            self._check_resumed_budget(state)
         load_transforms_state_dict(self.env_config.transforms, state.get("env_transforms", []))
         # `fit --ckpt_path` restores after setup("fit") built the trainers (and their target networks
         # from the still random policy): their saved state replaces that now. `validate` has no trainers.
         if self.marl_trainer is not None:
             self.marl_trainer.load_state_dict(state.get("trainers", {}))
         if self.league is not None and self.league.matchmaker is not None and LEAGUE_CHECKPOINT_KEY in checkpoint:
-            self.league.load_state_dict(checkpoint[LEAGUE_CHECKPOINT_KEY])
+            try:
+                self.league.load_state_dict(checkpoint[LEAGUE_CHECKPOINT_KEY])
+            except ValueError as err:  # another league config, or a damaged state
+                raise ConfigError(f"--ckpt_path: {err}") from None
         if self.marl_trainer is not None:  # fit: this process's part, put back as the run starts
             self._resume.load(
                 checkpoint.get(RESUME_CHECKPOINT_KEY), self.global_rank, self.trainer.world_size, self.marl_trainer
