@@ -38,8 +38,8 @@ def import_object(path: str, *, field: str) -> Any:
                 raise ValueError(f"{field}: importing {module_name!r} for {path!r} failed: {err}") from err
             continue
         obj: Any = module
-        for attr in parts[split:]:
-            obj = _attribute(obj, attr, path, field)
+        for k, attr in enumerate(parts[split:], start=split):
+            obj = _attribute(obj, attr, path, field, last=k == len(parts) - 1)
         if isinstance(obj, types.ModuleType):
             raise ValueError(
                 f"{field}: {path!r} is a module, not a function or class; name one inside it{_example(obj, path)}"
@@ -49,8 +49,12 @@ def import_object(path: str, *, field: str) -> Any:
     raise ValueError(f"{field}: cannot import {path!r}: no module {parts[0]!r} is installed")
 
 
-def _attribute(obj: Any, attr: str, path: str, field: str) -> Any:
-    """``obj.attr``, or the submodule ``attr`` of a package that does not import it itself."""
+def _attribute(obj: Any, attr: str, path: str, field: str, *, last: bool) -> Any:
+    """``obj.attr``, or the submodule ``attr`` of a package that does not import it itself.
+
+    A missing name followed by more parts was meant as a module: the error names the installed
+    distribution (an env module that this version of a package no longer has).
+    """
     if hasattr(obj, attr):
         return getattr(obj, attr)
     owner = getattr(obj, "__name__", type(obj).__name__)
@@ -61,7 +65,10 @@ def _attribute(obj: Any, attr: str, path: str, field: str) -> Any:
         except ModuleNotFoundError as err:
             if err.name != name:
                 raise ValueError(f"{field}: importing {name!r} for {path!r} failed: {err}") from err
-        raise ValueError(f"{field}: cannot import {path!r}: no module {name!r} in the installed {_distribution(obj)}")
+        if not last:
+            raise ValueError(
+                f"{field}: cannot import {path!r}: no module {name!r} in the installed {_distribution(obj)}"
+            )
     kind = "module " if isinstance(obj, types.ModuleType) else ""
     raise ValueError(f"{field}: {kind}{owner!r} has no attribute {attr!r} (from {path!r})")
 
