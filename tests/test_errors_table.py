@@ -34,6 +34,8 @@ def write_fixtures(folder: Path) -> None:
     holder = {"pid": os.getppid(), "host": socket.gethostname(), "start_time": _start_time(os.getppid()),
               "since": "now", "command": "lightmarl fit --config recipes/busy.yaml"}  # fmt: skip
     (folder / "runs" / "busy" / LOCK_NAME).write_text(json.dumps(holder))
+
+
 ROW = re.compile(r"^\| (?P<case>[^|]+?) \| `(?P<command>lightmarl [^`]+)` \| `` (?P<message>.+) `` \|$")
 
 

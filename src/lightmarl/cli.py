@@ -402,7 +402,7 @@ def _read_checkpoint(path: str) -> dict[str, Any]:
 
 def _config_files(args: list[str]) -> list[tuple[str, str]]:
     """``(flag, value)`` of every ``--config F``, ``--config=F``, ``-c F`` and ``-cF`` in ``args``."""
-    found = []
+    found: list[tuple[str, str]] = []
     for i, arg in enumerate(args):
         for flag in ("--config", "-c"):
             if arg == flag and i + 1 < len(args):

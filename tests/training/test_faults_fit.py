@@ -21,8 +21,8 @@ from lightning.pytorch.loggers import CSVLogger
 from test_learning import fit_quietly
 from test_preemption import lightmarl, processes_with
 
-from lightmarl.cli import main
 from lightmarl.algorithms import PPO
+from lightmarl.cli import main
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.errors import TRAINING_FAULT_EXIT_CODE, TrainingFault
 from lightmarl.training import MARLModule
@@ -185,6 +185,7 @@ def test_an_env_whose_step_raises_stops_fit_with_one_line_and_exit_3(num_workers
     assert len(errors) == 1, errors
     assert re.match(
         r"lightmarl: error: env 'faults' \(copy 3, seed 3\) raised in step\(\): RuntimeError: "
-        r"FaultyMatchEnv: step 11 failed on purpose" + (r" \[in env worker 1 \(pid \d+, copies 2\.\.3" if num_workers else "$"),
+        r"FaultyMatchEnv: step 11 failed on purpose"
+        + (r" \[in env worker 1 \(pid \d+, copies 2\.\.3" if num_workers else "$"),
         errors[0],
     ), errors[0]

@@ -44,7 +44,9 @@ def test_a_lock_is_taken_and_released(tmp_path):
 
 def test_a_live_holder_keeps_a_second_run_out(tmp_path, live_pid):
     _hold(tmp_path, live_pid)
-    with pytest.raises(ConfigError, match=rf"in use by `lightmarl fit --config other.yaml` \(pid {live_pid} on .*{IGNORE_LOCK_ENV}=1"):
+    with pytest.raises(
+        ConfigError, match=rf"in use by `lightmarl fit --config other.yaml` \(pid {live_pid} on .*{IGNORE_LOCK_ENV}=1"
+    ):
         RunLock(tmp_path).acquire()
     _hold(tmp_path, live_pid, host="another-host")  # cannot be checked from here: refused too
     with pytest.raises(ConfigError, match="in use"):

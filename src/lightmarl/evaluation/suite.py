@@ -40,9 +40,9 @@ from lightmarl.evaluation.video import write_evaluation_video
 from lightmarl.policies.base import Policy, ScriptedPolicy
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.registry import PolicyRegistry
-from lightmarl.trust import recipe_class_paths
 from lightmarl.population import BindingTable, PolicyBinding
 from lightmarl.population.bindings import DEFAULT_LOSS_PROFILE, as_binding
+from lightmarl.trust import recipe_class_paths
 
 log = logging.getLogger(__name__)
 

@@ -294,7 +294,9 @@ class Matchmaker:
         self.manager.load_state_dict(state["manager"])
         relative = state["manager"].get("paths") == "relative to snapshot_dir"
         self.seatings = [
-            None if s is None else Seating(**{**s, "load": s["load"] and self.manager.restored_path(s["load"], relative)})
+            None
+            if s is None
+            else Seating(**{**s, "load": s["load"] and self.manager.restored_path(s["load"], relative)})
             for s in state["seatings"]
         ]
         self.jobs_started = [int(n) for n in state["jobs_started"]]

@@ -91,14 +91,14 @@ class SnapshotStore:
             raise FileNotFoundError(f"league snapshot {path!r} does not exist (was it saved?)")
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as err:  # truncated, overwritten or foreign: say which file
+        except Exception as err:  # noqa: BLE001 -- truncated, overwritten or foreign: say which file
             from lightmarl.policies.loading import load_failure_reason
 
             raise ValueError(
                 f"league snapshot {path!r} cannot be read: {load_failure_reason(err)}; the file is damaged "
                 "(restore it from a copy, or start the league afresh)"
             ) from None
-        if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
             raise ValueError(f"league snapshot {path!r} is not a state dict of tensors")
         with self._lock:
             self.loads_from_disk += 1

@@ -115,13 +115,18 @@ class PolicyDict(nn.ModuleDict):
                     f"{field}: {str(path)!r} holds no group specs (a checkpoint from before they were saved); "
                     "load its bindings with policy_uri in a recipe, whose env gives the groups"
                 )
-            groups = {name: _group_from_dict(d, f"{field}: {str(path)!r} group {name!r}") for name, d in description["groups"].items()}
+            groups = {
+                name: _group_from_dict(d, f"{field}: {str(path)!r} group {name!r}")
+                for name, d in description["groups"].items()
+            }
             built: dict[str, nn.Module] = {}
             policies: dict[str, Policy] = {}
             for binding_id, entry in description["bindings"].items():
                 binding_field = f"{str(path)!r} binding {binding_id!r}"
                 if entry.get("group") not in groups:
-                    raise ValueError(f"{binding_field}: group {entry.get('group')!r} is not among the file's groups {sorted(groups)}")
+                    raise ValueError(
+                        f"{binding_field}: group {entry.get('group')!r} is not among the file's groups {sorted(groups)}"
+                    )
                 group = groups[entry["group"]]
                 injected = rebuild_shared_modules(
                     entry.get("shared_modules", {}),
@@ -131,7 +136,11 @@ class PolicyDict(nn.ModuleDict):
                     built=built,
                 )
                 policies[binding_id] = build_policy(
-                    entry["class_path"], dict(entry.get("policy_kwargs", {})), group, field=binding_field, injected=injected
+                    entry["class_path"],
+                    dict(entry.get("policy_kwargs", {})),
+                    group,
+                    field=binding_field,
+                    injected=injected,
                 )
         out = cls(
             policies,
@@ -142,7 +151,9 @@ class PolicyDict(nn.ModuleDict):
             out.load_state_dict({k: v.to(map_location) for k, v in state.items()})
         except (RuntimeError, ValueError) as err:
             detail = " ".join(str(err).split())[:300]
-            raise ValueError(f"{field}: the weights in {str(path)!r} do not fit the policies it describes ({detail})") from None
+            raise ValueError(
+                f"{field}: the weights in {str(path)!r} do not fit the policies it describes ({detail})"
+            ) from None
         return out
 
 

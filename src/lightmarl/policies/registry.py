@@ -221,7 +221,9 @@ def _check_description(description: Any, state: Any, field: str) -> None:
         ):
             problem = "its shared_modules are not {class_path, init_args} tables"
         groups = description.get("groups", {})
-        if problem is None and not (isinstance(groups, Mapping) and all(isinstance(g, Mapping) for g in groups.values())):
+        if problem is None and not (
+            isinstance(groups, Mapping) and all(isinstance(g, Mapping) for g in groups.values())
+        ):
             problem = "its groups are not tables of fields"
     if problem is not None:
         raise ValueError(f"{field}: the file does not describe a lightmarl population ({problem})")
@@ -248,7 +250,11 @@ def _from_population(
     shared_specs = description.get("shared_modules", {})
     injected = rebuild_shared_modules(entry.get("shared_modules", {}), shared_specs, group, field=field)
     policy = build_policy(
-        entry["class_path"], dict(entry.get("policy_kwargs", {})), group, field=f"{field} ({source_id})", injected=injected
+        entry["class_path"],
+        dict(entry.get("policy_kwargs", {})),
+        group,
+        field=f"{field} ({source_id})",
+        injected=injected,
     )
     prefix = f"{source_id}."
     weights = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}

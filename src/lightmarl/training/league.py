@@ -36,6 +36,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightmarl import keys
 from lightmarl.data.rollout import RolloutStep
 from lightmarl.envs.spec import EnvSpec
+from lightmarl.errors import ConfigError
 from lightmarl.evaluation.head_to_head import PayoffMatrix
 from lightmarl.evaluation.plots import plot_payoff_heatmap
 from lightmarl.league import LeagueManager, PayoffSettings, PretrainedSpec, RatingSettings, RoleSpec, SnapshotStore
@@ -43,7 +44,6 @@ from lightmarl.league.manager import role_class
 from lightmarl.league.matchmaking import Matchmaker, Seating, outcome_from_returns
 from lightmarl.league.payoff import BattleSharedPayoff
 from lightmarl.league.player import ActivePlayer, HistoricalPlayer
-from lightmarl.errors import ConfigError
 from lightmarl.population import PolicyBindingConfig
 from lightmarl.population.bindings import as_binding
 

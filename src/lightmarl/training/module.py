@@ -135,9 +135,9 @@ class MARLModule(LightningModule):
         ):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"model.{name}: expected a positive integer, got {value!r}")
-        for name, value in (("eval_num_envs", eval_num_envs), ("cpu_threads", cpu_threads)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"model.{name}: expected a positive integer or null (the default), got {value!r}")
+        for name, optional in (("eval_num_envs", eval_num_envs), ("cpu_threads", cpu_threads)):
+            if optional is not None and (isinstance(optional, bool) or not isinstance(optional, int) or optional < 1):
+                raise ValueError(f"model.{name}: expected a positive integer or null (the default), got {optional!r}")
         if policy_bindings is not None and len(policy_bindings) == 0:
             # An empty list would quietly become the default binding: say so instead.
             raise ValueError(
@@ -259,7 +259,11 @@ class MARLModule(LightningModule):
 
     def _iteration_shape(self) -> dict[str, int]:
         world = self._trainer.world_size if self._trainer is not None else 1
-        return {"env.num_envs": self.env_config.num_envs, "model.rollout_steps": self.rollout_steps, "world size": world}
+        return {
+            "env.num_envs": self.env_config.num_envs,
+            "model.rollout_steps": self.rollout_steps,
+            "world size": world,
+        }
 
     def _check_resumed_budget(self, state: dict[str, Any]) -> None:
         """A resume whose iterations take another number of frames continues to exactly ``max_frames`` or is refused.
