@@ -319,3 +319,18 @@ def test_the_fuzzed_description_has_what_the_loaders_read():
     assert dataclasses.asdict(GROUP)["name"] == DESCRIPTION["groups"]["agent"]["name"]
     assert DESCRIPTION["shared_modules"]["enc"]["class_path"].startswith("lightmarl.policies")
     assert DESCRIPTION["bindings"]["b"]["policy_kwargs"]["encoder"]["class_path"].startswith("lightmarl.policies")
+
+
+def test_resolve_class_is_the_allow_list_resolver_for_file_names(traps):
+    from lightmarl.policies import MLPActorCritic
+    from lightmarl.trust import resolve_class
+
+    assert resolve_class("lightmarl.policies.MLPActorCritic", field="f", source="x.json") is MLPActorCritic
+    for refused in (f"{MODULE}.Evil", "subprocess.Popen", "lightmarl.policies.registry.torch.nn.Linear"):
+        with pytest.raises(UntrustedCodeError, match=rf"f: 'x.json' names '{refused}'"):
+            resolve_class(refused, field="f", source="x.json")
+    assert traps() == []  # refused before the module was imported
+    evil = resolve_class(f"{MODULE}.Evil", field="f", source="x.json", allowed=[f"{MODULE}.Evil"])
+    assert evil.__name__ == "Evil"
+    with pytest.raises(ValueError, match="is not a torch.nn.modules.module.Module subclass"):
+        resolve_class(f"{MODULE}.boom", field="f", source="x.json", trust_code=True)

@@ -586,6 +586,16 @@ class MARLModule(LightningModule):
             )
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        try:
+            self._load_checkpoint_state(checkpoint)
+        except ConfigError:
+            raise
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+            # Another recipe's or a damaged checkpoint: one line naming what does not fit, not a traceback.
+            detail = err if isinstance(err, ValueError) else f"{type(err).__name__}: {err}"
+            raise ConfigError(f"--ckpt_path: the checkpoint's state does not fit this run ({detail})") from err
+
+    def _load_checkpoint_state(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get(CHECKPOINT_KEY, {})
         self.frames = int(state.get("frames", 0))
         self.iterations = int(state.get("iterations", 0))
@@ -597,10 +607,7 @@ class MARLModule(LightningModule):
         if self.marl_trainer is not None:
             self.marl_trainer.load_state_dict(state.get("trainers", {}))
         if self.league is not None and self.league.matchmaker is not None and LEAGUE_CHECKPOINT_KEY in checkpoint:
-            try:
-                self.league.load_state_dict(checkpoint[LEAGUE_CHECKPOINT_KEY])
-            except ValueError as err:  # another league config, or a damaged state
-                raise ConfigError(f"--ckpt_path: {err}") from None
+            self.league.load_state_dict(checkpoint[LEAGUE_CHECKPOINT_KEY])
         if self.marl_trainer is not None:  # fit: this process's part, put back as the run starts
             self._resume.load(
                 checkpoint.get(RESUME_CHECKPOINT_KEY), self.global_rank, self.trainer.world_size, self.marl_trainer
