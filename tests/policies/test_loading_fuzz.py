@@ -332,5 +332,5 @@ def test_resolve_class_is_the_allow_list_resolver_for_file_names(traps):
     assert traps() == []  # refused before the module was imported
     evil = resolve_class(f"{MODULE}.Evil", field="f", source="x.json", allowed=[f"{MODULE}.Evil"])
     assert evil.__name__ == "Evil"
-    with pytest.raises(ValueError, match="is not a torch.nn.modules.module.Module subclass"):
+    with pytest.raises(ValueError, match=r"is not a torch\.nn\.modules\.module\.Module subclass"):
         resolve_class(f"{MODULE}.boom", field="f", source="x.json", trust_code=True)

@@ -77,3 +77,23 @@ def test_a_resume_with_the_same_shape_keeps_its_budget(tmp_path, monkeypatch):
     main(fit(tmp_path / "b", 3, 10, 30))
     main([*fit(tmp_path / "b", 3, 10, 70), "--ckpt_path", "last"])
     assert frames(tmp_path / "b") == (90, 3)
+
+
+def test_another_world_size_is_checked_the_same_way():
+    from types import SimpleNamespace
+
+    from lightmarl.envs import PettingZooEnvConfig
+    from lightmarl.errors import ConfigError
+    from lightmarl.training import MARLModule
+
+    module = MARLModule(env=PettingZooEnvConfig(num_envs=3), rollout_steps=10, max_frames=150)
+    module._trainer = SimpleNamespace(world_size=2)  # type: ignore[assignment]  # resumed on 2 processes
+    module.frames, module.iterations = 60, 2
+    saved = {"iteration_shape": {"env.num_envs": 3, "model.rollout_steps": 10, "world size": 1}}
+    with pytest.raises(
+        ConfigError, match=r"resumed with world size 1 -> 2; the 60 frames done leave 90 .* to 120 or 180"
+    ):
+        module._check_resumed_budget(saved)
+    module.max_frames = 180
+    module._check_resumed_budget(saved)  # 2 iterations of 60 frames land on it
+    assert module.remaining_iterations == 2

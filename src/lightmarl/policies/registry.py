@@ -16,7 +16,7 @@ from lightmarl.policies.base import Policy
 from lightmarl.policies.exported import is_export, read_export
 from lightmarl.policies.loading import load_torch_file
 from lightmarl.population import PolicyBinding
-from lightmarl.trust import loading_file, resolve_class
+from lightmarl.trust import loading_file, recipe_class_paths, resolve_class
 
 #: key under which a lightmarl checkpoint describes its bindings (see ``MARLModule.on_save_checkpoint``).
 CHECKPOINT_KEY = "lightmarl"
@@ -82,7 +82,7 @@ class PolicyRegistry:
             binding.policy_kwargs,
             trust_pickle=binding.trust_pickle,
             trust_code=binding.trust_code,
-            allowed=self.allowed | _class_paths_in(binding.policy_kwargs),
+            allowed=self.allowed | recipe_class_paths(binding.policy_kwargs),
         )
 
 
@@ -135,7 +135,7 @@ def load_policy_from_uri(
     allowed = frozenset(allowed) | ({class_path} if class_path else set())
     with loading_file(path, field=field, allowed=allowed, trust_code=trust_code):
         if is_export(path):
-            return _from_population(*read_export(path, field=field), path, fragment or binding_id, group, field)
+            return _from_population(*_exported(path, field), path, fragment or binding_id, group, field)
         saved = load_torch_file(path, field=field, trust_pickle=trust_pickle)
         if _is_population(saved):
             return _from_population(*_population_of(saved, field), path, fragment or binding_id, group, field)
@@ -169,7 +169,7 @@ def read_population(
         ValueError: naming ``field`` when the file is none of those or cannot be read.
     """
     if is_export(path):
-        return read_export(path, field=field)
+        return _exported(path, field)
     saved = load_torch_file(path, field=field, trust_pickle=trust_pickle, map_location=map_location)
     if not _is_population(saved):
         raise ValueError(f"{field}: {str(path)!r} is neither a saved PolicyDict, a lightmarl checkpoint nor an export")
@@ -229,10 +229,10 @@ def _check_description(description: Any, state: Any, field: str) -> None:
         raise ValueError(f"{field}: the file does not describe a lightmarl population ({problem})")
 
 
-def _class_paths_in(value: Any) -> frozenset[str]:
-    from lightmarl.trust import recipe_class_paths
-
-    return recipe_class_paths(value)
+def _exported(path: Path | str, field: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    description, state = read_export(path, field=field)
+    _check_description(description, state, field)
+    return description, state
 
 
 def _from_population(

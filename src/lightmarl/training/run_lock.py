@@ -106,6 +106,7 @@ class RunLock:
         if not _first_process():
             return
         mine = json.dumps(self._mine())
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(3):  # a holder that goes away between our looks: try again
             try:
                 handle = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
