@@ -5,7 +5,7 @@ at module level, under ``if TYPE_CHECKING:`` and inside functions alike, because
 only a function-level import hides is still a cycle. A row flows up the layers, from env to
 optimizer step, and code never reaches back down-to-up::
 
-    keys, ratings   (torch-free vocabulary: TensorDict keys, rating maths)
+    keys, ratings, trust   (torch-free: TensorDict keys, rating maths, the loading rule for files)
     _imports, errors
     envs            where they act
     population      who acts (plain data)
@@ -35,7 +35,7 @@ PACKAGE = "lightmarl"
 
 #: lowest first; "" is the root package ``lightmarl/__init__.py`` (a docstring and the version).
 LAYERS: list[tuple[str, ...]] = [
-    ("", "keys", "ratings"),
+    ("", "keys", "ratings", "trust"),
     ("_imports", "errors"),
     ("envs",),
     ("population",),

@@ -18,6 +18,9 @@ is being turned into policies (inside :func:`loading_file`), every import that
 Group specs (the agents' spaces) come from the file's own data or from the recipe's env, never
 from an env constructor named only in the file. Outside :func:`loading_file` (a recipe being
 built) imports are not restricted: a recipe is code its user chose to run.
+
+This module imports nothing of lightmarl (the import helper below every package calls it);
+:func:`lightmarl.policies.loading.resolve_class` is the resolver for class names read from files.
 """
 
 from __future__ import annotations
@@ -124,49 +127,6 @@ def check_imported(path: str, obj: Any, *, field: str) -> None:
         return
     if not (isinstance(obj, type) and _in_allowed_package(getattr(obj, "__module__", ""))):
         raise _refuse(scope, path, field, f"which is not a class defined in {ALLOWED_PACKAGE}")
-
-
-def resolve_class(
-    path: str,
-    *,
-    field: str,
-    source: Any,
-    base: type | None = None,
-    allowed: Iterable[str] = (),
-    trust_code: bool = False,
-) -> type:
-    """The class a file names at ``path``, imported only if the loading rule allows it.
-
-    The one resolver for class names read from files (checkpoints, exports, their inference
-    loaders): a ``lightmarl.policies`` class, a class in ``allowed`` (the recipe's), or anything
-    with ``trust_code``.
-
-    Args:
-        path: the dotted class path, as the file gives it.
-        field: the file field that holds it, leading every error message.
-        source: the file, for messages.
-        base: the class must subclass it (default ``torch.nn.Module``).
-        allowed: class paths the recipe names.
-        trust_code: the user trusts the file's author.
-
-    Raises:
-        ValueError: the path is refused (:class:`UntrustedCodeError`), does not import, or is not a
-            ``base`` subclass.
-    """
-    from lightmarl._imports import import_object
-
-    if base is None:
-        from torch import nn
-
-        base = nn.Module
-    if _scope.get() is not None and not allowed and not trust_code:
-        cls = import_object(path, field=field)  # inside a file being loaded: its scope applies
-    else:
-        with loading_file(source, field=field, allowed=allowed, trust_code=trust_code):
-            cls = import_object(path, field=field)
-    if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise ValueError(f"{field}: {path!r} is not a {base.__module__}.{base.__qualname__} subclass")
-    return cls
 
 
 def recipe_class_paths(*values: Any) -> frozenset[str]:

@@ -323,7 +323,7 @@ def test_the_fuzzed_description_has_what_the_loaders_read():
 
 def test_resolve_class_is_the_allow_list_resolver_for_file_names(traps):
     from lightmarl.policies import MLPActorCritic
-    from lightmarl.trust import resolve_class
+    from lightmarl.policies.loading import resolve_class
 
     assert resolve_class("lightmarl.policies.MLPActorCritic", field="f", source="x.json") is MLPActorCritic
     for refused in (f"{MODULE}.Evil", "subprocess.Popen", "lightmarl.policies.registry.torch.nn.Linear"):

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from lightmarl.policies.loading import load_failure_reason
+
 log = logging.getLogger(__name__)
 
 
@@ -92,8 +94,6 @@ class SnapshotStore:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as err:  # noqa: BLE001 -- truncated, overwritten or foreign: say which file
-            from lightmarl.policies.loading import load_failure_reason
-
             raise ValueError(
                 f"league snapshot {path!r} cannot be read: {load_failure_reason(err)}; the file is damaged "
                 "(restore it from a copy, or start the league afresh)"

@@ -14,9 +14,9 @@ from lightmarl._imports import import_object, instantiate
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
 from lightmarl.policies.exported import is_export, read_export
-from lightmarl.policies.loading import load_torch_file
+from lightmarl.policies.loading import load_torch_file, resolve_class
 from lightmarl.population import PolicyBinding
-from lightmarl.trust import loading_file, recipe_class_paths, resolve_class
+from lightmarl.trust import loading_file, recipe_class_paths
 
 #: key under which a lightmarl checkpoint describes its bindings (see ``MARLModule.on_save_checkpoint``).
 CHECKPOINT_KEY = "lightmarl"
