@@ -31,6 +31,7 @@ from pathlib import Path, PurePath
 from typing import Any, NoReturn, cast
 
 import torch
+import yaml
 from jsonargparse import set_parsing_settings
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -417,8 +418,6 @@ def _config_files(args: list[str]) -> list[tuple[str, str]]:
 def _check_config_files(args: list[str]) -> None:
     """Fail on a recipe file that holds no settings, or no mapping of them, with a message
     (LightningCLI prints only 'Unexpected config')."""
-    import yaml
-
     for flag, value in _config_files(args):
         path = Path(value)
         if not path.is_file():
