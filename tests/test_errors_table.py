@@ -32,7 +32,7 @@ def write_fixtures(folder: Path) -> None:
     # A run directory another live process (this test's parent) holds.
     (folder / "runs" / "busy").mkdir(parents=True)
     holder = {"pid": os.getppid(), "host": socket.gethostname(), "start_time": _start_time(os.getppid()),
-              "since": "now", "command": "lightmarl fit --config recipes/busy.yaml"}  # fmt: skip
+              "since": "now", "command": "lightmarl fit --config busy.yaml"}  # fmt: skip
     (folder / "runs" / "busy" / LOCK_NAME).write_text(json.dumps(holder))
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from lightmarl.policies.loading import load_failure_reason
+from lightmarl.errors import load_failure_reason
 
 log = logging.getLogger(__name__)
 

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from lightmarl._imports import import_object
+from lightmarl.errors import load_failure_reason
 from lightmarl.trust import current_scope, loading_file
 
 log = logging.getLogger(__name__)
@@ -70,20 +71,6 @@ def load_torch_file(
 
 def _first_line(err: Exception) -> str:
     return load_failure_reason(err)
-
-
-def load_failure_reason(err: BaseException) -> str:
-    """What a failed ``torch.load`` says about the file, in one short line.
-
-    A weights-only failure opens with a paragraph on ``weights_only`` (advice that would run the
-    file's code); the reason is the ``WeightsUnpickler error`` that follows it.
-    """
-    text = str(err).strip()
-    if "WeightsUnpickler error:" in text:
-        reason = " ".join(text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation")[0].split())
-        return f"not a weights-only torch file ({reason})"[:300]
-    lines = text.splitlines()
-    return lines[0].split(". ")[0][:300] if lines else type(err).__name__
 
 
 def resolve_class(
