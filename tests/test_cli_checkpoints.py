@@ -81,7 +81,10 @@ def test_a_checkpoint_of_another_population_is_named_as_such(in_tmp, capsys):
     saved["state_dict"] = {k.replace(".main.", ".other."): v for k, v in saved["state_dict"].items()}
     torch.save(saved, in_tmp / "other.ckpt")
     message = fails(capsys, "validate", "--config", QUICKSTART, "--ckpt_path", "other.ckpt", *TINY_CLI_RUN)
-    assert "the checkpoint does not fit this recipe's population" in message and "Missing key(s)" in message
+    assert (
+        "the checkpoint does not fit this recipe's population" in message
+        and "missing: population.policies.main." in message
+    )
 
 
 def test_an_empty_recipe_is_named(in_tmp, capsys):

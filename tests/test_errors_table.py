@@ -2,15 +2,40 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
+import socket
 from pathlib import Path
 
 import pytest
+import torch
 
 from lightmarl.cli import main
+from lightmarl.training.run_lock import LOCK_NAME, _start_time
 
 ROOT = Path(__file__).resolve().parents[1]
+ASSET = ROOT / "assets/checkpoints/simple_spread_mappo_150k.ckpt"
+
+
+def write_fixtures(folder: Path) -> None:
+    """The files the table's commands name besides the shipped ones (docs/errors.md says which)."""
+    (folder / "empty.yaml").write_text("")
+    (folder / "comment.yaml").write_text("# a recipe with nothing in it yet\n")
+    (folder / "dashes.yaml").write_text("---\n")
+    (folder / "list.yaml").write_text("- a\n- b\n")
+    (folder / "corrupt.pt").write_bytes(b"not a torch file\n")
+    crafted = torch.load(ASSET, map_location="cpu", weights_only=True)
+    crafted["lightmarl"]["bindings"]["main"]["class_path"] = "os.system"  # a file that names code
+    torch.save(crafted, folder / "crafted.pt")
+    # A run directory another live process (this test's parent) holds.
+    (folder / "runs" / "busy").mkdir(parents=True)
+    holder = {"pid": os.getppid(), "host": socket.gethostname(), "start_time": _start_time(os.getppid()),
+              "since": "now", "command": "lightmarl fit --config busy.yaml"}  # fmt: skip
+    (folder / "runs" / "busy" / LOCK_NAME).write_text(json.dumps(holder))
+
+
 ROW = re.compile(r"^\| (?P<case>[^|]+?) \| `(?P<command>lightmarl [^`]+)` \| `` (?P<message>.+) `` \|$")
 
 
@@ -31,7 +56,7 @@ def test_documented_error(case, command, message, tmp_path, monkeypatch, capsys)
     monkeypatch.chdir(tmp_path)  # as from a checkout: recipes/ and assets/ beside, nothing trained yet
     (tmp_path / "recipes").symlink_to(ROOT / "recipes")
     (tmp_path / "assets").symlink_to(ROOT / "assets")
-    (tmp_path / "empty.yaml").write_text("")
+    write_fixtures(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
         main(shlex.split(command)[1:])
     assert exit_info.value.code == 2, case

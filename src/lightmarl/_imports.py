@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import inspect
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from lightmarl import trust
 
 
 def import_object(path: str, *, field: str) -> Any:
@@ -18,11 +22,12 @@ def import_object(path: str, *, field: str) -> Any:
     Raises:
         ValueError: naming ``field`` and ``path`` when nothing importable is found.
     """
-    if not isinstance(path, str) or "." not in path:
+    if not isinstance(path, str) or "." not in path or not all(part.isidentifier() for part in path.split(".")):
         raise ValueError(f"{field}: expected a dotted import path like 'package.module.name', got {path!r}")
+    # While a file is loaded, what it names is checked before anything is imported (lightmarl.trust).
+    trust.check_import(path, field=field)
     parts = path.split(".")
-    module = None
-    # Import the longest importable module prefix, then walk attributes.
+    # Import the longest importable module prefix, then walk attributes (importing submodules on the way).
     for split in range(len(parts) - 1, 0, -1):
         module_name = ".".join(parts[:split])
         try:
@@ -33,15 +38,56 @@ def import_object(path: str, *, field: str) -> Any:
                 raise ValueError(f"{field}: importing {module_name!r} for {path!r} failed: {err}") from err
             continue
         obj: Any = module
-        try:
-            for attr in parts[split:]:
-                obj = getattr(obj, attr)
-        except AttributeError:
+        for k, attr in enumerate(parts[split:], start=split):
+            obj = _attribute(obj, attr, path, field, last=k == len(parts) - 1)
+        if isinstance(obj, types.ModuleType):
             raise ValueError(
-                f"{field}: module {module_name!r} has no attribute {'.'.join(parts[split:])!r} (from {path!r})"
-            ) from None
+                f"{field}: {path!r} is a module, not a function or class; name one inside it{_example(obj, path)}"
+            )
+        trust.check_imported(path, obj, field=field)
         return obj
     raise ValueError(f"{field}: cannot import {path!r}: no module {parts[0]!r} is installed")
+
+
+def _attribute(obj: Any, attr: str, path: str, field: str, *, last: bool) -> Any:
+    """``obj.attr``, or the submodule ``attr`` of a package that does not import it itself.
+
+    A missing name followed by more parts was meant as a module: the error names the installed
+    distribution (an env module that this version of a package no longer has).
+    """
+    if hasattr(obj, attr):
+        return getattr(obj, attr)
+    owner = getattr(obj, "__name__", type(obj).__name__)
+    if isinstance(obj, types.ModuleType) and hasattr(obj, "__path__"):
+        name = f"{obj.__name__}.{attr}"
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name != name:
+                raise ValueError(f"{field}: importing {name!r} for {path!r} failed: {err}") from err
+        if not last:
+            raise ValueError(
+                f"{field}: cannot import {path!r}: no module {name!r} in the installed {_distribution(obj)}"
+            )
+    kind = "module " if isinstance(obj, types.ModuleType) else ""
+    raise ValueError(f"{field}: {kind}{owner!r} has no attribute {attr!r} (from {path!r})")
+
+
+def _distribution(module: types.ModuleType) -> str:
+    """``"pettingzoo 1.27.0"``: the installed distribution that provides ``module`` (else its top-level name)."""
+    top = module.__name__.partition(".")[0]
+    try:
+        dist = importlib.metadata.packages_distributions().get(top, [top])[0]
+        return f"{importlib.metadata.metadata(dist)['Name']} {importlib.metadata.version(dist)}"
+    except (importlib.metadata.PackageNotFoundError, KeyError, IndexError):
+        return f"package {top!r}"
+
+
+def _example(module: types.ModuleType, path: str) -> str:
+    names = [n for n in ("parallel_env", "env", "raw_env") if callable(getattr(module, n, None))]
+    if not names and not hasattr(module, "__path__"):  # a package's callables are rarely what was meant
+        names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
+    return f", e.g. '{path}.{names[0]}'" if names else ""
 
 
 def instantiate(spec: Mapping[str, Any], *, field: str, **context: Any) -> Any:

@@ -22,9 +22,9 @@ field and a non-zero exit; ``LIGHTMARL_DEBUG=1`` shows the full traceback instea
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -32,6 +32,7 @@ from pathlib import Path, PurePath
 from typing import Any, NoReturn, cast
 
 import torch
+import yaml
 from jsonargparse import set_parsing_settings
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -43,10 +44,13 @@ from lightmarl.evaluation import plot_cli
 from lightmarl.evaluation.report import markdown_summary
 from lightmarl.evaluation.scenarios import EvaluationConfig
 from lightmarl.evaluation.suite import write_outputs
+from lightmarl.inference.onnx import export_onnx
+from lightmarl.policies.artifact import parse_mixture, read_artifact, write_artifact
 from lightmarl.policies.loading import load_torch_file
 from lightmarl.training.module import MARLModule
 from lightmarl.training.periodic_evaluation import PeriodicEvaluation, run_suite, suite_for
 from lightmarl.training.preemption import PREEMPTED_EXIT_CODES, Preemption
+from lightmarl.training.run_lock import RunLock
 from lightmarl.training.storage import check_run_directories
 
 TRAINER_DEFAULTS = {
@@ -62,6 +66,13 @@ TRAINER_DEFAULTS = {
 #: where runs go, relative to the working directory: ``runs/<run_name>/``.
 RUNS_DIR = "runs"
 CHECKPOINT_CLASS = "lightning.pytorch.callbacks.ModelCheckpoint"
+#: the largest seed NumPy (and so ``seed_everything``) accepts.
+MAX_SEED = 2**32 - 1
+#: run locks this process holds (released when :func:`main` returns or raises).
+_RUN_LOCKS: list[RunLock] = []
+#: every command, for messages: LightningCLI's and those lightmarl dispatches itself.
+COMMANDS = ("fit", "validate", "test", "predict", "evaluate", "export", "plot")
+COMMANDS_HINT = f"the commands are {', '.join(COMMANDS)} (`lightmarl COMMAND --help` lists its options)"
 #: set to 1 for full tracebacks instead of one-line user errors.
 DEBUG_ENV = "LIGHTMARL_DEBUG"
 
@@ -98,6 +109,12 @@ class LightmarlArgumentParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error or os.environ.get(DEBUG_ENV):
             super().error(message, ex)
+        if "subcommand" in message and ("invalid choice" in message or "not provided" in message):
+            # LightningCLI knows only the Trainer's commands; lightmarl dispatches the others itself.
+            found = re.search(r"invalid choice: '([^']*)'", message)
+            given = f"unknown command {found.group(1)!r}" if found else "no command given"
+            sys.stderr.write(f"lightmarl: error: {given}; {COMMANDS_HINT}\n")
+            raise SystemExit(2)
         # prog is "<script> [options] fit"; the script is __main__.py when run in-process.
         command = " ".join(["lightmarl", *self.prog.replace(" [options]", "").split()[1:]])
         sys.stderr.write(f"lightmarl: error: {readable(message)} (`{command} --help` lists every option)\n")
@@ -164,20 +181,34 @@ class LightmarlCLI(LightningCLI):
             # Before the checkpoint callbacks, so that a monitored eval/... metric is fresh when they run.
             self.trainer.callbacks.insert(0, PeriodicEvaluation(evaluation))  # type: ignore[attr-defined]
 
+    def _set_seed(self) -> None:
+        seed = self._get(self.config, "seed_everything")
+        if not isinstance(seed, bool) and not (isinstance(seed, int) and 0 <= seed <= MAX_SEED):
+            raise ConfigError(
+                f"seed_everything: expected an integer from 0 to {MAX_SEED}, or true for a random seed, got {seed!r}"
+            )
+        super()._set_seed()
+
     def _config_init(self) -> Any:
         return self.config_init[self.subcommand] if self.subcommand else self.config_init
 
     def _parse_ckpt_path(self) -> None:
-        # LightningCLI reads a --ckpt_path file's hyper-parameters while parsing: check the file first.
+        # LightningCLI merges a --ckpt_path file's `hyper_parameters` into the parsed config, so a file
+        # could set model.env.env_fn (an import path that is then called). lightmarl checkpoints hold
+        # no hyper-parameters (the recipe is the config), and a file is data (lightmarl.trust): the
+        # file is checked here and its hyper-parameters are never read.
         subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if ckpt_path not in (None, "last", "best", "hpc"):
             _read_checkpoint(ckpt_path)
-        super()._parse_ckpt_path()
 
     def before_fit(self) -> None:
         # Before Lightning writes config.yaml into the log directory: an unwritable one is named in one line.
         check_run_directories(self.trainer)
+        # One fit per run directory: a second one would overwrite this one's last.ckpt (training/run_lock.py).
+        lock = RunLock(self.trainer.default_root_dir)  # type: ignore[attr-defined]
+        lock.acquire()
+        _RUN_LOCKS.append(lock)
         self._check_checkpoint("fit")
 
     def before_validate(self) -> None:
@@ -206,9 +237,31 @@ class LightmarlCLI(LightningCLI):
                 config["ckpt_path"] = None
                 return
             ckpt_path = max(last, key=os.path.getmtime)
-        if ckpt_path is None or ckpt_path in ("best", "hpc"):
+        if ckpt_path == "best":
+            # Lightning knows the best checkpoint only within the process that wrote it.
+            files = self._checkpoint_files()
+            found = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+            raise ConfigError(
+                "--ckpt_path best: a new process knows no best checkpoint; pass the file that a ModelCheckpoint "
+                f"with `monitor` wrote (in {', '.join(self._checkpoint_dirs()) or 'no checkpoint folder'}: "
+                f"{found or 'none yet'}), or --ckpt_path last"
+            )
+        if ckpt_path == "hpc":
+            root = Path(self.trainer.default_root_dir)  # type: ignore[attr-defined]
+            hpc = sorted(root.glob("hpc_ckpt_*.ckpt")) if root.is_dir() else []
+            if not hpc:
+                raise ConfigError(
+                    f"--ckpt_path hpc: no hpc_ckpt_*.ckpt in {str(root)!r} (SLURM requeue checkpoints); "
+                    "pass a checkpoint file, or --ckpt_path last"
+                )
             return
-        _read_checkpoint(ckpt_path)
+        if ckpt_path is None:
+            return
+        checkpoint = _read_checkpoint(ckpt_path)
+        cast(MARLModule, self.model).check_checkpoint_fits(checkpoint["state_dict"], field="--ckpt_path")
+
+    def _checkpoint_files(self) -> list[str]:
+        return sorted(p.name for d in self._checkpoint_dirs() if Path(d).is_dir() for p in Path(d).glob("*.ckpt"))
 
     def _checkpoint_callbacks(self) -> list[ModelCheckpoint]:
         return [cb for cb in self.trainer.callbacks if isinstance(cb, ModelCheckpoint)]  # type: ignore[attr-defined]
@@ -334,6 +387,7 @@ class EvaluateCLI(LightmarlCLI):
             ckpt_path = max(last, key=os.path.getmtime)
         if ckpt_path is not None:
             checkpoint = _read_checkpoint(ckpt_path)
+            module.check_checkpoint_fits(checkpoint["state_dict"], field="--ckpt_path")
             module.load_state_dict(checkpoint["state_dict"])
             module.on_load_checkpoint(checkpoint)
         if module.cpu_threads is not None:
@@ -356,21 +410,57 @@ def _read_checkpoint(path: str) -> dict[str, Any]:
         raise ConfigError(str(err)) from err
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise ConfigError(f"--ckpt_path: {str(path)!r} is not a Lightning checkpoint (no 'state_dict')")
+    for key, kind in (("state_dict", dict), ("pytorch-lightning_version", str)):
+        if not isinstance(checkpoint.get(key), kind):
+            raise ConfigError(f"--ckpt_path: {str(path)!r} is not a Lightning checkpoint (no {key!r})")
     return checkpoint
 
 
+def _config_files(args: list[str]) -> list[tuple[str, str]]:
+    """``(flag, value)`` of every ``--config F``, ``--config=F``, ``-c F`` and ``-cF`` in ``args``."""
+    found: list[tuple[str, str]] = []
+    for i, arg in enumerate(args):
+        for flag in ("--config", "-c"):
+            if arg == flag and i + 1 < len(args):
+                found.append((flag, args[i + 1]))
+            elif arg.startswith(f"{flag}="):
+                found.append((flag, arg[len(flag) + 1 :]))
+            elif flag == "-c" and arg.startswith("-c") and len(arg) > 2 and not arg.startswith("--"):
+                found.append((flag, arg[2:]))
+    return found
+
+
 def _check_config_files(args: list[str]) -> None:
-    """Fail on an empty recipe file with a message (LightningCLI prints its usage and 'Unexpected config')."""
-    for flag, value in itertools.pairwise(args):
-        if flag == "--config" and Path(value).is_file() and not Path(value).read_text().strip():
-            raise ConfigError(f"--config {value}: the file is empty; a recipe needs at least a `model:` section")
+    """Fail on a recipe file that holds no settings, or no mapping of them, with a message
+    (LightningCLI prints only 'Unexpected config')."""
+    for flag, value in _config_files(args):
+        path = Path(value)
+        if not path.is_file():
+            continue  # jsonargparse also takes an inline YAML string, and names a missing file itself
+        text = path.read_text()
+        if not text.strip():
+            raise ConfigError(f"{flag} {value}: the file is empty; a recipe needs at least a `model:` section")
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            where = getattr(err, "problem_mark", None)
+            at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+            reason = getattr(err, "problem", None) or type(err).__name__
+            raise ConfigError(f"{flag} {value}: not valid YAML: {reason}{at}") from None
+        if loaded is None:
+            raise ConfigError(
+                f"{flag} {value}: the file holds no settings (only comments or document markers); "
+                "a recipe needs at least a `model:` section"
+            )
+        if not isinstance(loaded, dict):
+            raise ConfigError(
+                f"{flag} {value}: expected a mapping of sections (model:, trainer:, ...), "
+                f"got a {type(loaded).__name__} ({' '.join(text.split())[:60]!r})"
+            )
 
 
 def export_main(args: list[str]) -> None:
     """``lightmarl export SOURCE --out DIR``: the trained population, for inference, as NPCs or as ONNX."""
-    from lightmarl.inference import read_artifact, write_artifact
-    from lightmarl.inference.artifact import parse_mixture
-
     parser = argparse.ArgumentParser(
         prog="lightmarl export",
         description="Write everything a run's population needs to act (policies, env transforms with their "
@@ -400,27 +490,46 @@ def export_main(args: list[str]) -> None:
         help="a league mixture to record: weights per member (a binding or snapshot id), normalized to sum 1",
     )
     parser.add_argument(
-        "--allow", nargs="+", default=[], help="class paths outside lightmarl that the file may name (trusted)"
+        "--allow",
+        nargs="+",
+        default=[],
+        metavar="CLASS_PATH",
+        help="classes outside lightmarl's policies and env transforms that the file may name (e.g. an encoder "
+        "of examples/)",
+    )
+    parser.add_argument(
+        "--trust_code",
+        action="store_true",
+        help="build any class the file names (importing it runs its code): only for files you trust",
     )
     parser.add_argument("--no-snapshots", action="store_true", help="leave the league's snapshots out")
     options = parser.parse_args(args)
+    out_path = Path(options.out)
+    if out_path.exists() and not out_path.is_dir():
+        raise ConfigError(f"--out: {options.out!r} is a file; name a directory to write the export into")
     artifact = read_artifact(options.checkpoint, field="lightmarl export")
-    artifact.check_classes(options.allow)
+    artifact.check_classes(options.allow, trust_code=options.trust_code)
     if options.bindings:
         artifact = artifact.select(options.bindings)
     for text in options.mixture:
         name, weights = parse_mixture(text, artifact)
         artifact.mixtures[name] = weights
-    if options.format == "onnx":
-        from lightmarl.inference.onnx import export_onnx
-
-        out = export_onnx(artifact, options.out, allow=options.allow)
-        skipped = json.loads((out / "manifest.json").read_text())["skipped"]
-        for binding, reason in skipped.items():
-            print(f"lightmarl: no ONNX graph for {binding}: {reason}")  # noqa: T201
-    else:
-        out = write_artifact(artifact, options.out, with_snapshots=not options.no_snapshots)
+    try:
+        if options.format == "onnx":
+            out = export_onnx(artifact, options.out, allow=options.allow, trust_code=options.trust_code)
+            skipped = json.loads((out / "manifest.json").read_text())["skipped"]
+            for binding, reason in skipped.items():
+                print(f"lightmarl: no ONNX graph for {binding}: {reason}")  # noqa: T201
+        else:
+            out = write_artifact(artifact, options.out, with_snapshots=not options.no_snapshots)
+    except OSError as err:
+        raise ConfigError(f"--out: cannot write {options.out!r} ({err.strerror or err})") from err
     print(f"lightmarl: exported {', '.join(artifact.bindings)} to {out}")  # noqa: T201
+
+
+def _one_line(err: BaseException) -> str:
+    """An error message on one line (an env's or a library's message may span several)."""
+    return " ".join(str(err).split())
 
 
 def main(args: list[str] | None = None) -> None:
@@ -430,6 +539,14 @@ def main(args: list[str] | None = None) -> None:
         plot_cli.main(argv[1:])
         return
     preemption = Preemption()
+    try:
+        _main(argv, args, preemption)
+    finally:
+        while _RUN_LOCKS:
+            _RUN_LOCKS.pop().release()
+
+
+def _main(argv: list[str], args: list[str] | None, preemption: Preemption) -> None:
     try:
         if argv[:1] == ["export"]:
             try:
@@ -455,6 +572,7 @@ def main(args: list[str] | None = None) -> None:
             return
         LightmarlCLI(
             MARLModule,
+            parser_kwargs={"description": f"Multi-agent RL with lightmarl; {COMMANDS_HINT}."},
             trainer_defaults={**TRAINER_DEFAULTS, "callbacks": [preemption]},
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
@@ -468,19 +586,19 @@ def main(args: list[str] | None = None) -> None:
         if os.environ.get(DEBUG_ENV):
             raise
         # Config errors raised while building the run: one readable line, non-zero exit.
-        print(f"lightmarl: error: {err}", file=sys.stderr)  # noqa: T201
+        print(f"lightmarl: error: {_one_line(err)}", file=sys.stderr)  # noqa: T201
         raise SystemExit(2) from None
     except CheckpointWriteError as err:
         if os.environ.get(DEBUG_ENV):
             raise
         # A fault during the run (a full disk): one line, and the run's own failure exit code.
-        print(f"lightmarl: error: {err}", file=sys.stderr)  # noqa: T201
+        print(f"lightmarl: error: {_one_line(err)}", file=sys.stderr)  # noqa: T201
         raise SystemExit(1) from None
     except TrainingFault as err:
         if os.environ.get(DEBUG_ENV):
             raise
         # A run that cannot go on (stop policies, env workers): one line naming the binding or env copy.
-        print(f"lightmarl: error: {err}", file=sys.stderr)  # noqa: T201
+        print(f"lightmarl: error: {_one_line(err)}", file=sys.stderr)  # noqa: T201
         raise SystemExit(TRAINING_FAULT_EXIT_CODE) from None
     except RuntimeError as err:
         # Lightning's load_state_dict of a checkpoint from another recipe: say so in one line.

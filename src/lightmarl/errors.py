@@ -30,3 +30,17 @@ class TrainingFault(RuntimeError):
 
 #: exit code of a run stopped by a :class:`TrainingFault` (config errors exit with 2, preemption with 128 + signal).
 TRAINING_FAULT_EXIT_CODE = 3
+
+
+def load_failure_reason(err: BaseException) -> str:
+    """What a failed ``torch.load`` says about the file, in one short line.
+
+    A weights-only failure opens with a paragraph on ``weights_only`` (advice that would run the
+    file's code); the reason is the ``WeightsUnpickler error`` that follows it.
+    """
+    text = str(err).strip()
+    if "WeightsUnpickler error:" in text:
+        reason = " ".join(text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation")[0].split())
+        return f"not a weights-only torch file ({reason})"[:300]
+    lines = text.splitlines()
+    return lines[0].split(". ")[0][:300] if lines else type(err).__name__

@@ -99,3 +99,7 @@ TIME_INDEX = "time_index"
 MASK = "mask"
 #: Per-row extra entries a user stores beside the experience (e.g. LSTM hidden/cell states).
 EXTRAS = "extras"
+
+# -- saved files: the ``format`` tag of files lightmarl writes (read by policies, league, inference) ---
+#: the ``format`` entry of a self-describing league snapshot file (``lightmarl.league.snapshots``).
+SNAPSHOT_FORMAT = "lightmarl.snapshot/1"

@@ -169,18 +169,23 @@ def test_a_class_outside_lightmarl_is_not_imported_unless_allowed(tmp_path):
     description = json.loads(path.read_text())
     description["bindings"]["main"]["class_path"] = "lightmarl_test_not_imported.Evil"
     path.write_text(json.dumps(description))
-    with pytest.raises(ValueError, match="outside lightmarl's policies and env transforms; it is not imported"):
+    with pytest.raises(ValueError, match=r"binding 'main'.class_path: .* names 'lightmarl_test_not_imported.Evil', which is neither a lightmarl"):
         load_population(tmp_path / "masked")
     assert "lightmarl_test_not_imported" not in sys.modules
     for elsewhere in ("lightmarl.training.module.MARLModule", "lightmarl.envs.spec.GroupSpec"):
         description["bindings"]["main"]["class_path"] = elsewhere  # lightmarl's, but no policy
         path.write_text(json.dumps(description))
-        with pytest.raises(ValueError, match="it is not imported"):
+        with pytest.raises(ValueError, match=rf"names '{elsewhere}', which is neither a lightmarl"):
             read_artifact(tmp_path / "masked").check_classes()
-    description["bindings"]["main"]["class_path"] = "lightmarl.policies.base.torch"  # a module, not a class
+    description["bindings"]["main"]["class_path"] = "lightmarl.policies.mlp.torch.load"  # torch's, through ours
     path.write_text(json.dumps(description))
-    with pytest.raises(ValueError, match="is not a lightmarl policy, encoder or env transform class"):
+    with pytest.raises(ValueError, match="which is not a class defined in lightmarl.policies"):
         read_artifact(tmp_path / "masked").check_classes()
+    # Named by the caller (allow) or trusted (trust_code): resolved, by the one loading rule (lightmarl.trust).
+    description["bindings"]["main"]["class_path"] = "lightmarl.training.module.MARLModule"
+    path.write_text(json.dumps(description))
+    read_artifact(tmp_path / "masked").check_classes(["lightmarl.training.module.MARLModule"])
+    read_artifact(tmp_path / "masked").check_classes(trust_code=True)
     # Allowed by the caller: imported and used.
     description["bindings"]["main"]["class_path"] = "lightmarl.policies.MLPActorCritic"
     path.write_text(json.dumps(description))

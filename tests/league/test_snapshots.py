@@ -131,3 +131,13 @@ def test_manager_snapshots_through_the_store_with_resets(tmp_path):
     for snapshot in manager.historical_players:
         assert_same(store.load(snapshot.checkpoint_path), saved[snapshot.player_id])
     assert len(store.resident) == 1
+
+
+def test_a_snapshot_damaged_on_disk_is_named_when_it_is_read_again(tmp_path):
+    store = SnapshotStore(max_resident=1)
+    path = str(tmp_path / "main_1.pt")
+    store.save(path, torch.nn.Linear(2, 2).state_dict())
+    store.save(str(tmp_path / "main_2.pt"), torch.nn.Linear(2, 2).state_dict())  # evicts main_1 from memory
+    (tmp_path / "main_1.pt").write_bytes(b"overwritten")
+    with pytest.raises(ValueError, match=rf"league snapshot '{path}' cannot be read: .*the file is damaged"):
+        store.load(path)

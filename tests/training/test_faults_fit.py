@@ -22,6 +22,7 @@ from test_learning import fit_quietly
 from test_preemption import lightmarl, processes_with
 
 from lightmarl.algorithms import PPO
+from lightmarl.cli import main
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.errors import TRAINING_FAULT_EXIT_CODE, TrainingFault
 from lightmarl.training import MARLModule
@@ -150,3 +151,41 @@ def test_a_crashed_env_worker_stops_lightmarl_fit_with_one_line_and_no_orphans(t
     while processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not processes_with(marker), "env workers outlived the run"
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("num_workers", [None, 2], ids=["in-process", "workers"])
+def test_an_env_whose_step_raises_stops_fit_with_one_line_and_exit_3(num_workers, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    env = {
+        "env_fn": FAULTY,
+        "env_kwargs": {"fault": "raise", "fault_seeds": [3], "fault_step": 11, "nvec": [3], "action_mask": False},
+        "num_envs": 4,
+        **({"num_workers": num_workers, "overlap": False} if num_workers else {}),
+    }
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "seed_everything": 0,
+                "model": {
+                    "env": env,
+                    "algorithm": {"class_path": "lightmarl.algorithms.PPO", "init_args": {"minibatch_size": 40}},
+                    "rollout_steps": 10,
+                    "max_frames": 400,
+                },
+                "trainer": {"enable_progress_bar": False, "logger": False},
+            }
+        )
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(recipe)])
+    assert exit_info.value.code == TRAINING_FAULT_EXIT_CODE
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lightmarl: error: ")]
+    assert len(errors) == 1, errors
+    assert re.match(
+        r"lightmarl: error: env 'faults' \(copy 3, seed 3\) raised in step\(\): RuntimeError: "
+        r"FaultyMatchEnv: step 11 failed on purpose"
+        + (r" \[in env worker 1 \(pid \d+, copies 2\.\.3" if num_workers else "$"),
+        errors[0],
+    ), errors[0]

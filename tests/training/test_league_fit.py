@@ -325,3 +325,28 @@ def test_a_reset_off_policy_player_restarts_its_targets_and_replay(tmp_path):
     module.league._load_live = checked_load_live  # type: ignore[method-assign]
     _trainer(tmp_path).fit(module)
     assert restarts and restarts[0] > 0
+
+
+def test_a_moved_run_directory_resumes_with_its_snapshots(tmp_path):
+    """The league state keeps snapshot paths relative to the snapshot folder: move the run, resume, same league."""
+    n = 8
+    torch.manual_seed(0)
+    whole = _module(tmp_path / "whole", iterations=2 * n, outcome="league_scripts.always_draw")
+    seen_whole = _record(whole)
+    _trainer(tmp_path / "whole").fit(whole)
+
+    torch.manual_seed(0)
+    first = _module(tmp_path / "before", iterations=n, outcome="league_scripts.always_draw")
+    seen_first = _record(first)
+    _trainer(tmp_path / "before", checkpoints=True).fit(first)
+    (tmp_path / "before").rename(tmp_path / "after")
+    second = _module(tmp_path / "after", iterations=2 * n, outcome="league_scripts.always_draw")
+    seen_second = _record(second)
+    _trainer(tmp_path / "after", checkpoints=True).fit(second, ckpt_path=str(tmp_path / "after" / "ckpt" / "last.ckpt"))
+
+    assert _league_trace(seen_first) + _league_trace(seen_second) == _league_trace(seen_whole)
+    historical = second.league.manager.historical_players  # type: ignore[union-attr]
+    assert len(historical) >= 2
+    assert all(Path(h.checkpoint_path).parent == tmp_path / "after" / "league" for h in historical)
+    weights_whole, weights_split = whole.get_weights("main"), second.get_weights("main")
+    assert all(torch.equal(weights_whole[k], weights_split[k]) for k in weights_whole)

@@ -84,6 +84,13 @@ class OnPolicyAlgorithm(Algorithm):
             ("gamma", self.gamma, 0 <= self.gamma <= 1, "0 <= gamma <= 1"),
             ("lmbda", self.lmbda, 0 <= self.lmbda <= 1, "0 <= lmbda <= 1"),
             ("update_every", self.update_every, self.update_every >= 1, "update_every >= 1"),
+            # A negative clip norm flips the gradient (torch scales by max_norm / norm): gradient ascent.
+            (
+                "max_grad_norm",
+                self.max_grad_norm,
+                self.max_grad_norm is None or self.max_grad_norm > 0,
+                "max_grad_norm is None or max_grad_norm > 0",
+            ),
         )
 
 

@@ -145,5 +145,8 @@ class PPO(OnPolicyAlgorithm):
         return (
             *super().hyperparameter_checks(),
             ("clip_epsilon", self.clip_epsilon, self.clip_epsilon > 0, "clip_epsilon > 0"),
+            # Negative weights would reward low entropy (collapse) or maximise the value error.
+            ("entropy_coeff", self.entropy_coeff, self.entropy_coeff >= 0, "entropy_coeff >= 0"),
+            ("critic_coeff", self.critic_coeff, self.critic_coeff >= 0, "critic_coeff >= 0"),
             ("max_kl", self.max_kl, self.max_kl is None or self.max_kl > 0, "max_kl is None or max_kl > 0"),
         )

@@ -42,6 +42,7 @@ from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.registry import PolicyRegistry
 from lightmarl.population import BindingTable, PolicyBinding
 from lightmarl.population.bindings import DEFAULT_LOSS_PROFILE, as_binding
+from lightmarl.trust import recipe_class_paths
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,19 @@ class EvaluationSuite:
             for scenario in self.scenarios
             for i in range(len(scenario.mixes))
         }
+        # Evaluation-only policy_uri bindings are loaded once now: a file that is missing or does not
+        # fit the env fails before any checkpoint is read or episode played. (Each run builds its own.)
+        self._allowed = recipe_class_paths(list(self.bindings.values()))
+        loaded = {b.id for b in extra if b.policy_uri is not None}
+        for table in self._tables.values():
+            for binding_id, group in sorted(table.group_of_binding.items()):
+                if binding_id in loaded:
+                    try:
+                        PolicyRegistry(self.env_config.transforms, self._allowed).get(
+                            self.bindings[binding_id], self.env_spec.groups[group]
+                        )
+                    except ValueError as err:
+                        raise ValueError(f"evaluation.bindings: {err}") from None
 
     def _table(self, scenario: PlannedScenario, index: int) -> BindingTable:
         mix = scenario.mixes[index]
@@ -153,7 +167,8 @@ class EvaluationSuite:
         # One deepcopy of them all: modules shared between bindings stay shared in the copies.
         clones = cast(dict[str, Policy], dict(copy.deepcopy(nn.ModuleDict(copied)).items()) if copied else {})
         policies = {(b, p.group.name): p for b, p in clones.items()}
-        registry = PolicyRegistry(self.env_config.transforms)  # loaded policies see inputs as in their own runs
+        # Loaded policies see inputs as in their own runs; files name only classes the recipe allows.
+        registry = PolicyRegistry(self.env_config.transforms, self._allowed)
         for binding_id, group in sorted(used - set(policies)):
             if binding_id in live and self.bindings[binding_id].trainable:
                 raise ValueError(

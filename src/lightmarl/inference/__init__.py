@@ -2,13 +2,13 @@
 
 :func:`load_population` (also ``lightmarl.load_population``) reads a run directory, a checkpoint,
 an export or a league snapshot and returns a :class:`Population` that acts on PettingZoo dicts;
-:mod:`~lightmarl.inference.artifact` reads and writes the export format;
+:mod:`~lightmarl.policies.artifact` (re-exported here: ``policy_uri`` reads the same files) reads and
+writes the export format; class names in files follow the loading rule of :mod:`lightmarl.trust`;
 :mod:`~lightmarl.inference.onnx` writes each binding's acting graph as ONNX (``lightmarl export --format onnx``).
 """
 
-from lightmarl.inference.allowed import resolve_allowed_class
-from lightmarl.inference.artifact import Artifact, Snapshot, read_artifact, write_artifact
 from lightmarl.inference.population import Population, load_population
+from lightmarl.policies.artifact import Artifact, Snapshot, read_artifact, write_artifact
 
 __all__ = [
     "Artifact",
@@ -16,6 +16,5 @@ __all__ = [
     "Snapshot",
     "load_population",
     "read_artifact",
-    "resolve_allowed_class",
     "write_artifact",
 ]

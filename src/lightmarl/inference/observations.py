@@ -2,7 +2,7 @@
 
 Inference gets an env's own observations (a PettingZoo dict); the policies learned from the
 transformed ones. :class:`ObservationPipeline` rebuilds the run's transforms from an
-:class:`~lightmarl.inference.artifact.Artifact` (settings and statistics, frozen) and runs them
+:class:`~lightmarl.policies.artifact.Artifact` (settings and statistics, frozen) and runs them
 as an evaluation vector of one env copy does: image ops (``Grayscale``, ``Resize``) on each
 agent's frame, then the vector transforms (``ObservationNorm``, ``FrameStack``, ...) through their
 own :class:`~lightmarl.envs.transforms.BoundTransform` code, so a policy sees exactly what
@@ -31,16 +31,26 @@ from lightmarl.envs.transforms import (
     split_frame_transforms,
     transformed_spec,
 )
-from lightmarl.inference.allowed import resolve_allowed_class
-from lightmarl.inference.artifact import Artifact, group_from_dict
+from lightmarl.policies.artifact import Artifact, group_from_dict
+from lightmarl.policies.loading import resolve_class
 
 
-def build_transforms(artifact: Artifact, allow: Collection[str] = ()) -> list[VecTransform]:
-    """The artifact's transforms, built from their settings with their statistics loaded (frozen)."""
+def build_transforms(
+    artifact: Artifact, allow: Collection[str] = (), *, trust_code: bool = False
+) -> list[VecTransform]:
+    """The artifact's transforms, built from their settings with their statistics loaded (frozen);
+    their classes as the loading rule allows (:mod:`lightmarl.trust`, ``allow`` / ``trust_code``)."""
     built = []
     for i, entry in enumerate(artifact.transforms):
         field = f"{artifact.source!r} transforms[{i}]"
-        cls = resolve_allowed_class(entry["class_path"], field=field, allow=allow)
+        cls = resolve_class(
+            entry["class_path"],
+            field=field,
+            source=artifact.source,
+            base=VecTransform,
+            allowed=allow,
+            trust_code=trust_code,
+        )
         try:
             transform = cls(**dict(entry.get("init_args") or {}))
         except (TypeError, ValueError) as err:
@@ -80,10 +90,11 @@ class ObservationPipeline:
     Args:
         artifact: the saved population.
         allow: class paths outside lightmarl the caller trusts.
+        trust_code: build whatever transform classes the artifact names.
     """
 
-    def __init__(self, artifact: Artifact, allow: Collection[str] = ()) -> None:
-        self.transforms = build_transforms(artifact, allow)
+    def __init__(self, artifact: Artifact, allow: Collection[str] = (), *, trust_code: bool = False) -> None:
+        self.transforms = build_transforms(artifact, allow, trust_code=trust_code)
         frames, vector = split_frame_transforms(self.transforms)
         self.frame_transforms = frames
         self.vector_transforms = vector

@@ -38,9 +38,9 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec, observation_storage_dtype
 from lightmarl.envs.transforms import FrameStack, FrameTransform, ObservationNorm, RewardNorm, VecTransform
-from lightmarl.inference.artifact import Artifact
 from lightmarl.inference.observations import build_transforms, vector_input_spec
 from lightmarl.inference.population import build_bindings
+from lightmarl.policies.artifact import Artifact
 from lightmarl.policies.base import Policy, ScriptedPolicy
 
 MANIFEST_FILE = "manifest.json"
@@ -153,7 +153,9 @@ def _folded_and_preprocess(
     return modules, preprocess
 
 
-def export_onnx(artifact: Artifact, directory: str | Path, *, allow: Collection[str] = ()) -> Path:
+def export_onnx(
+    artifact: Artifact, directory: str | Path, *, allow: Collection[str] = (), trust_code: bool = False
+) -> Path:
     """Write every binding of ``artifact`` as ``<binding>.onnx`` plus ``manifest.json`` into ``directory``.
 
     Raises:
@@ -162,11 +164,11 @@ def export_onnx(artifact: Artifact, directory: str | Path, *, allow: Collection[
             exporter cannot trace.
     """
     require_onnx()
-    artifact.check_classes(allow)
+    artifact.check_classes(allow, trust_code=trust_code)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     groups = {name: artifact.group_spec(name) for name in artifact.groups}
-    transforms = build_transforms(artifact, allow)
+    transforms = build_transforms(artifact, allow, trust_code=trust_code)
     policies = build_bindings(artifact, groups, transforms)
     frames = [t for t in transforms if isinstance(t, FrameTransform)]
     vector = [t for t in transforms if not isinstance(t, FrameTransform)]

@@ -27,40 +27,45 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.envs.transforms import VecTransform
-from lightmarl.inference.artifact import Artifact, Snapshot, read_artifact
 from lightmarl.inference.observations import ObservationPipeline, group_of_agents
+from lightmarl.policies.artifact import Artifact, Snapshot, read_artifact
 from lightmarl.policies.base import Policy
 from lightmarl.policies.input_transforms import ORIGIN_KEY as INPUT_TRANSFORMS
 from lightmarl.policies.input_transforms import attach_input_transforms, host_normalization
 from lightmarl.policies.registry import _load_weights, build_policy, rebuild_shared_modules
 
 
-def load_population(path: str | Path, *, allow: Collection[str] = (), device: str | torch.device = "cpu") -> Population:
+def load_population(
+    path: str | Path, *, allow: Collection[str] = (), trust_code: bool = False, device: str | torch.device = "cpu"
+) -> Population:
     """Load a trained population to act: from a run directory, a checkpoint, an export or a league snapshot.
 
     Files are read weights-only; the classes they name are built only if they are lightmarl's
-    own or listed in ``allow`` (see :mod:`lightmarl.inference.allowed`).
+    own (policies, encoders, env transforms) or listed in ``allow``, or with ``trust_code``
+    (the loading rule of :mod:`lightmarl.trust`).
 
     Args:
         path: a run directory (``runs/<name>``: its ``checkpoints/last.ckpt``), a training
             checkpoint, a ``lightmarl export`` directory, a ``PolicyDict.save`` file or a
             self-describing league snapshot file.
         allow: class paths outside lightmarl (e.g. a game's policy in ``examples/``) to trust.
+        trust_code: build whatever classes the file names (you trust its author).
         device: where the policies run.
 
     Raises:
         ValueError: naming the path when it is none of those, cannot be read, or names a class
             that is not allowed.
     """
-    return Population(read_artifact(path), allow=allow, device=device)
+    return Population(read_artifact(path), allow=allow, trust_code=trust_code, device=device)
 
 
 class Population:
     """The policies of a saved population, its env transforms and agent -> binding map (see the module doc).
 
     Args:
-        artifact: what :func:`~lightmarl.inference.artifact.read_artifact` read.
+        artifact: what :func:`~lightmarl.policies.artifact.read_artifact` read.
         allow: class paths outside lightmarl to trust.
+        trust_code: build whatever classes the artifact names.
         device: where the policies run.
 
     Attributes:
@@ -75,8 +80,15 @@ class Population:
         transforms: the env transforms applied inside :meth:`act` (settings and frozen statistics).
     """
 
-    def __init__(self, artifact: Artifact, *, allow: Collection[str] = (), device: str | torch.device = "cpu") -> None:
-        artifact.check_classes(allow)
+    def __init__(
+        self,
+        artifact: Artifact,
+        *,
+        allow: Collection[str] = (),
+        trust_code: bool = False,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        artifact.check_classes(allow, trust_code=trust_code)
         self.artifact = artifact
         self.allow = tuple(allow)
         self.device = torch.device(device)
@@ -87,7 +99,7 @@ class Population:
                 "re-save it with this lightmarl"
             )
         self.groups = {name: artifact.group_spec(name) for name in artifact.groups}
-        self.pipeline = ObservationPipeline(artifact, self.allow)
+        self.pipeline = ObservationPipeline(artifact, self.allow, trust_code=trust_code)
         self.transforms = self.pipeline.transforms
         self.bindings: dict[str, Policy] = build_bindings(artifact, self.groups, self.transforms)
         for policy in self.bindings.values():

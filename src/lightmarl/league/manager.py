@@ -182,7 +182,7 @@ class LeagueManager:
     # Construction
 
     def _add_active(self, spec: RoleSpec, category: str) -> None:
-        cls = _import_role(spec.class_path)
+        cls = role_class(spec.class_path)
         if spec.count < 0:
             raise ValueError(f"role {spec.class_path!r}: count must be >= 0, got {spec.count}")
         name = spec.name or re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
@@ -405,26 +405,55 @@ class LeagueManager:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume: counters, snapshots, payoff, ratings, running jobs, RNG state.
 
-        Plain Python containers only, so it loads with ``torch.load(weights_only=True)``.
+        Plain Python containers only, so it loads with ``torch.load(weights_only=True)``. Snapshot
+        paths inside ``snapshot_dir`` are kept relative to it, so a run directory that moved (or a
+        resume from another working directory) still finds its snapshots.
         """
         with self._lock:
             version, internal, gauss = self._rng.getstate()
+            historical = [
+                {**p.as_dict(), "checkpoint_path": self.state_path(p.checkpoint_path)} for p in self.historical_players
+            ]
             return {
                 "version": STATE_VERSION,
+                "paths": "relative to snapshot_dir",
                 "rng": [version, list(internal), gauss],
                 "next_job_id": self._next_job_id,
                 "active": {p.player_id: p.state_dict() for p in self.active_players},
-                "historical": [p.as_dict() for p in self.historical_players],
+                "historical": historical,
                 "payoff": self.payoff.state_dict(),
                 "elo": self.elo.state_dict(),
                 "skill": self.skill.state_dict(),
                 "running_jobs": [job.as_dict() for job in self._running.values()],
             }
 
+    def state_path(self, path: str) -> str:
+        """``path`` as the league state keeps it: relative to ``snapshot_dir`` when it lies inside it."""
+        folder = os.path.abspath(self.snapshot_dir)
+        absolute = os.path.abspath(path)
+        return os.path.relpath(absolute, folder) if os.path.commonpath([folder, absolute]) == folder else path
+
+    def restored_path(self, path: str, relative_to_folder: bool) -> str:
+        """A path :meth:`state_path` kept, as this manager finds it (``relative_to_folder``: the state says so)."""
+        if relative_to_folder and not os.path.isabs(path):
+            return os.path.join(self.snapshot_dir, path)
+        return path  # a pretrained file outside the folder, or a state written before paths were relative
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` into a manager built from the same config."""
+        """Restore :meth:`state_dict` into a manager built from the same config.
+
+        Raises:
+            ValueError: the state is of another version, another config, or damaged.
+        """
+        try:
+            self._load_state_dict(state)
+        except (KeyError, TypeError, IndexError, AttributeError) as err:
+            raise ValueError(f"league state: damaged or of another lightmarl ({type(err).__name__}: {err})") from None
+
+    def _load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"league state version {state.get('version')!r} is not {STATE_VERSION}")
+        relative = state.get("paths") == "relative to snapshot_dir"
         with self._lock:
             ids = [p.player_id for p in self.active_players]
             if sorted(state["active"]) != sorted(ids):
@@ -433,7 +462,10 @@ class LeagueManager:
                 )
             for player in self.active_players:
                 player.load_state_dict(state["active"][player.player_id])
-            self.historical_players = [HistoricalPlayer(**item) for item in state["historical"]]
+            self.historical_players = [
+                HistoricalPlayer(**{**item, "checkpoint_path": self.restored_path(item["checkpoint_path"], relative)})
+                for item in state["historical"]
+            ]
             self.payoff.set_players([*self.active_players, *self.historical_players])
             self.payoff.load_state_dict(state["payoff"])
             self.elo.load_state_dict(state["elo"])
@@ -464,8 +496,12 @@ def _make_payoff(settings: PayoffSettings) -> BattleSharedPayoff | SoloSharedPay
     raise ValueError(f"payoff kind must be 'battle' or 'solo', got {settings.kind!r}")
 
 
-def _import_role(class_path: str) -> type[ActivePlayer]:
-    # A bare class name means one exported by lightmarl.league.
+def role_class(class_path: str) -> type[ActivePlayer]:
+    """The :class:`ActivePlayer` subclass a role's ``class_path`` names (a bare name: one of ``lightmarl.league``).
+
+    Raises:
+        ValueError: naming the path when it does not import or is not an ``ActivePlayer`` subclass.
+    """
     path = class_path if "." in class_path else f"lightmarl.league.{class_path}"
     cls = import_object(path, field="league role class_path")
     if not (isinstance(cls, type) and issubclass(cls, ActivePlayer)):

@@ -271,7 +271,10 @@ class Matchmaker:
         """The league's state and every copy's seating (plain Python: loads with ``weights_only``)."""
         return {
             "manager": self.manager.state_dict(),
-            "seatings": [None if s is None else asdict(s) for s in self.seatings],
+            "seatings": [
+                None if s is None else {**asdict(s), "load": s.load and self.manager.state_path(s.load)}
+                for s in self.seatings
+            ],
             "jobs_started": list(self.jobs_started),
             "slots": list(self.slots),
             "slot_used": list(self._slot_used),
@@ -289,7 +292,13 @@ class Matchmaker:
                 "must match to resume)"
             )
         self.manager.load_state_dict(state["manager"])
-        self.seatings = [None if s is None else Seating(**s) for s in state["seatings"]]
+        relative = state["manager"].get("paths") == "relative to snapshot_dir"
+        self.seatings = [
+            None
+            if s is None
+            else Seating(**{**s, "load": s["load"] and self.manager.restored_path(s["load"], relative)})
+            for s in state["seatings"]
+        ]
         self.jobs_started = [int(n) for n in state["jobs_started"]]
         self.slots = list(state["slots"])
         self._slot_used = [int(n) for n in state["slot_used"]]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -184,6 +184,11 @@ class ActivePlayer(Player):
             if isinstance(job.get("exploration"), Mapping):
                 job["exploration"] = EpsilonSchedule(**job["exploration"])
             values["job"] = JobSettings(**job)
+        known = {f.name for f in fields(cls.settings_class)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            # Before the constructor: its TypeError names one key and not what would be valid.
+            raise TypeError(f"settings of {cls.__name__}: unknown keys {unknown}; valid keys are {sorted(known)}")
         try:
             return cls.settings_class(**values)
         except TypeError as error:

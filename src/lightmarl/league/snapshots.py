@@ -24,10 +24,12 @@ from typing import Any
 
 import torch
 
+from lightmarl.errors import load_failure_reason
+from lightmarl.keys import SNAPSHOT_FORMAT
+
 log = logging.getLogger(__name__)
 
-#: the ``format`` entry of a self-describing snapshot file.
-SNAPSHOT_FORMAT = "lightmarl.snapshot/1"
+__all__ = ["SNAPSHOT_FORMAT", "SnapshotStore", "detached_copy"]
 
 
 def detached_copy(state: Any) -> Any:
@@ -104,9 +106,17 @@ class SnapshotStore:
                 return self._cache[path]
         if not os.path.exists(path):
             raise FileNotFoundError(f"league snapshot {path!r} does not exist (was it saved?)")
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 -- truncated, overwritten or foreign: say which file
+            raise ValueError(
+                f"league snapshot {path!r} cannot be read: {load_failure_reason(err)}; the file is damaged "
+                "(restore it from a copy, or start the league afresh)"
+            ) from None
         if isinstance(state, dict) and state.get("format") == SNAPSHOT_FORMAT:
-            state = state["state_dict"]
+            state = state.get("state_dict")  # a self-describing snapshot: its weights
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise ValueError(f"league snapshot {path!r} is not a state dict of tensors")
         with self._lock:
             self.loads_from_disk += 1
             self._remember(path, state)

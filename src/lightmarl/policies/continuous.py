@@ -36,7 +36,7 @@ from torchrl.modules.distributions import NormalParamExtractor
 from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
-from lightmarl.policies.encoders import ACTIVATIONS, Encoded, activation_class, build_encoder
+from lightmarl.policies.encoders import ACTIVATIONS, Encoded, activation_class, build_encoder, hidden_widths
 
 CriticKind = Literal["local", "centralized"]
 
@@ -57,7 +57,7 @@ def _check_common(hidden_sizes: Sequence[int], activation: str, critic: str) -> 
     activation_class(activation, "policy_kwargs.activation")
     if critic not in ("local", "centralized"):
         raise ValueError(f"policy_kwargs.critic: {critic!r} is not one of ['local', 'centralized']")
-    if not hidden_sizes or any(int(h) < 1 for h in hidden_sizes):
+    if not hidden_widths(hidden_sizes, "policy_kwargs.hidden_sizes"):
         raise ValueError(f"policy_kwargs.hidden_sizes: expected positive widths, got {list(hidden_sizes)!r}")
 
 

@@ -38,6 +38,19 @@ def activation_class(name: str, field: str) -> type[nn.Module]:
     return ACTIVATIONS[name]
 
 
+def hidden_widths(hidden_sizes: Sequence[int], field: str) -> tuple[int, ...]:
+    """``hidden_sizes`` as layer widths; a ``ValueError`` naming ``field`` unless each is a positive integer.
+
+    (A width of 0 builds a layer with no units: the network then outputs its biases alone and
+    trains without a word.)
+    """
+    if isinstance(hidden_sizes, str | bytes) or not isinstance(hidden_sizes, Sequence):
+        raise ValueError(f"{field}: expected a list of positive layer widths, got {hidden_sizes!r}")
+    if not all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in hidden_sizes):
+        raise ValueError(f"{field}: expected positive integer layer widths, got {list(hidden_sizes)!r}")
+    return tuple(hidden_sizes)
+
+
 class FlattenEncoder(nn.Module):
     """Flattens each observation to a vector (a no-op on vector observations).
 
@@ -80,6 +93,9 @@ class MLPEncoder(nn.Module):
     ) -> None:
         super().__init__()
         activation_class(activation, "encoder activation")
+        hidden_sizes = hidden_widths(hidden_sizes, "encoder hidden_sizes")
+        if not isinstance(out_features, int) or out_features < 1:
+            raise ValueError(f"encoder out_features: expected a positive integer, got {out_features!r}")
         self.flatten = FlattenEncoder(group)
         self.out_features = int(out_features)
         self.net = MLP(

@@ -6,6 +6,10 @@ training checkpoint, a ``PolicyDict.save`` file, a plain ``state_dict``) holds o
 numbers, strings and containers, which ``weights_only=True`` reads. A file that needs more is
 refused with an error that names the opt-in: ``trust_pickle: true`` on the binding (or
 ``PolicyDict.load(..., trust_pickle=True)``), for files whose author you trust.
+
+:func:`resolve_class` turns a class name read from a file into a class under the loading rule of
+:mod:`lightmarl.trust` (``lightmarl.policies`` classes, classes the recipe names, or
+``trust_code``).
 """
 
 from __future__ import annotations
@@ -13,10 +17,16 @@ from __future__ import annotations
 import logging
 import pickle
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
+
+from lightmarl._imports import import_object
+from lightmarl.errors import load_failure_reason
+from lightmarl.trust import current_scope, loading_file
 
 log = logging.getLogger(__name__)
 
@@ -60,5 +70,43 @@ def load_torch_file(
 
 
 def _first_line(err: Exception) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0][:300] if lines else type(err).__name__
+    return load_failure_reason(err)
+
+
+def resolve_class(
+    path: str,
+    *,
+    field: str,
+    source: Any,
+    base: type | None = None,
+    allowed: Iterable[str] = (),
+    trust_code: bool = False,
+) -> type:
+    """The class a file names at ``path``, imported only if the loading rule allows it.
+
+    The one resolver for class names read from files (checkpoints, exports, their inference
+    loaders): a ``lightmarl.policies`` class, a class in ``allowed`` (the recipe's), or anything
+    with ``trust_code``.
+
+    Args:
+        path: the dotted class path, as the file gives it.
+        field: the file field that holds it, leading every error message.
+        source: the file, for messages.
+        base: the class must subclass it (default ``torch.nn.Module``).
+        allowed: class paths the recipe names.
+        trust_code: the user trusts the file's author.
+
+    Raises:
+        ValueError: the path is refused (:class:`~lightmarl.trust.UntrustedCodeError`), does not
+            import, or is not a ``base`` subclass.
+    """
+    if base is None:
+        base = nn.Module
+    if current_scope() is not None and not allowed and not trust_code:
+        cls = import_object(path, field=field)  # inside a file being loaded: its scope applies
+    else:
+        with loading_file(source, field=field, allowed=allowed, trust_code=trust_code):
+            cls = import_object(path, field=field)
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ValueError(f"{field}: {path!r} is not a {base.__module__}.{base.__qualname__} subclass")
+    return cls

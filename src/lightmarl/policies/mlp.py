@@ -18,7 +18,14 @@ from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
 from lightmarl.policies.distributions import discrete_distribution
-from lightmarl.policies.encoders import ACTIVATIONS, Encoded, activation_class, build_encoder, out_features_of
+from lightmarl.policies.encoders import (
+    ACTIVATIONS,
+    Encoded,
+    activation_class,
+    build_encoder,
+    hidden_widths,
+    out_features_of,
+)
 
 
 class MLPActorCritic(Policy):
@@ -88,7 +95,7 @@ class MLPActorCritic(Policy):
             raise ValueError(f"policy_kwargs.agent_id_input: expected true or false, got {agent_id_input!r}")
         if value_network is not None and critic == "none":
             raise ValueError("policy_kwargs.value_network: given, but critic is 'none'")
-        self.hidden_sizes = tuple(int(h) for h in hidden_sizes)
+        self.hidden_sizes = hidden_widths(hidden_sizes, "policy_kwargs.hidden_sizes")
         self.critic_kind = critic
         self.has_critic = critic != "none"
         self.agent_id_input = agent_id_input
@@ -296,7 +303,7 @@ class CentralizedValueNetwork(nn.Module):
             n_agents=group.num_agents,
             centralized=True,
             share_params=True,
-            num_cells=[int(h) for h in hidden_sizes],
+            num_cells=list(hidden_widths(hidden_sizes, "value network hidden_sizes")),
             activation_class=ACTIVATIONS[activation],
         )
 

@@ -14,7 +14,7 @@ each shared module once and hands the same object to every policy that used it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -25,6 +25,7 @@ from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
 from lightmarl.policies.exported import write_export
 from lightmarl.policies.registry import POLICY_DICT_FORMAT, build_policy, read_population, rebuild_shared_modules
+from lightmarl.trust import loading_file
 
 
 class PolicyDict(nn.ModuleDict):
@@ -84,48 +85,81 @@ class PolicyDict(nn.ModuleDict):
         )
 
     @classmethod
-    def load(cls, path: str | Path, map_location: str | torch.device = "cpu", trust_pickle: bool = False) -> PolicyDict:
+    def load(
+        cls,
+        path: str | Path,
+        map_location: str | torch.device = "cpu",
+        trust_pickle: bool = False,
+        trust_code: bool = False,
+        allowed_classes: Sequence[str] = (),
+    ) -> PolicyDict:
         """Rebuild a saved policy dict, an exported population, or every policy of a training checkpoint.
 
-        Files are read weights-only (tensors and plain data: no code runs); ``trust_pickle``
-        allows pickled Python objects, for files from an author you trust.
+        Files are data (:mod:`lightmarl.trust`): they are read weights-only (tensors and plain
+        data), and the classes they name are built only when they are ``lightmarl.policies``
+        classes or listed in ``allowed_classes``. ``trust_pickle`` allows pickled Python objects
+        and ``trust_code`` any class the file names, for files from an author you trust.
 
         Raises:
             ValueError: when the file is none of those, holds pickled objects without
-                ``trust_pickle``, or describes a policy it cannot rebuild.
+                ``trust_pickle``, names a class it may not, or describes a policy it cannot rebuild.
         """
         path = Path(path)
         field = "PolicyDict.load"
-        description, state = read_population(path, field=field, trust_pickle=trust_pickle, map_location=map_location)
-        if "groups" not in description:
-            raise ValueError(
-                f"{str(path)!r}: this checkpoint predates saved group specs; re-save it with this lightmarl"
+        with loading_file(path, field=field, allowed=allowed_classes, trust_code=trust_code):
+            description, state = read_population(
+                path, field=field, trust_pickle=trust_pickle, map_location=map_location
             )
-        groups = {name: _group_from_dict(d) for name, d in description["groups"].items()}
-        built: dict[str, nn.Module] = {}
-        policies: dict[str, Policy] = {}
-        for binding_id, entry in description["bindings"].items():
-            group = groups[entry["group"]]
-            binding_field = f"{str(path)!r} binding {binding_id!r}"
-            injected = rebuild_shared_modules(
-                entry.get("shared_modules", {}),
-                description.get("shared_modules", {}),
-                group,
-                field=binding_field,
-                built=built,
-            )
-            policies[binding_id] = build_policy(
-                entry["class_path"], entry["policy_kwargs"], group, field=binding_field, injected=injected
-            )
+            if "groups" not in description:
+                raise ValueError(
+                    f"{field}: {str(path)!r} holds no group specs (a checkpoint from before they were saved); "
+                    "load its bindings with policy_uri in a recipe, whose env gives the groups"
+                )
+            groups = {
+                name: _group_from_dict(d, f"{field}: {str(path)!r} group {name!r}")
+                for name, d in description["groups"].items()
+            }
+            built: dict[str, nn.Module] = {}
+            policies: dict[str, Policy] = {}
+            for binding_id, entry in description["bindings"].items():
+                binding_field = f"{str(path)!r} binding {binding_id!r}"
+                if entry.get("group") not in groups:
+                    raise ValueError(
+                        f"{binding_field}: group {entry.get('group')!r} is not among the file's groups {sorted(groups)}"
+                    )
+                group = groups[entry["group"]]
+                injected = rebuild_shared_modules(
+                    entry.get("shared_modules", {}),
+                    description.get("shared_modules", {}),
+                    group,
+                    field=binding_field,
+                    built=built,
+                )
+                policies[binding_id] = build_policy(
+                    entry["class_path"],
+                    dict(entry.get("policy_kwargs", {})),
+                    group,
+                    field=binding_field,
+                    injected=injected,
+                )
         out = cls(
             policies,
             {b: groups[e["group"]] for b, e in description["bindings"].items()},
             description.get("shared_modules"),
         )
-        out.load_state_dict({k: v.to(map_location) for k, v in state.items()})
+        try:
+            out.load_state_dict({k: v.to(map_location) for k, v in state.items()})
+        except (RuntimeError, ValueError) as err:
+            detail = " ".join(str(err).split())[:300]
+            raise ValueError(
+                f"{field}: the weights in {str(path)!r} do not fit the policies it describes ({detail})"
+            ) from None
         return out
 
 
-def _group_from_dict(values: Mapping[str, Any]) -> GroupSpec:
+def _group_from_dict(values: Mapping[str, Any], field: str) -> GroupSpec:
     fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-    return GroupSpec(**fields)
+    try:
+        return GroupSpec(**fields)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{field}: not a group spec ({err})") from None

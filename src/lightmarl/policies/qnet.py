@@ -21,7 +21,14 @@ from torchrl.modules import MLP, QValueModule
 from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.policies.base import Policy
-from lightmarl.policies.encoders import ACTIVATIONS, Encoded, activation_class, build_encoder, out_features_of
+from lightmarl.policies.encoders import (
+    ACTIVATIONS,
+    Encoded,
+    activation_class,
+    build_encoder,
+    hidden_widths,
+    out_features_of,
+)
 
 
 class QNetworkPolicy(Policy):
@@ -66,7 +73,7 @@ class QNetworkPolicy(Policy):
             )
         if not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"policy_kwargs.epsilon: expected a value in [0, 1], got {epsilon!r}")
-        self.hidden_sizes = tuple(int(h) for h in hidden_sizes)
+        self.hidden_sizes = hidden_widths(hidden_sizes, "policy_kwargs.hidden_sizes")
         self.register_buffer("epsilon", torch.tensor(float(epsilon)))
         encoder_module = build_encoder(group, encoder, field="policy_kwargs.encoder")
         net = Encoded(

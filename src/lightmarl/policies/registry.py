@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -12,20 +11,34 @@ import torch
 from torch import nn
 
 from lightmarl._imports import import_object, instantiate
-from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.envs.transforms import VecTransform
+from lightmarl.keys import SNAPSHOT_FORMAT
+from lightmarl.policies.artifact import (
+    CHECKPOINT_KEY,
+    POLICY_DICT_FORMAT,
+    _exported,
+    _is_population,
+    _population_of,
+    artifact_of_saved,
+    read_artifact,
+)
 from lightmarl.policies.base import Policy
-from lightmarl.policies.exported import is_export, read_export
+from lightmarl.policies.exported import is_export
 from lightmarl.policies.input_transforms import ORIGIN_KEY as INPUT_TRANSFORMS
 from lightmarl.policies.input_transforms import attach_input_transforms, host_normalization, input_transforms_of
-from lightmarl.policies.loading import load_torch_file
+from lightmarl.policies.loading import load_torch_file, resolve_class
 from lightmarl.population import PolicyBinding
+from lightmarl.trust import loading_file, recipe_class_paths
 
-#: key under which a lightmarl checkpoint describes its bindings (see ``MARLModule.on_save_checkpoint``).
-CHECKPOINT_KEY = "lightmarl"
-#: the ``format`` entry of a :meth:`PolicyDict.save` file.
-POLICY_DICT_FORMAT = "lightmarl.policy_dict/1"
+__all__ = [
+    "CHECKPOINT_KEY",
+    "POLICY_DICT_FORMAT",
+    "PolicyRegistry",
+    "build_policy",
+    "load_policy_from_uri",
+    "read_population",
+]
 
 
 class PolicyRegistry:
@@ -44,12 +57,19 @@ class PolicyRegistry:
     Every policy is then checked against the env with ``initialize_to_environment``, and
     remembers where it came from in ``policy.origin`` (class path and kwargs), so that a
     checkpoint of a run that loaded it can be loaded again.
+
+    A file is data (:mod:`lightmarl.trust`): the classes a saved file names are built only when
+    they are ``lightmarl.policies`` classes, are in ``allowed`` or the binding sets ``trust_code``.
+
+    Args:
+        allowed: class paths the recipe names (:func:`lightmarl.trust.recipe_class_paths`).
     """
 
-    def __init__(self, env_transforms: Sequence[VecTransform] = ()) -> None:
+    def __init__(self, env_transforms: Sequence[VecTransform] = (), allowed: Iterable[str] = ()) -> None:
         #: the recipe's env transforms: a loaded policy undoes their normalization of its group.
         self.env_transforms = list(env_transforms)
         self._cache: dict[tuple, Policy] = {}
+        self.allowed = frozenset(allowed)
 
     def get(
         self,
@@ -81,6 +101,8 @@ class PolicyRegistry:
             binding.policy_kwargs,
             trust_pickle=binding.trust_pickle,
             env_transforms=self.env_transforms,
+            trust_code=binding.trust_code,
+            allowed=self.allowed | recipe_class_paths(binding.policy_kwargs),
         )
 
 
@@ -117,55 +139,63 @@ def load_policy_from_uri(
     *,
     trust_pickle: bool = False,
     env_transforms: Sequence[VecTransform] = (),
+    trust_code: bool = False,
+    allowed: Iterable[str] = (),
 ) -> Policy:
     """The policy saved at ``uri`` (see :class:`PolicyRegistry`), read weights-only unless ``trust_pickle``.
+
+    ``group`` is the recipe's: the file's own env is never built. Classes the file names are
+    built only as :mod:`lightmarl.trust` allows (``allowed``: the recipe's class paths;
+    ``trust_code``: the user trusts the file's author).
 
     A policy from a file that records its run's env transforms (a checkpoint, an export, a league
     snapshot) sees its observations as in that run: ``env_transforms`` (the recipe's) normalization
     of its group is undone and its own run's applied (:mod:`lightmarl.policies.input_transforms`).
     """
-    # Above this layer (the inference package reads every saved form): imported when used.
-    from lightmarl.inference.artifact import SNAPSHOT_FORMAT, artifact_of_saved, read_artifact
-
     field = f"binding {binding_id!r}.policy_uri"
     location, _, fragment = uri.partition("#")
     path_text, _, query = location.partition("?")
     path = Path(path_text)
-    saved = None if is_export(path) else load_torch_file(path, field=field, trust_pickle=trust_pickle)
-    if saved is None or _is_population(saved) or (isinstance(saved, dict) and saved.get("format") == SNAPSHOT_FORMAT):
-        artifact = read_artifact(path, field=field) if saved is None else artifact_of_saved(saved, path, field)
-        source_id = fragment or binding_id
-        if saved is not None and saved.get("format") == SNAPSHOT_FORMAT:
-            (source_id,) = artifact.bindings  # a snapshot holds one player's policy
-            if fragment and fragment != source_id:
-                raise ValueError(f"{field}: {str(path)!r} is the snapshot of player {source_id!r}, not {fragment!r}")
-        description = {"bindings": artifact.bindings, "shared_modules": artifact.shared_modules}
-        policy = _from_population(description, artifact.state, path, source_id, group, field)
-        entry = artifact.bindings[source_id]
-        if INPUT_TRANSFORMS in entry:  # an NPC of that run: its own run's normalization, kept through
-            norms = entry[INPUT_TRANSFORMS]
-        elif artifact.transforms_recorded:
+    class_path = parse_qs(query).get("class_path", [None])[0]  # named by the recipe's URI: allowed
+    allowed = frozenset(allowed) | ({class_path} if class_path else set())
+    with loading_file(path, field=field, allowed=allowed, trust_code=trust_code):
+        saved = None if is_export(path) else load_torch_file(path, field=field, trust_pickle=trust_pickle)
+        is_snapshot = isinstance(saved, dict) and saved.get("format") == SNAPSHOT_FORMAT
+        if saved is None or _is_population(saved) or is_snapshot:
+            artifact = read_artifact(path, field=field) if saved is None else artifact_of_saved(saved, path, field)
+            source_id = fragment or binding_id
+            if is_snapshot:
+                (source_id,) = artifact.bindings  # a snapshot holds one player's policy
+                if fragment and fragment != source_id:
+                    raise ValueError(
+                        f"{field}: {str(path)!r} is the snapshot of player {source_id!r}, not {fragment!r}"
+                    )
+            description = {"bindings": artifact.bindings, "shared_modules": artifact.shared_modules}
+            policy = _from_population(description, artifact.state, path, source_id, group, field)
+            entry = artifact.bindings[source_id]
+            if INPUT_TRANSFORMS in entry:  # an NPC of that run: its own run's normalization, kept through
+                norms = entry[INPUT_TRANSFORMS]
+            elif artifact.transforms_recorded:
+                try:
+                    norms = input_transforms_of(artifact.transforms, entry["group"])
+                except ValueError as err:
+                    raise ValueError(f"{field}: {err}") from None
+            else:  # a file that does not say how its run saw observations (a PolicyDict file): used as saved
+                return policy
             try:
-                norms = input_transforms_of(artifact.transforms, entry["group"])
+                host = host_normalization(env_transforms, group.name)
             except ValueError as err:
                 raise ValueError(f"{field}: {err}") from None
-        else:  # a file that does not say how its run saw observations (a PolicyDict file): used as saved
+            return attach_input_transforms(policy, norms, host)
+        if isinstance(saved, dict) and saved and all(isinstance(v, torch.Tensor) for v in saved.values()):
+            if class_path is None:
+                raise ValueError(
+                    f"{field}: {str(path)!r} is a plain state_dict; name its policy class in the URI, "
+                    f"e.g. '{path_text}?class_path=lightmarl.policies.MLPActorCritic'"
+                )
+            policy = build_policy(class_path, policy_kwargs, group, field=field)
+            _load_weights(policy, saved, field, f"{class_path}{policy_kwargs}")
             return policy
-        try:
-            host = host_normalization(env_transforms, group.name)
-        except ValueError as err:
-            raise ValueError(f"{field}: {err}") from None
-        return attach_input_transforms(policy, norms, host)
-    if isinstance(saved, dict) and saved and all(isinstance(v, torch.Tensor) for v in saved.values()):
-        class_path = parse_qs(query).get("class_path", [None])[0]
-        if class_path is None:
-            raise ValueError(
-                f"{field}: {str(path)!r} is a plain state_dict; name its policy class in the URI, "
-                f"e.g. '{path_text}?class_path=lightmarl.policies.MLPActorCritic'"
-            )
-        policy = build_policy(class_path, policy_kwargs, group, field=field)
-        _load_weights(policy, saved, field, f"{class_path}{policy_kwargs}")
-        return policy
     raise ValueError(
         f"{field}: {str(path)!r} is neither a lightmarl checkpoint, a saved PolicyDict, an exported "
         "population nor a state_dict of tensors"
@@ -187,30 +217,11 @@ def read_population(
         ValueError: naming ``field`` when the file is none of those or cannot be read.
     """
     if is_export(path):
-        return read_export(path, field=field)
+        return _exported(path, field)
     saved = load_torch_file(path, field=field, trust_pickle=trust_pickle, map_location=map_location)
     if not _is_population(saved):
         raise ValueError(f"{field}: {str(path)!r} is neither a saved PolicyDict, a lightmarl checkpoint nor an export")
-    return _population_of(saved)
-
-
-def _is_population(saved: Any) -> bool:
-    return isinstance(saved, dict) and (CHECKPOINT_KEY in saved or saved.get("format") == POLICY_DICT_FORMAT)
-
-
-def _population_of(saved: dict) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    if saved.get("format") == POLICY_DICT_FORMAT:
-        return saved, saved["state_dict"]
-    # A training checkpoint: the policies live under the LightningModule's population.
-    prefix = "population.policies."
-    state = {k[len(prefix) :]: v for k, v in saved["state_dict"].items() if k.startswith(prefix)}
-    description = saved[CHECKPOINT_KEY]
-    env = description.get("env") or {}
-    if "groups" not in description and "env_fn" in env:
-        # Checkpoints written before group specs were saved: rebuild them from the PettingZoo env they name.
-        groups = PettingZooEnvConfig(env_fn=env["env_fn"], env_kwargs=env.get("env_kwargs") or {}).spec().groups
-        description = {**description, "groups": {name: dataclasses.asdict(g) for name, g in groups.items()}}
-    return description, state
+    return _population_of(saved, field)
 
 
 def _from_population(
@@ -228,7 +239,11 @@ def _from_population(
     shared_specs = description.get("shared_modules", {})
     injected = rebuild_shared_modules(entry.get("shared_modules", {}), shared_specs, group, field=field)
     policy = build_policy(
-        entry["class_path"], entry["policy_kwargs"], group, field=f"{field} ({source_id})", injected=injected
+        entry["class_path"],
+        dict(entry.get("policy_kwargs", {})),
+        group,
+        field=f"{field} ({source_id})",
+        injected=injected,
     )
     prefix = f"{source_id}."
     weights = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
@@ -252,9 +267,12 @@ def rebuild_shared_modules(
             raise ValueError(f"{field}: the saved policy uses shared module {name!r}, which the file does not describe")
         if built is None or name not in built:
             spec = specs[name]
+            module_field = f"{field} (shared module {name!r})"
+            # Checked before it is built: a shared module must be an nn.Module class (lightmarl.trust).
+            resolve_class(str(spec["class_path"]), field=f"{module_field}.class_path", source=field)
             module = instantiate(
-                {"class_path": spec["class_path"], "init_args": spec.get("init_args", {})},
-                field=f"{field} (shared module {name!r})",
+                {"class_path": spec["class_path"], "init_args": spec.get("init_args") or {}},
+                field=module_field,
                 group=group,
             )
             if built is not None:

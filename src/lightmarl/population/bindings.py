@@ -36,6 +36,9 @@ class PolicyBinding:
         trust_pickle: let ``policy_uri`` load a file holding pickled Python objects. Unpickling can
             run code, so by default only tensors and plain data are read (every file lightmarl
             writes is such a file); set it only for files from an author you trust.
+        trust_code: let ``policy_uri`` build classes the file names that are neither
+            ``lightmarl.policies`` classes nor named by the recipe (:mod:`lightmarl.trust`). Importing
+            and building them runs their code; set it only for files from an author you trust.
     """
 
     id: str
@@ -46,6 +49,7 @@ class PolicyBinding:
     loss_profile: str = DEFAULT_LOSS_PROFILE
     device: str | None = None
     trust_pickle: bool = False
+    trust_code: bool = False
 
     def __post_init__(self) -> None:
         self.policy_kwargs = plain_data(self.policy_kwargs)
@@ -62,6 +66,7 @@ class PolicyBindingConfig(TypedDict):
     loss_profile: NotRequired[str]
     device: NotRequired[str | None]
     trust_pickle: NotRequired[bool]
+    trust_code: NotRequired[bool]
 
 
 def as_binding(spec: PolicyBinding | PolicyBindingConfig | dict[str, Any]) -> PolicyBinding:

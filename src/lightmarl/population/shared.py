@@ -143,6 +143,9 @@ def _check_settings(field_name: str, config: dict[str, Any]) -> None:
     lr = config.get("lr", 1e-3)
     if not isinstance(lr, (int, float)) or lr <= 0:
         raise ValueError(f"{field_name}.lr: expected a positive number, got {lr!r}")
+    max_grad_norm = config.get("max_grad_norm")
+    if max_grad_norm is not None and (not isinstance(max_grad_norm, (int, float)) or max_grad_norm <= 0):
+        raise ValueError(f"{field_name}.max_grad_norm: expected a positive number or null, got {max_grad_norm!r}")
     if config.get("optimizer", "adam") not in ("adam", "sgd"):
         raise ValueError(f"{field_name}.optimizer: expected 'adam' or 'sgd', got {config.get('optimizer')!r}")
 

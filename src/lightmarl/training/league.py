@@ -36,9 +36,11 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightmarl import keys
 from lightmarl.data.rollout import RolloutStep
 from lightmarl.envs.spec import EnvSpec
+from lightmarl.errors import ConfigError
 from lightmarl.evaluation.head_to_head import PayoffMatrix
 from lightmarl.evaluation.plots import plot_payoff_heatmap
 from lightmarl.league import LeagueManager, PayoffSettings, PretrainedSpec, RatingSettings, RoleSpec, SnapshotStore
+from lightmarl.league.manager import role_class
 from lightmarl.league.matchmaking import Matchmaker, Seating, outcome_from_returns
 from lightmarl.league.payoff import BattleSharedPayoff
 from lightmarl.league.player import ActivePlayer, HistoricalPlayer
@@ -163,7 +165,11 @@ class LeagueTraining:
         bindings = [as_binding(b) for b in policy_bindings or []]
         by_id = {b.id: b for b in bindings}
         self.player_binding_ids = [role.binding for role in config.roles]
-        for role in config.roles:
+        for i, role in enumerate(config.roles):
+            try:  # the role's class and settings, before any env exists (the manager is built in setup)
+                role_class(role.class_path).make_settings(dict(role.settings))
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"league.roles[{i}] (binding {role.binding!r}): {err}") from None
             binding = by_id.get(role.binding)
             if binding is None or not binding.trainable:
                 raise ValueError(
@@ -273,6 +279,19 @@ class LeagueTraining:
             max_redraws=self.config.max_redraws,
         )
         self._returns = torch.zeros(module.env_config.num_envs, len(self.seats), dtype=torch.float64)
+        for player in manager.historical_players:  # pretrained opponents: a bad file fails before the first step
+            template = self.slot_ids[0] if self.slot_ids else self.player_binding_ids[0]
+            self._set_weights_check(template, player.checkpoint_path, f"league.pretrained ({player.player_id!r})")
+
+    def _set_weights_check(self, binding: str, path: str, field: str) -> None:
+        assert self.module is not None
+        weights = self.module.get_weights(binding)
+        try:
+            self.module.set_weights(binding, self.store.load(path))
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"{field}: {err}") from None
+        finally:
+            self.module.set_weights(binding, weights)
 
     @property
     def manager(self) -> LeagueManager:
@@ -336,7 +355,7 @@ class LeagueTraining:
         assert self.matchmaker is not None and self.module is not None
         for seating in seatings:
             if seating.load is not None:
-                self.module.set_weights(seating.opponent_binding, self.store.load(seating.load))
+                self._set_weights(seating.opponent_binding, seating.load)
             self.matchmaker.seatings[seating.copy] = seating
 
     def _install_map(self) -> None:
@@ -406,12 +425,20 @@ class LeagueTraining:
         """Load weights into a player's live binding and forget its optimizer's state (a fresh start)."""
         assert self.module is not None
         binding = self.binding_of(player_id)
-        self.module.set_weights(binding, self.store.load(path))
+        self._set_weights(binding, path)
         optimizer = self.module.named_optimizers().get(binding)
         if optimizer is not None:
             getattr(optimizer, "optimizer", optimizer).state.clear()
         assert self.module.marl_trainer is not None
         self.module.marl_trainer.unit_trainers[binding].restart()
+
+    def _set_weights(self, binding: str, path: str) -> None:
+        """Load a snapshot file into a binding; a missing, corrupt or misfitting file is one line naming it."""
+        assert self.module is not None
+        try:
+            self.module.set_weights(binding, self.store.load(path))
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"league: {err}") from None
 
     def metrics(self) -> dict[str, float]:
         """``league/<player>/...`` per active player and the league's size (rank 0's view)."""

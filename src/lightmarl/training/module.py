@@ -41,6 +41,7 @@ from lightmarl.training.resume import RunResume
 from lightmarl.training.rollouts import tick_loader
 from lightmarl.training.stepper import LightningStepper, assert_ranks_in_sync
 from lightmarl.training.storage import check_run_directories, use_atomic_checkpoints
+from lightmarl.trust import recipe_class_paths
 
 
 class MARLModule(LightningModule):
@@ -138,6 +139,15 @@ class MARLModule(LightningModule):
         ):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"model.{name}: expected a positive integer, got {value!r}")
+        for name, optional in (("eval_num_envs", eval_num_envs), ("cpu_threads", cpu_threads)):
+            if optional is not None and (isinstance(optional, bool) or not isinstance(optional, int) or optional < 1):
+                raise ValueError(f"model.{name}: expected a positive integer or null (the default), got {optional!r}")
+        if policy_bindings is not None and len(policy_bindings) == 0:
+            # An empty list would quietly become the default binding: say so instead.
+            raise ValueError(
+                "model.policy_bindings: the list is empty; list at least one binding, or leave policy_bindings "
+                "unset for the default (one trainable 'main' binding of lightmarl.policies.MLPActorCritic)"
+            )
         self.env_config = env or PettingZooEnvConfig()
         self.algorithm = algorithm or PPO()
         self.algorithms = dict(algorithms or {})
@@ -186,7 +196,11 @@ class MARLModule(LightningModule):
                     f"trainable bindings are {self.table.trainable_ids}"
                 )
         self.shared = SharedModules(shared_modules, self.table, self.env_spec)
-        registry = PolicyRegistry(self.env_config.transforms)  # loaded policies see inputs as in their own runs
+        # Loaded policies see inputs as in their own runs (env transforms); a policy_uri file may name the
+        # classes this recipe names, and lightmarl's own (lightmarl.trust).
+        registry = PolicyRegistry(
+            self.env_config.transforms, allowed=recipe_class_paths(self.table.bindings, shared_modules)
+        )
         policies = {
             b: registry.get(
                 self.table.binding(b),
@@ -270,8 +284,55 @@ class MARLModule(LightningModule):
         return self.env_config.num_envs * self.rollout_steps * world
 
     @property
+    def remaining_iterations(self) -> int:
+        """Iterations left until ``max_frames``, counted from the frames done (a resumed run's come from its checkpoint)."""
+        return max(0, math.ceil((self.max_frames - self.frames) / self.frames_per_iteration))
+
+    @property
     def total_iterations(self) -> int:
-        return math.ceil(self.max_frames / self.frames_per_iteration)
+        """Iterations of the whole run: those done and those left."""
+        return self.iterations + self.remaining_iterations
+
+    def _iteration_shape(self) -> dict[str, int]:
+        world = self._trainer.world_size if self._trainer is not None else 1
+        return {
+            "env.num_envs": self.env_config.num_envs,
+            "model.rollout_steps": self.rollout_steps,
+            "world size": world,
+        }
+
+    def _check_resumed_budget(self, state: dict[str, Any]) -> None:
+        """A resume whose iterations take another number of frames continues to exactly ``max_frames`` or is refused.
+
+        The budget counts frames: those done come from the checkpoint, so a resumed run with more env
+        copies, a longer rollout or more processes neither trains past ``max_frames`` nor stops short
+        of it, and says which it would have to do instead.
+        """
+        saved = state.get("iteration_shape")
+        now = self._iteration_shape()
+        fpi = self.frames_per_iteration
+        if isinstance(saved, dict):
+            changed = [f"{k} {saved[k]} -> {now[k]}" for k in now if k in saved and saved[k] != now[k]]
+        elif self.iterations > 0 and self.frames != self.iterations * fpi:  # a checkpoint without the shape
+            changed = [f"frames per iteration {self.frames // self.iterations} -> {fpi}"]
+        else:
+            changed = []
+        left = self.max_frames - self.frames
+        if not changed or left <= 0:
+            return
+        if left % fpi == 0:
+            rank_zero_info(
+                f"lightmarl: resuming with {', '.join(changed)}: {left // fpi} iterations of {fpi} frames "
+                f"reach model.max_frames {self.max_frames} exactly"
+            )
+            return
+        below, above = self.frames + left // fpi * fpi, self.frames + -(-left // fpi) * fpi
+        options = " or ".join(str(n) for n in dict.fromkeys(n for n in (below, above) if n > self.frames))
+        raise ConfigError(
+            f"--ckpt_path: the run is resumed with {', '.join(changed)}; the {self.frames} frames done leave {left} "
+            f"of model.max_frames {self.max_frames}, not a whole number of iterations of {fpi} frames. Resume "
+            f"with the settings the checkpoint was written with, or set model.max_frames to {options}"
+        )
 
     def algorithm_of(self, binding_id: str) -> Algorithm:
         return self.algorithms.get(binding_id, self.algorithm)
@@ -364,7 +425,7 @@ class MARLModule(LightningModule):
 
     def on_train_start(self) -> None:
         self._resume.restore_rng(self.device)  # last: nothing may draw from the RNG streams after them
-        if self.iterations >= self.total_iterations:
+        if self.frames >= self.max_frames:
             # Resumed from a checkpoint of a finished run: no iteration would run, so no training
             # step would ever stop the (max_epochs: -1) fit loop, which would spin on empty epochs.
             rank_zero_info(
@@ -407,7 +468,7 @@ class MARLModule(LightningModule):
 
     # -- data -----------------------------------------------------------------------------
     def train_dataloader(self):
-        return tick_loader(self.iterations_per_epoch, lambda: self.total_iterations - self.iterations)
+        return tick_loader(self.iterations_per_epoch, lambda: self.remaining_iterations)
 
     def val_dataloader(self):
         return tick_loader()
@@ -450,7 +511,7 @@ class MARLModule(LightningModule):
         if f"collect/{first}/episode_return" in logs:
             progress["return"] = logs[f"collect/{first}/episode_return"]
         self.log_dict(progress, prog_bar=True, logger=False, on_step=True, on_epoch=False, batch_size=1)
-        if self.iterations >= self.total_iterations:
+        if self.frames >= self.max_frames:
             self.trainer.should_stop = True
 
     # -- evaluation -----------------------------------------------------------------------
@@ -525,6 +586,8 @@ class MARLModule(LightningModule):
         checkpoint[CHECKPOINT_KEY] = {
             "frames": self.frames,
             "iterations": self.iterations,
+            # What an iteration was made of: a resume with another shape is checked against the budget.
+            "iteration_shape": self._iteration_shape(),
             "env": self.env_config.describe(),
             # Running statistics of the env's transforms (e.g. ObservationNorm), used frozen by `validate`.
             "env_transforms": transforms_state_dict(self.env_config.transforms),
@@ -551,10 +614,50 @@ class MARLModule(LightningModule):
                 self._collector, self.marl_trainer, self.league, self.device
             )
 
+    def check_checkpoint_fits(self, state_dict: Any, *, field: str) -> None:
+        """Raise a :class:`ConfigError` naming what differs when ``state_dict`` cannot load into this module.
+
+        (Lightning's strict load raises a multi-line ``RuntimeError``, or TensorDict's "key sets don't match".)
+        """
+        own = self.state_dict()
+        if not isinstance(state_dict, dict):
+            raise ConfigError(f"{field}: the checkpoint's state_dict is not a table of tensors")
+        problems = []
+        missing = sorted(set(own) - set(state_dict))
+        unexpected = sorted(set(state_dict) - set(own))
+        shapes = [
+            f"{key} is {list(state_dict[key].shape)} in the checkpoint, {list(value.shape)} in the recipe"
+            for key, value in own.items()
+            if isinstance(value, torch.Tensor)
+            and isinstance(state_dict.get(key), torch.Tensor)
+            and state_dict[key].shape != value.shape
+        ]
+        for label, items in (("shapes differ", shapes), ("missing", missing), ("unexpected", unexpected)):
+            if items:
+                more = f" and {len(items) - 2} more" if len(items) > 2 else ""
+                problems.append(f"{label}: {'; '.join(items[:2])}{more}")
+        if problems:
+            raise ConfigError(
+                f"{field}: the checkpoint does not fit this recipe's population (another env, policy class or "
+                f"policy_kwargs?): {'; '.join(problems)}"
+            )
+
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        try:
+            self._load_checkpoint_state(checkpoint)
+        except ConfigError:
+            raise
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+            # Another recipe's or a damaged checkpoint: one line naming what does not fit, not a traceback.
+            detail = err if isinstance(err, ValueError) else f"{type(err).__name__}: {err}"
+            raise ConfigError(f"--ckpt_path: the checkpoint's state does not fit this run ({detail})") from err
+
+    def _load_checkpoint_state(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get(CHECKPOINT_KEY, {})
         self.frames = int(state.get("frames", 0))
         self.iterations = int(state.get("iterations", 0))
+        if self.marl_trainer is not None:  # fit: the budget left, in the frames an iteration now takes
+            self._check_resumed_budget(state)
         load_transforms_state_dict(self.env_config.transforms, state.get("env_transforms", []))
         # `fit --ckpt_path` restores after setup("fit") built the trainers (and their target networks
         # from the still random policy): their saved state replaces that now. `validate` has no trainers.

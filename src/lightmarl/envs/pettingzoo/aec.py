@@ -47,7 +47,7 @@ from lightmarl.envs.pettingzoo.checks import call_checked, first_legal_action
 from lightmarl.envs.pettingzoo.parallel import ParallelSlice
 from lightmarl.envs.pettingzoo.spec import env_spec_of
 from lightmarl.envs.spec import EnvSpec
-from lightmarl.errors import EnvContractError
+from lightmarl.errors import EnvContractError, TrainingFault
 
 
 def is_aec_env(env: Any) -> bool:
@@ -195,7 +195,8 @@ class AECSlice(ParallelSlice):
         try:
             env.step(action)
         except Exception as err:
-            raise RuntimeError(
+            # A fault of the run (exit code 3 in the CLI), like a worker that died: an env bug is not retried.
+            raise TrainingFault(
                 f"{self.where(e)} raised in step() of agent {agent!r} (action {action!r}): {type(err).__name__}: {err}"
             ) from err
         self._add_rewards(e, env, nxt)

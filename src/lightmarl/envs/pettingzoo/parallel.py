@@ -15,6 +15,7 @@ import numpy as np
 from lightmarl import keys
 from lightmarl.envs.layout import ROOT, Arrays, GroupLayout, empty_current, empty_next, episode_seed, write_infos
 from lightmarl.envs.runners.worker import close_envs
+from lightmarl.errors import TrainingFault
 
 
 class ParallelSlice:
@@ -145,7 +146,8 @@ class ParallelSlice:
         try:
             observations, rewards, terminations, truncations, infos = env.step(joint)
         except Exception as err:
-            raise RuntimeError(f"{self.where(e)} raised in step(): {type(err).__name__}: {err}") from err
+            # A fault of the run (exit code 3 in the CLI), like a worker that died: an env bug is not retried.
+            raise TrainingFault(f"{self.where(e)} raised in step(): {type(err).__name__}: {err}") from err
         self.write_obs(nxt, e, observations, ())
         if self.info_fields:
             write_infos(nxt, e, self.slot, infos, self.info_fields, self.where(e))

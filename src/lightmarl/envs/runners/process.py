@@ -351,7 +351,9 @@ class ProcessVecEnv(ReplayingVecEnv):
             errors.sort(key=lambda e: e[0].index)
             w, message, remote = errors[0]
             more = f" (and {len(errors) - 1} more worker(s) failed)" if len(errors) > 1 else ""
-            error = RuntimeError(f"{message} [in {w.describe()}]{more}")
+            # An env that raised in a step is a fault of the run, like a worker that died (exit code 3).
+            kind = TrainingFault if command == "step" else RuntimeError
+            error = kind(f"{message} [in {w.describe()}]{more}")
             error.__cause__ = RemoteTraceback(remote)
             if command == "start":
                 raise _Fatal(error)

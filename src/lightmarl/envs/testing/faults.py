@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from lightmarl.envs.testing.match import MatchTargetEnv
 
-Fault = Literal["nan_reward", "hang", "crash"]
+Fault = Literal["nan_reward", "hang", "crash", "raise"]
 
 #: exit code of a worker process that ``fault="crash"`` killed.
 CRASH_EXIT_CODE = 13
@@ -29,7 +29,8 @@ class FaultyMatchEnv(MatchTargetEnv):
 
     Args:
         fault: ``nan_reward`` (the rewards of ``fault_agents`` are NaN), ``hang`` (``step`` sleeps
-            ``hang_seconds``) or ``crash`` (the process exits with :data:`CRASH_EXIT_CODE` at once).
+            ``hang_seconds``), ``crash`` (the process exits with :data:`CRASH_EXIT_CODE` at once) or
+            ``raise`` (``step`` raises a ``RuntimeError``, as a buggy env would).
         fault_seeds: reset seeds of the copies that fail (``None``: every copy reset with a seed).
         fault_step: the first step (since the env was built) that fails.
         fault_agents: agents whose rewards turn NaN (``nan_reward``; default: every agent).
@@ -49,8 +50,8 @@ class FaultyMatchEnv(MatchTargetEnv):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if fault not in ("nan_reward", "hang", "crash"):
-            raise ValueError(f"FaultyMatchEnv: fault must be 'nan_reward', 'hang' or 'crash', got {fault!r}")
+        if fault not in ("nan_reward", "hang", "crash", "raise"):
+            raise ValueError(f"FaultyMatchEnv: fault must be 'nan_reward', 'hang', 'crash' or 'raise', got {fault!r}")
         self.fault = fault
         self.fault_seeds = None if fault_seeds is None else {int(s) for s in fault_seeds}
         self.fault_step = fault_step
@@ -74,6 +75,8 @@ class FaultyMatchEnv(MatchTargetEnv):
         if failing and self.fault != "nan_reward" and self._first_time():
             if self.fault == "crash":
                 os._exit(CRASH_EXIT_CODE)  # as a segfault would: no exception, no cleanup
+            if self.fault == "raise":
+                raise RuntimeError(f"FaultyMatchEnv: step {self.steps - 1} failed on purpose")
             time.sleep(self.hang_seconds)
         observations, rewards, terminations, truncations, infos = super().step(actions)
         if failing and self.fault == "nan_reward":

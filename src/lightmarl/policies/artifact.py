@@ -4,11 +4,12 @@
 group, weights), the env transforms with their statistics, the agent -> binding map, the env's
 agents, the run's counters and the league's snapshots and mixtures. :func:`write_artifact`
 writes it in the export format (:mod:`lightmarl.policies.exported`), and
-:func:`lightmarl.load_population` builds a :class:`~lightmarl.inference.Population` from it.
+:func:`lightmarl.load_population` builds a :class:`~lightmarl.inference.Population` from it. It lives
+in ``policies`` (re-exported by :mod:`lightmarl.inference`) because ``policy_uri`` reads the same files.
 
 Files are read weights-only (torch files) or as JSON + safetensors (exports): no code runs.
-Class paths found in them are checked by :func:`~lightmarl.inference.allowed.resolve_allowed_class`
-before anything is built.
+Class paths found in them are checked by :func:`~lightmarl.policies.loading.resolve_class` (the
+loading rule of :mod:`lightmarl.trust`) before anything is built.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from typing import Any
 import torch
 
 from lightmarl.envs.spec import GroupSpec
-from lightmarl.inference.allowed import check_class_paths
-from lightmarl.league.snapshots import SNAPSHOT_FORMAT
+from lightmarl.envs.transforms import VecTransform
+from lightmarl.keys import SNAPSHOT_FORMAT
 from lightmarl.policies.exported import (
     DESCRIPTION_FILE,
     SNAPSHOT_DIR,
@@ -36,9 +37,12 @@ from lightmarl.policies.exported import (
     split_tensors,
     write_export,
 )
-from lightmarl.policies.loading import load_torch_file
-from lightmarl.policies.registry import CHECKPOINT_KEY, POLICY_DICT_FORMAT, _population_of
+from lightmarl.policies.loading import load_torch_file, resolve_class
 
+#: key under which a lightmarl checkpoint describes its bindings (see ``MARLModule.on_save_checkpoint``).
+CHECKPOINT_KEY = "lightmarl"
+#: the ``format`` entry of a :meth:`PolicyDict.save` file.
+POLICY_DICT_FORMAT = "lightmarl.policy_dict/1"
 #: the Lightning checkpoint entry of the league's state (``lightmarl.training.league.CHECKPOINT_KEY``).
 LEAGUE_KEY = "lightmarl_league"
 
@@ -130,14 +134,35 @@ class Artifact:
             agent_binding_map=agent_map,
         )
 
-    def check_classes(self, allow: Collection[str] = ()) -> None:
-        """Every class the artifact names is one a file may name (:mod:`lightmarl.inference.allowed`)."""
-        where = f"{self.source!r}"
-        check_class_paths(self.bindings, field=f"{where} bindings", allow=allow)
-        check_class_paths(self.shared_modules, field=f"{where} shared_modules", allow=allow)
-        check_class_paths(self.transforms, field=f"{where} transforms", allow=allow)
+    def check_classes(self, allow: Collection[str] = (), *, trust_code: bool = False) -> None:
+        """Every class the artifact names is one the loading rule lets a file name (:mod:`lightmarl.trust`).
+
+        Resolved with :func:`~lightmarl.policies.loading.resolve_class` before anything is built:
+        lightmarl's policy classes and env transforms, the class paths in ``allow``, or anything
+        with ``trust_code``.
+        """
+        check = {"allowed": allow, "trust_code": trust_code, "source": self.source}
+        for binding_id, entry in self.bindings.items():
+            _check_class_paths(entry, field=f"binding {binding_id!r}", **check)
+        _check_class_paths(self.shared_modules, field="shared_modules", **check)
+        _check_class_paths(self.transforms, field="transforms", base=VecTransform, **check)
         for snapshot in self.snapshots:
-            check_class_paths(snapshot.binding, field=f"{where} snapshot {snapshot.id!r}", allow=allow)
+            _check_class_paths(snapshot.binding, field=f"snapshot {snapshot.id!r}", **check)
+
+
+def _check_class_paths(value: Any, *, field: str, base: type | None = None, **rule: Any) -> None:
+    """Resolve every ``class_path`` entry anywhere in ``value`` (nested dicts and lists) with
+    :func:`~lightmarl.policies.loading.resolve_class`, so that building from ``value`` imports nothing
+    else; ``field`` grows with the path to each entry (``binding 'main'.policy_kwargs.encoder.class_path``)."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if key == "class_path" and isinstance(item, str):
+                resolve_class(item, field=f"{field}.class_path", base=base, **rule)
+            else:
+                _check_class_paths(item, field=f"{field}.{key}", base=base, **rule)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_class_paths(item, field=f"{field}[{i}]", base=base, **rule)
 
 
 def group_from_dict(values: Mapping[str, Any]) -> GroupSpec:
@@ -230,7 +255,7 @@ def artifact_of_saved(saved: Any, path: Path, field: str) -> Artifact:
             "PolicyDict nor a self-describing league snapshot (snapshots written before lightmarl recorded their "
             "policy class are bare state dicts: load them with the checkpoint of their run)"
         )
-    description, state = _population_of(saved)
+    description, state = _population_of(saved, field)
     description.setdefault("groups", {})  # checkpoints before saved group specs: bindings still load by policy_uri
     if saved.get("format") == POLICY_DICT_FORMAT:
         return Artifact(
@@ -449,3 +474,62 @@ def write_artifact(artifact: Artifact, directory: str | Path, *, with_snapshots:
     return write_export(
         directory, description, artifact.state, transform_tensors=transform_tensors, snapshots=snapshot_files
     )
+
+
+def _is_population(saved: Any) -> bool:
+    return isinstance(saved, dict) and (CHECKPOINT_KEY in saved or saved.get("format") == POLICY_DICT_FORMAT)
+
+
+def _population_of(saved: dict, field: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    # The group specs are the file's data; an env the file names is never built (lightmarl.trust).
+    if saved.get("format") == POLICY_DICT_FORMAT:
+        description, state = saved, saved.get("state_dict")
+    else:  # a training checkpoint: the policies live under the LightningModule's population
+        prefix = "population.policies."
+        state_dict = saved.get("state_dict")
+        state = (
+            {k[len(prefix) :]: v for k, v in state_dict.items() if isinstance(k, str) and k.startswith(prefix)}
+            if isinstance(state_dict, Mapping)
+            else None
+        )
+        description = saved[CHECKPOINT_KEY]
+    _check_description(description, state, field)
+    return dict(description), dict(state or {})
+
+
+def _check_description(description: Any, state: Any, field: str) -> None:
+    """A saved population's description is the plain data lightmarl writes (else a one-line error)."""
+    problem = None
+    if not isinstance(description, Mapping) or not isinstance(description.get("bindings"), Mapping):
+        problem = "no 'bindings' table"
+    elif not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        problem = "its weights are not a table of tensors"
+    else:
+        for binding_id, entry in description["bindings"].items():
+            if not (
+                isinstance(entry, Mapping)
+                and isinstance(entry.get("class_path"), str)
+                and isinstance(entry.get("policy_kwargs", {}), Mapping)
+                and isinstance(entry.get("shared_modules", {}), Mapping)
+            ):
+                problem = f"binding {binding_id!r} is not {{class_path, policy_kwargs, group}}"
+                break
+        shared = description.get("shared_modules", {})
+        if problem is None and not (
+            isinstance(shared, Mapping)
+            and all(isinstance(s, Mapping) and isinstance(s.get("class_path"), str) for s in shared.values())
+        ):
+            problem = "its shared_modules are not {class_path, init_args} tables"
+        groups = description.get("groups", {})
+        if problem is None and not (
+            isinstance(groups, Mapping) and all(isinstance(g, Mapping) for g in groups.values())
+        ):
+            problem = "its groups are not tables of fields"
+    if problem is not None:
+        raise ValueError(f"{field}: the file does not describe a lightmarl population ({problem})")
+
+
+def _exported(path: Path | str, field: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    description, state = read_export(path, field=field)
+    _check_description(description, state, field)
+    return description, state
