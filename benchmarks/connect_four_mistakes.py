@@ -218,6 +218,11 @@ def report(name: str, counts: MistakeCounts) -> list[str]:
     return lines
 
 
+#: classes from examples/ that recipes/league_connect_four.yaml names (a checkpoint is data: lightmarl
+#: builds only its own policy classes and the ones its caller allows, see lightmarl.trust).
+ALLOWED_CLASSES = ("lightmarl_examples.connect_four.ThreatFeaturesEncoder",)
+
+
 def main(args: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="the run directory (runs/league_connect_four)")
@@ -229,7 +234,7 @@ def main(args: list[str] | None = None) -> None:
     if options.games < 2 or options.games % 2:
         parser.error(f"--games: expected an even number >= 2, got {options.games}")
     checkpoint = options.checkpoint or options.run / "checkpoints" / "last.ckpt"
-    policies = PolicyDict.load(checkpoint)
+    policies = PolicyDict.load(checkpoint, allowed_classes=ALLOWED_CLASSES)
     if options.binding not in policies:
         parser.error(f"{str(checkpoint)!r} has no binding {options.binding!r}; it has {sorted(policies.keys())}")
     player: Policy = policies[options.binding].eval()  # type: ignore[assignment,operator]

@@ -154,9 +154,14 @@ def first_snapshot(snapshot_dir: str | Path, player_id: str) -> Path:
     return min(found)[1]
 
 
+#: classes from examples/ that recipes/league_connect_four.yaml names (a checkpoint is data: lightmarl
+#: builds only its own policy classes and the ones its caller allows, see lightmarl.trust).
+ALLOWED_CLASSES = ("lightmarl_examples.connect_four.ThreatFeaturesEncoder",)
+
+
 def load_policy(checkpoint: str | Path, binding: str, weights: str | Path | None = None) -> Policy:
     """The policy of ``binding`` from a training checkpoint, optionally with other ``weights`` (a snapshot file)."""
-    policies = PolicyDict.load(checkpoint)
+    policies = PolicyDict.load(checkpoint, allowed_classes=ALLOWED_CLASSES)
     if binding not in policies:
         raise ValueError(f"{str(checkpoint)!r} has no binding {binding!r}; it has {sorted(policies.keys())}")
     policy: Policy = policies[binding]  # type: ignore[assignment]

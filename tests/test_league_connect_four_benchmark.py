@@ -70,3 +70,19 @@ def test_first_snapshot_is_the_earliest_of_that_player(tmp_path):
     assert bench.first_snapshot(tmp_path, "main_default_0").name == "main_default_0_41008.pt"
     with pytest.raises(ValueError, match="no snapshot of 'ghost'"):
         bench.first_snapshot(tmp_path, "ghost")
+
+
+def test_a_checkpoint_naming_the_examples_encoder_loads(tmp_path, monkeypatch):
+    # A file naming a class of examples/ loads only because the benchmark allows the league recipe's encoder.
+    from lightmarl.policies import PolicyDict
+    from lightmarl.policies.registry import build_policy
+
+    group = ENV.spec().groups["player"]
+    kwargs = {"hidden_sizes": [8], "encoder": {"class_path": "lightmarl_examples.connect_four.ThreatFeaturesEncoder"}}
+    policy = build_policy("lightmarl.policies.MLPActorCritic", kwargs, group, field="test")
+    PolicyDict({"main": policy}, {"main": group}).save(tmp_path / "population.pt")
+    loaded = bench.load_policy(tmp_path / "population.pt", "main")
+    assert type(loaded.encoder).__name__ == "ThreatFeaturesEncoder"
+    monkeypatch.setattr(bench, "ALLOWED_CLASSES", ())
+    with pytest.raises(ValueError, match="names 'lightmarl_examples.connect_four.ThreatFeaturesEncoder'"):
+        bench.load_policy(tmp_path / "population.pt", "main")
