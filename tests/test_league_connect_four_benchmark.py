@@ -84,5 +84,5 @@ def test_a_checkpoint_naming_the_examples_encoder_loads(tmp_path, monkeypatch):
     loaded = bench.load_policy(tmp_path / "population.pt", "main")
     assert type(loaded.encoder).__name__ == "ThreatFeaturesEncoder"
     monkeypatch.setattr(bench, "ALLOWED_CLASSES", ())
-    with pytest.raises(ValueError, match="names 'lightmarl_examples.connect_four.ThreatFeaturesEncoder'"):
+    with pytest.raises(ValueError, match=r"names 'lightmarl_examples\.connect_four\.ThreatFeaturesEncoder'"):
         bench.load_policy(tmp_path / "population.pt", "main")

@@ -179,7 +179,7 @@ def test_a_class_outside_lightmarl_is_not_imported_unless_allowed(tmp_path):
             read_artifact(tmp_path / "masked").check_classes()
     description["bindings"]["main"]["class_path"] = "lightmarl.policies.mlp.torch.load"  # torch's, through ours
     path.write_text(json.dumps(description))
-    with pytest.raises(ValueError, match="which is not a class defined in lightmarl.policies"):
+    with pytest.raises(ValueError, match=r"which is not a class defined in lightmarl\.policies"):
         read_artifact(tmp_path / "masked").check_classes()
     # Named by the caller (allow) or trusted (trust_code): resolved, by the one loading rule (lightmarl.trust).
     description["bindings"]["main"]["class_path"] = "lightmarl.training.module.MARLModule"
