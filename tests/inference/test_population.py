@@ -169,7 +169,10 @@ def test_a_class_outside_lightmarl_is_not_imported_unless_allowed(tmp_path):
     description = json.loads(path.read_text())
     description["bindings"]["main"]["class_path"] = "lightmarl_test_not_imported.Evil"
     path.write_text(json.dumps(description))
-    with pytest.raises(ValueError, match=r"binding 'main'.class_path: .* names 'lightmarl_test_not_imported.Evil', which is neither a lightmarl"):
+    with pytest.raises(
+        ValueError,
+        match=r"binding 'main'.class_path: .* names 'lightmarl_test_not_imported.Evil', which is neither a lightmarl",
+    ):
         load_population(tmp_path / "masked")
     assert "lightmarl_test_not_imported" not in sys.modules
     for elsewhere in ("lightmarl.training.module.MARLModule", "lightmarl.envs.spec.GroupSpec"):
