@@ -59,14 +59,18 @@ class PolicyRegistry:
     checkpoint of a run that loaded it can be loaded again.
 
     A file is data (:mod:`lightmarl.trust`): the classes a saved file names are built only when
-    they are ``lightmarl.policies`` classes, are in ``allowed`` or the binding sets ``trust_code``.
+    they are lightmarl's own (policies, env transforms), are in ``allowed`` or the binding sets
+    ``trust_code``. Every saved form (checkpoint, ``PolicyDict`` file, export, league snapshot) is
+    read by :mod:`lightmarl.policies.artifact`.
 
     Args:
+        env_transforms: the recipe's env transforms: a policy from a run that recorded its own
+            transforms undoes their normalization of its group and applies its run's
+            (:mod:`lightmarl.policies.input_transforms`).
         allowed: class paths the recipe names (:func:`lightmarl.trust.recipe_class_paths`).
     """
 
     def __init__(self, env_transforms: Sequence[VecTransform] = (), allowed: Iterable[str] = ()) -> None:
-        #: the recipe's env transforms: a loaded policy undoes their normalization of its group.
         self.env_transforms = list(env_transforms)
         self._cache: dict[tuple, Policy] = {}
         self.allowed = frozenset(allowed)
