@@ -141,7 +141,7 @@ class Artifact:
         lightmarl's policy classes and env transforms, the class paths in ``allow``, or anything
         with ``trust_code``.
         """
-        check = {"allowed": allow, "trust_code": trust_code, "source": self.source}
+        check: dict[str, Any] = {"allowed": allow, "trust_code": trust_code, "source": self.source}
         for binding_id, entry in self.bindings.items():
             _check_class_paths(entry, field=f"binding {binding_id!r}", **check)
         _check_class_paths(self.shared_modules, field="shared_modules", **check)
