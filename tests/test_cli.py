@@ -61,7 +61,15 @@ TINY_EPISODES = {
 # the CPU's random stream, and a GPU samples from its own.
 SEEDED_GAME_LENGTHS = {"league_connect_four.yaml"}
 # Recipes of optional env families: skipped where the package is not installed (CI has no vmas).
-NEEDS = {"vmas_balance.yaml": "vmas", "vmas_navigation.yaml": "vmas", "mettagrid_mines.yaml": "mettagrid"}
+NEEDS = {
+    "vmas_balance.yaml": "vmas",
+    "vmas_navigation.yaml": "vmas",
+    "mettagrid_mines.yaml": "mettagrid",
+    **{
+        f"league_{game}.yaml": "pyspiel"
+        for game in ("rps", "rps_selfplay", "kuhn_poker", "kuhn_poker_selfplay", "leduc_poker", "leduc_poker_selfplay")
+    },
+}
 
 
 def lightmarl_script() -> str:
