@@ -77,7 +77,7 @@ def lightmarl_command() -> list[str]:
 
 
 def hms(seconds: float) -> str:
-    s = int(math.ceil(seconds))
+    s = math.ceil(seconds)
     return f"00:{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
@@ -106,7 +106,7 @@ def run_lightmarl(game: str, method: str, seed: int, wall_s: float, workdir: str
     curve, frames = [], 0.0
     for row in csv.DictReader(metrics.open()):
         value, at = row.get("league/main/exploitability"), row.get("league/main/exploitability_at_s")
-        if value and at:
+        if value and at and (not curve or float(at) != curve[-1][0]):  # a measurement repeats in later rows
             curve.append([float(at), float(value)])
         if row.get("counters/frames"):
             frames = max(frames, float(row["counters/frames"]))
@@ -202,7 +202,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--nfsp-eval-every", type=int, default=10000, help="NFSP episodes between measurements")
     parser.add_argument("--out", default=None, help="JSON result (default benchmarks/results/poker_league_<game>.json)")
     parser.add_argument("--workdir", default=None, help="where the lightmarl runs write (default: a temporary folder)")
-    parser.add_argument("overrides", nargs="*", help="after --: extra `lightmarl fit` arguments for both lightmarl methods")
+    parser.add_argument(
+        "overrides", nargs="*", help="after --: extra `lightmarl fit` arguments for both lightmarl methods"
+    )
     args = parser.parse_args(argv)
     for method in args.methods:
         if method != "nfsp" and not recipe_of(args.game, method).exists():
@@ -217,7 +219,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.time()
     with ProcessPoolExecutor(max_workers=max(1, args.parallel)) as pool:
         runs = list(pool.map(run_one, jobs))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     result = {
         "game": args.game,
         "wall_s": args.wall_s,

@@ -47,7 +47,9 @@ def test_worker_processes_play_the_same_hands_as_the_training_process():
     workers = config("leduc_poker", num_workers=2).make_vector(seed=5)
     try:
         check_vec_env(workers, num_steps=30)
-        check_same_trajectories(config("leduc_poker", num_workers=2).make_vector(seed=5), config("leduc_poker").make_vector(seed=5))
+        check_same_trajectories(
+            config("leduc_poker", num_workers=2).make_vector(seed=5), config("leduc_poker").make_vector(seed=5)
+        )
     finally:
         workers.close()
 

@@ -44,7 +44,9 @@ def test_solvers_weigh_the_snapshots():
 def player_with_snapshots(solver: dict, count: int, rates_at_snapshot: list[list[float]] | None = None, **settings):
     payoff = BattleSharedPayoff(decay=1.0, min_games=0.0)
     player = MetaStrategyPlayer(
-        "p", checkpoint_path="p.pt", settings=MetaStrategyPlayer.make_settings({"one_phase_step": 10, "meta_solver": solver, **settings})
+        "p",
+        checkpoint_path="p.pt",
+        settings=MetaStrategyPlayer.make_settings({"one_phase_step": 10, "meta_solver": solver, **settings}),
     )
     payoff.add_player(player)
     for k in range(count):
@@ -91,7 +93,9 @@ def test_before_a_snapshot_the_player_plays_and_shows_itself():
 def test_the_matrix_survives_a_checkpoint():
     player, _ = player_with_snapshots({"class_path": "NashMetaSolver"}, 3, [[], [0.7], [0.2, 0.6]])
     state = player.state_dict()
-    other = MetaStrategyPlayer("p", settings=MetaStrategyPlayer.make_settings({"meta_solver": {"class_path": "NashMetaSolver"}}))
+    other = MetaStrategyPlayer(
+        "p", settings=MetaStrategyPlayer.make_settings({"meta_solver": {"class_path": "NashMetaSolver"}})
+    )
     other.load_state_dict(state)
     assert other.meta_matrix == player.meta_matrix
 
@@ -113,7 +117,11 @@ def test_bad_meta_solvers_fail_with_the_field_named(solver, message):
 def test_naive_self_play_writes_no_snapshot_nothing_would_play():
     def snapshots(pfsp_prob: float, roles: int = 1) -> int:
         specs = [
-            {"class_path": "SelfPlayPlayer", "name": f"s{i}", "settings": {"one_phase_step": 10, "pfsp_prob": pfsp_prob}}
+            {
+                "class_path": "SelfPlayPlayer",
+                "name": f"s{i}",
+                "settings": {"one_phase_step": 10, "pfsp_prob": pfsp_prob},
+            }
             for i in range(roles)
         ]
         manager = LeagueManager(roles=specs, seed=0)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from gymnasium import spaces
@@ -70,7 +70,9 @@ def load_game(game: str, parameters: Mapping[str, Any] | None = None) -> Any:
     names = pyspiel.registered_names()
     if game not in names:
         close = [n for n in names if game.split("_")[0] in n][:8]
-        raise ValueError(f"openspiel_env: game {game!r} is not an OpenSpiel game" + (f"; similar: {close}" if close else ""))
+        raise ValueError(
+            f"openspiel_env: game {game!r} is not an OpenSpiel game" + (f"; similar: {close}" if close else "")
+        )
     parameters = dict(parameters or {})
     for key, value in parameters.items():
         if not isinstance(key, str) or not isinstance(value, (bool, int, float, str)):
@@ -107,8 +109,12 @@ def observation_of(state: Any, player: int, tensor: str, size: int) -> np.ndarra
     Terminal states of some games define no tensor; the env shows zeros there (no one acts on them).
     """
     try:
-        values = state.information_state_tensor(player) if tensor == "information_state" else state.observation_tensor(player)
-    except Exception:  # pyspiel raises SpielError on tensors it does not define at this state
+        values = (
+            state.information_state_tensor(player)
+            if tensor == "information_state"
+            else state.observation_tensor(player)
+        )
+    except Exception:  # noqa: BLE001 - pyspiel raises SpielError (not importable here) on undefined tensors
         return np.zeros(size, dtype=np.float32)
     return np.asarray(values, dtype=np.float32)
 
@@ -123,7 +129,7 @@ def _legal_mask(state: Any, player: int, num_actions: int) -> np.ndarray:
 class _GameState:
     """What both env kinds share: the game, the seeded chance draws, observations, rewards, the text render."""
 
-    metadata = {"render_modes": ["ansi", "rgb_array"], "name": "openspiel"}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "name": "openspiel"}
 
     def _setup(self, game: Any, tensor: str, render_mode: str | None) -> None:
         check_tensor(game, tensor)
@@ -133,7 +139,9 @@ class _GameState:
         self.tensor = tensor
         self.render_mode = render_mode
         self.num_actions = int(game.num_distinct_actions())
-        shape = game.information_state_tensor_shape() if tensor == "information_state" else game.observation_tensor_shape()
+        shape = (
+            game.information_state_tensor_shape() if tensor == "information_state" else game.observation_tensor_shape()
+        )
         self.size = int(np.prod(shape))
         self.possible_agents = [agent_of(p) for p in range(game.num_players())]
         self._player = {a: p for p, a in enumerate(self.possible_agents)}

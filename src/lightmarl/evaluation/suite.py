@@ -31,6 +31,7 @@ from torch import nn
 
 from lightmarl.envs.config import EnvConfig
 from lightmarl.evaluation.episodes import EpisodeRecord, play_episodes
+from lightmarl.evaluation.exploitability import OpenSpielGame, measure, openspiel_game_of, tabular_policy
 from lightmarl.evaluation.head_to_head import Game
 from lightmarl.evaluation.plots import file_stem, plot_report
 from lightmarl.evaluation.report import Report, build_report, markdown_summary, write_report
@@ -112,7 +113,7 @@ class EvaluationSuite:
         self.bindings = {b.id: dataclasses.replace(b, loss_profile=DEFAULT_LOSS_PROFILE) for b in [*bindings, *extra]}
         trainable = {b.id: b.trainable for b in self.bindings.values()}
         self.scenarios = plan_scenarios(config, trainable, self.env_spec.possible_agents, default_map)
-        self._spiel = None
+        self._spiel: OpenSpielGame | None = None
         if config.exploitability:
             unknown = [b for b in config.exploitability if b not in self.bindings]
             if unknown:
@@ -120,8 +121,6 @@ class EvaluationSuite:
                     f"evaluation.exploitability: bindings {unknown} are not bindings of the recipe or of "
                     f"evaluation.bindings ({sorted(self.bindings)})"
                 )
-            from lightmarl.evaluation.exploitability import openspiel_game_of
-
             try:
                 self._spiel = openspiel_game_of(env_config)
             except (ValueError, ImportError) as err:
@@ -268,8 +267,6 @@ class EvaluationSuite:
         """``evaluation.exploitability``: binding -> exact exploitability and NashConv of its policy."""
         if self._spiel is None:
             return {}
-        from lightmarl.evaluation.exploitability import measure, tabular_policy
-
         out = {}
         registry = PolicyRegistry()
         for binding_id in self.config.exploitability:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from lightmarl._imports import import_object
 from lightmarl.league.pfsp import PFSPWeighting, pfsp
 from lightmarl.league.player import (
     ActivePlayerSettings,
@@ -117,16 +118,14 @@ def nash_of_symmetric(payoff: np.ndarray) -> np.ndarray:
     a_eq = np.hstack([np.ones((1, n)), np.zeros((1, 1))])
     bounds = [(0.0, None)] * n + [(None, None)]
     result = linprog(c, A_ub=a_ub, b_ub=np.zeros(m), A_eq=a_eq, b_eq=[1.0], bounds=bounds, method="highs")
-    if not result.success:  # pragma: no cover - a finite matrix game always has a solution
+    if not result.success or result.x is None:  # pragma: no cover - a finite matrix game has a solution
         raise RuntimeError(f"NashMetaSolver: linprog failed on a {n}x{m} game: {result.message}")
-    x = np.clip(result.x[:n], 0.0, None)
+    x = np.clip(np.asarray(result.x)[:n], 0.0, None)
     return x / x.sum()
 
 
 def build_meta_solver(spec: MetaSolver | Mapping[str, Any] | str, field_name: str = "meta_solver") -> MetaSolver:
     """A :class:`MetaSolver` from a recipe value: an instance, ``{class_path, init_args}``, or a class path."""
-    from lightmarl._imports import import_object
-
     if isinstance(spec, MetaSolver):
         return spec
     if isinstance(spec, str):
@@ -165,7 +164,9 @@ class MetaStrategySettings(ActivePlayerSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_probability("self_play_prob", self.self_play_prob)
-        if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1):
+        if self.window is not None and (
+            isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1
+        ):
             raise ValueError(f"window must be a positive integer or null, got {self.window!r}")
         self.meta_solver = build_meta_solver(self.meta_solver, "settings.meta_solver")
 

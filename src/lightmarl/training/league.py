@@ -39,8 +39,8 @@ from lightmarl.envs.spec import EnvSpec
 from lightmarl.evaluation.head_to_head import PayoffMatrix
 from lightmarl.evaluation.plots import plot_payoff_heatmap
 from lightmarl.league import LeagueManager, PayoffSettings, PretrainedSpec, RatingSettings, RoleSpec, SnapshotStore
-from lightmarl.league.meta import shown_mixture
 from lightmarl.league.matchmaking import Matchmaker, Seating, outcome_from_returns
+from lightmarl.league.meta import shown_mixture
 from lightmarl.league.payoff import BattleSharedPayoff
 from lightmarl.league.player import ActivePlayer, HistoricalPlayer
 from lightmarl.population import PolicyBindingConfig
@@ -360,7 +360,9 @@ class LeagueTraining:
             ValueError: ``binding`` trains no player of the league.
         """
         if binding not in self.player_binding_ids:
-            raise ValueError(f"league: binding {binding!r} trains no player; players' bindings: {self.player_binding_ids}")
+            raise ValueError(
+                f"league: binding {binding!r} trains no player; players' bindings: {self.player_binding_ids}"
+            )
         player = next(p for p in self.manager.active_players if self.binding_of(p.player_id) == binding)
         mixture = shown_mixture(player)
         if mixture is None:
