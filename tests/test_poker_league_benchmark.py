@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("pyspiel")
 pytest.importorskip("tree")  # dm-tree, which OpenSpiel's PyTorch NFSP needs
 
-from benchmark_scripts import load_benchmark  # noqa: E402
+from benchmark_scripts import load_benchmark
 
 bench = load_benchmark("poker_league.py")
 
