@@ -68,6 +68,10 @@ NEEDS = {
     "vmas_navigation.yaml": "vmas",
     "vmas_navigation_gpu.yaml": "vmas",
     "mettagrid_mines.yaml": "mettagrid",
+    **{
+        f"league_{game}.yaml": "pyspiel"
+        for game in ("rps", "rps_selfplay", "kuhn_poker", "kuhn_poker_selfplay", "leduc_poker", "leduc_poker_selfplay")
+    },
 }
 
 

@@ -127,6 +127,12 @@ def run_mettagrid(workdir: Path) -> None:
     assert any(".encoder.feature_embedding." in k for k in checkpoint["state_dict"]), "the policy has no TokenEncoder"
 
 
+def run_openspiel(workdir: Path) -> None:
+    pytest.importorskip("pyspiel")
+    checkpoint = fit_yaml(snippet("OpenSpiel games", "yaml"), workdir, "--model.max_frames=64")
+    assert checkpoint["lightmarl"]["frames"] == 64  # 2 iterations of 16 copies x 2 turns of Leduc poker
+
+
 RUNNERS: dict[tuple[str, str], Callable[..., None]] = {
     ("Bring your own env", "yaml"): run_bring_your_own_env,
     ("Large observations", "yaml"): run_large_observations,
@@ -134,6 +140,7 @@ RUNNERS: dict[tuple[str, str], Callable[..., None]] = {
     ("Worker processes", "yaml"): run_worker_processes,
     ("Checking an env: `check_vec_env`", "python"): run_check_vec_env,
     ("MettaGrid: token observations", "yaml"): run_mettagrid,
+    ("OpenSpiel games", "yaml"): run_openspiel,
 }
 #: snippets other test modules run, parsed from this page too.
 ELSEWHERE = {("Image observations: `CNNEncoder`", "yaml"): "tests/test_encoder_from_yaml.py"}

@@ -119,3 +119,16 @@ def test_observation_for_unknown_agent_names_env_copy_and_seed():
     env.reset()
     with pytest.raises(RuntimeError, match=r"copy 0, seed 7.*unknown agent 'stranger'"):
         env.step({"agent": torch.zeros(2, 1, dtype=torch.int64)})
+
+
+def test_one_hot_parallel_env_takes_a_callable_or_an_import_path():
+    from pettingzoo.classic import rps_v2
+
+    from lightmarl.envs.pettingzoo.one_hot import one_hot_parallel_env
+
+    for env_fn in (rps_v2.parallel_env, "pettingzoo.classic.rps_v2.parallel_env"):
+        env = one_hot_parallel_env(env_fn, max_cycles=1)
+        observations, _ = env.reset(seed=0)
+        assert observations["player_0"].tolist() == [0.0, 0.0, 0.0, 1.0]  # "no move yet", one-hot
+    with pytest.raises(ValueError, match=r"env_kwargs\.env_fn"):
+        one_hot_parallel_env("pettingzoo.classic.no_such_env")

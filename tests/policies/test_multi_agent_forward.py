@@ -170,7 +170,7 @@ def test_one_mlp_binding_takes_the_lean_forward_with_the_actors_outputs(spread_c
     td = obs_td(group, (6,))
     for mode in (ExplorationType.DETERMINISTIC, ExplorationType.MODE):
         with set_exploration_type(mode):
-            a, b = lean(td.clone()), actor(td.clone())
+            a, b = lean(td.clone()), actor.policies["two"](td.clone())
         assert "logits" not in a["agent"].keys() and "logits" in b["agent"].keys()  # the lean path ran
         assert torch.equal(a["agent", "action"], b["agent", "action"])
         torch.testing.assert_close(a["agent", "action_log_prob"], b["agent", "action_log_prob"])

@@ -324,6 +324,13 @@ def markdown_summary(report: Mapping[str, Any], digits: int = 2) -> str:
         for i, player in enumerate(players):
             cells = [_number(value, digits + 1) for value in h2h["score"][i]]
             lines.append(f"| {player} | " + " | ".join(cells) + f" | {h2h['elo'][player]:.0f} |")
+    if report.get("exploitability"):
+        lines += ["", "| binding | game | exploitability | NashConv |", "| --- | --- | --- | --- |"]
+        for binding, value in report["exploitability"].items():
+            lines.append(
+                f"| {binding} | {value['game']} | {_number(value['exploitability'], digits + 2)} | "
+                f"{_number(value['nash_conv'], digits + 2)} |"
+            )
     info_rows = [
         (name, binding, field_name, value)
         for name, scenario in report["scenarios"].items()

@@ -152,6 +152,10 @@ class EvaluationConfig:
             (e.g. ``--evaluation.episodes 2`` for a quick check of a recipe's scenarios).
         out_dir: where ``lightmarl evaluate`` writes the report, plots and videos (default:
             ``<run dir>/evaluation``).
+        exploitability: bindings whose exact exploitability and NashConv the evaluation reports
+            (``report.json``'s ``exploitability``; ``eval/exploitability/<binding>``), for
+            two-player zero-sum OpenSpiel games (``lightmarl.evaluation.exploitability``): each
+            binding's own weights.
     """
 
     bindings: list[PolicyBindingConfig] = field(default_factory=list)
@@ -164,6 +168,7 @@ class EvaluationConfig:
     video_episodes: int = 1
     episodes: int | None = None
     out_dir: str | None = None
+    exploitability: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from torch import nn
 
 from lightmarl.envs.config import EnvConfig
 from lightmarl.evaluation.episodes import EpisodeRecord, play_episodes
+from lightmarl.evaluation.exploitability import OpenSpielGame, measure, openspiel_game_of, tabular_policy
 from lightmarl.evaluation.head_to_head import Game
 from lightmarl.evaluation.plots import file_stem, plot_report
 from lightmarl.evaluation.report import Report, build_report, markdown_summary, write_report
@@ -113,6 +114,18 @@ class EvaluationSuite:
         self.bindings = {b.id: dataclasses.replace(b, loss_profile=DEFAULT_LOSS_PROFILE) for b in [*bindings, *extra]}
         trainable = {b.id: b.trainable for b in self.bindings.values()}
         self.scenarios = plan_scenarios(config, trainable, self.env_spec.possible_agents, default_map)
+        self._spiel: OpenSpielGame | None = None
+        if config.exploitability:
+            unknown = [b for b in config.exploitability if b not in self.bindings]
+            if unknown:
+                raise ValueError(
+                    f"evaluation.exploitability: bindings {unknown} are not bindings of the recipe or of "
+                    f"evaluation.bindings ({sorted(self.bindings)})"
+                )
+            try:
+                self._spiel = openspiel_game_of(env_config)
+            except (ValueError, ImportError) as err:
+                raise ValueError(f"evaluation.exploitability: {err}") from None
         # Each mix builds its table now: a binding that controls agents of two groups, a per-env
         # index out of range, ... fail before training.
         self._tables = {
@@ -247,6 +260,8 @@ class EvaluationSuite:
             for scenario in self.scenarios
             if scenario.team_agents is not None
         }
+        with torch.no_grad():
+            exploitability = self._exploitability(live, device)
         report = build_report(
             episodes,
             env_name=self.env_config.name,
@@ -259,7 +274,32 @@ class EvaluationSuite:
             setups={scenario.name: scenario.describe() for scenario in self.scenarios},
             teams=teams,
         )
+        if exploitability:
+            report["exploitability"] = exploitability
         return EvaluationResult(report, report_logs(report), videos)
+
+    def _exploitability(self, live: Mapping[str, nn.Module], device: torch.device) -> dict[str, dict[str, Any]]:
+        """``evaluation.exploitability``: binding -> exact exploitability and NashConv of its policy."""
+        if self._spiel is None:
+            return {}
+        out = {}
+        registry = PolicyRegistry()
+        for binding_id in self.config.exploitability:
+            policy = live.get(binding_id)
+            group = (
+                cast(Policy, policy).group.name
+                if policy is not None
+                else next(iter(self.env_spec.groups))  # an OpenSpiel env has one group
+            )
+            if policy is None:
+                policy = registry.get(self.bindings[binding_id], self.env_spec.groups[group]).to(device)
+            value = measure(self._spiel, tabular_policy(self._spiel, policy, group))
+            out[binding_id] = {
+                "game": self._spiel.name,
+                "exploitability": value.exploitability,
+                "nash_conv": value.nash_conv,
+            }
+        return out
 
 
 def scenario_episodes(scenario: PlannedScenario, records: Sequence[EpisodeRecord]) -> ScenarioEpisodes:
@@ -334,6 +374,9 @@ def report_logs(report: Mapping[str, Any]) -> dict[str, float]:
             if team["change"] is not None:
                 for key in ("difference", "ci_low", "ci_high"):
                     logs[f"{prefix}/team/return_change{'' if key == 'difference' else '_' + key}"] = team["change"][key]
+    for binding, value in report.get("exploitability", {}).items():
+        logs[f"eval/exploitability/{binding}"] = value["exploitability"]
+        logs[f"eval/nash_conv/{binding}"] = value["nash_conv"]
     return {key: float(value) for key, value in logs.items() if value is not None}
 
 

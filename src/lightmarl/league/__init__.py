@@ -13,6 +13,14 @@ from lightmarl.league.manager import (
     RoleSpec,
     SnapshotEvent,
 )
+from lightmarl.league.meta import (
+    MetaSolver,
+    MetaStrategyPlayer,
+    MetaStrategySettings,
+    NashMetaSolver,
+    PFSPMetaSolver,
+    UniformMetaSolver,
+)
 from lightmarl.league.payoff import BattleRecordDict, BattleSharedPayoff, PayoffDict, SharedPayoff, SoloSharedPayoff
 from lightmarl.league.pfsp import WEIGHTINGS, PFSPWeighting, pfsp, remove_monotonic_suffix
 from lightmarl.league.player import (
@@ -58,6 +66,11 @@ __all__ = [
     "MainExploiterSettings",
     "MainPlayer",
     "MainPlayerSettings",
+    "MetaSolver",
+    "MetaStrategyPlayer",
+    "MetaStrategySettings",
+    "NashMetaSolver",
+    "PFSPMetaSolver",
     "PFSPWeighting",
     "PayoffDict",
     "PayoffSettings",
@@ -74,6 +87,7 @@ __all__ = [
     "SnapshotStore",
     "SoloActivePlayer",
     "SoloSharedPayoff",
+    "UniformMetaSolver",
     "detached_copy",
     "pfsp",
     "remove_monotonic_suffix",

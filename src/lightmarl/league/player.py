@@ -384,6 +384,15 @@ class SelfPlayPlayer(BattleActivePlayer):
         """Args as :class:`ActivePlayer`; ``settings`` typed here so that ``class_path`` configs can name its fields."""
         super().__init__(player_id, settings=settings, **kwargs)
 
+    def is_trained_enough(self) -> bool:
+        """As every active player, except that with ``pfsp_prob: 0`` and no other active player in the
+        league no snapshot is due: nothing would ever play it (naive self-play writes none)."""
+        if self.settings.pfsp_prob == 0 and not any(
+            isinstance(p, ActivePlayer) and p is not self for p in self.payoff.players
+        ):
+            return False
+        return super().is_trained_enough()
+
     def _get_job_opponents(self, rng: random.Random) -> tuple[list[Player], str]:
         own = self._historical([self.player_id])
         if own and rng.random() < self.settings.pfsp_prob:

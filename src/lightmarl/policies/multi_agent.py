@@ -102,6 +102,10 @@ class MultiAgentPolicy(nn.Module):
                     stack.forward(rows, None)  # the lean forward: TorchRL's actor costs ~1 ms per call here
                 else:
                     self._run(binding, tensordict)
+                    # Every path writes the same keys (the grouped and stacked ones write no logits), so
+                    # that the steps of a rollout stack whether one binding or several acted at each.
+                    if keys.LOGITS in rows.keys():
+                        del rows[keys.LOGITS]
                 continue
             if stack is not None and stack.mode() is not None:
                 flat_index = self.table.row_index(

@@ -42,6 +42,7 @@ from lightmarl.evaluation.plots import plot_payoff_heatmap
 from lightmarl.league import LeagueManager, PayoffSettings, PretrainedSpec, RatingSettings, RoleSpec, SnapshotStore
 from lightmarl.league.manager import role_class
 from lightmarl.league.matchmaking import Matchmaker, Seating, outcome_from_returns
+from lightmarl.league.meta import shown_mixture
 from lightmarl.league.payoff import BattleSharedPayoff
 from lightmarl.league.player import ActivePlayer, HistoricalPlayer
 from lightmarl.population import PolicyBindingConfig
@@ -371,6 +372,27 @@ class LeagueTraining:
                 seating.player_binding if agent in seat_of_player else seating.opponent_binding for agent in self.agents
             ]
         self.module.table.set_agent_binding_map({"default": self.eval_map, "per_env": per_env})
+
+    def shown_policy(self, binding: str) -> list[tuple[str, float]] | None:
+        """What the league shows as the policy of the player trained by ``binding`` (rank 0's view).
+
+        A player with a meta-strategy (:class:`~lightmarl.league.meta.MetaStrategyPlayer`) shows its
+        mixture: ``(snapshot file, weight)`` per snapshot. ``None`` for other roles and before a
+        first snapshot: the player's live binding is its policy.
+
+        Raises:
+            ValueError: ``binding`` trains no player of the league.
+        """
+        if binding not in self.player_binding_ids:
+            raise ValueError(
+                f"league: binding {binding!r} trains no player; players' bindings: {self.player_binding_ids}"
+            )
+        player = next(p for p in self.manager.active_players if self.binding_of(p.player_id) == binding)
+        mixture = shown_mixture(player)
+        if mixture is None:
+            return None
+        members, weights = mixture
+        return [(m.checkpoint_path, float(w)) for m, w in zip(members, weights)]
 
     # -- evaluation -----------------------------------------------------------------------
     def evaluation_map(self, on: bool) -> None:

@@ -11,6 +11,7 @@ wraps such an env so that each observation is the one-hot vector of that value::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -77,6 +78,15 @@ class OneHotObservations(ParallelEnv):
         return self.env.state()
 
 
-def one_hot_parallel_env(env_fn: str, **kwargs: Any) -> OneHotObservations:
-    """``env_fn(**kwargs)`` (an import path of a parallel env factory) with one-hot observations."""
-    return OneHotObservations(import_object(env_fn, field="env_kwargs.env_fn")(**kwargs))
+def one_hot_parallel_env(env_fn: str | Callable[..., ParallelEnv], **kwargs: Any) -> OneHotObservations:
+    """``env_fn(**kwargs)`` with one-hot observations.
+
+    Args:
+        env_fn: a parallel env factory: its import path (from a recipe), or the callable itself
+            (from Python, e.g. ``pettingzoo.classic.rps_v2.parallel_env``).
+        kwargs: passed to ``env_fn``.
+    """
+    make = env_fn if callable(env_fn) else import_object(env_fn, field="env_kwargs.env_fn")
+    if not callable(make):
+        raise ValueError(f"one_hot_parallel_env: env_fn {env_fn!r} is not callable")
+    return OneHotObservations(make(**kwargs))

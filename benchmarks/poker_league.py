@@ -1,0 +1,252 @@
+"""League vs naive self-play vs OpenSpiel's PyTorch NFSP on a poker game, at equal wall time.
+
+For each seed, three methods train for the same wall-clock budget, each in its own process with
+one thread, and their exact exploitability (OpenSpiel's ``exploitability``) is recorded over time:
+
+- ``league``: ``lightmarl fit --config recipes/league_<game>.yaml`` (a ``MetaStrategyPlayer``: PPO
+  against its snapshots, the mixture of the snapshots measured);
+- ``selfplay``: ``recipes/league_<game>_selfplay.yaml``, the twin that differs only in the league
+  section (naive self-play, the live binding measured);
+- ``nfsp``: ``open_spiel.python.pytorch.nfsp`` with the settings of OpenSpiel's
+  ``open_spiel/python/examples/nfsp_leduc_pytorch.py`` (the Kuhn example uses the same ones; its
+  average policy measured every ``--nfsp-eval-every`` episodes, measurement time not charged to its
+  budget). Needs ``dm-tree`` (``pip install 'lightmarl[openspiel]'``).
+
+The two lightmarl methods stop at ``trainer.max_time`` or at the recipe's ``max_frames``, whichever
+comes first (their measurements every ``every_n_iterations`` iterations are part of their time). Each run's result is its last
+measurement. Writes ``--out`` (JSON): every run's curve ``[[seconds, exploitability], ...]`` and
+final value, and per method the mean over seeds with a 95% t interval; prints a table.
+
+    python benchmarks/poker_league.py --game kuhn_poker --seeds 0 1 2 --wall-s 300 --parallel 3 \
+        --out benchmarks/results/poker_league_kuhn_poker.json
+
+``--parallel`` runs that many processes at once: on a machine with fewer free cores the methods
+slow each other down, so give each run a core of its own (``nproc``, ``uptime``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+METHODS = ("league", "selfplay", "nfsp")
+#: OpenSpiel's nfsp_leduc_pytorch.py flags (nfsp_kuhn_pytorch.py has the same learning settings).
+NFSP_SETTINGS: dict[str, Any] = {
+    "hidden_layers_sizes": [128],
+    "replay_buffer_capacity": int(2e5),
+    "reservoir_buffer_capacity": int(2e6),
+    "min_buffer_size_to_learn": 1000,
+    "anticipatory_param": 0.1,
+    "batch_size": 128,
+    "learn_every": 64,
+    "rl_learning_rate": 0.01,
+    "sl_learning_rate": 0.01,
+    "optimizer_str": "sgd",
+    "loss_str": "mse",
+    "update_target_network_every": 19200,
+    "discount_factor": 1.0,
+    "epsilon_decay_duration": int(20e6),
+    "epsilon_start": 0.06,
+    "epsilon_end": 0.001,
+}
+
+
+def recipe_of(game: str, method: str) -> Path:
+    suffix = "_selfplay" if method == "selfplay" else ""
+    return ROOT / "recipes" / f"league_{game}{suffix}.yaml"
+
+
+def lightmarl_command() -> list[str]:
+    """The ``lightmarl`` console script beside this Python, else the CLI run by this Python."""
+    script = Path(sys.executable).with_name("lightmarl")
+    found = str(script) if script.exists() else shutil.which("lightmarl")
+    return [found] if found else [sys.executable, "-c", "from lightmarl.cli import main; main()"]
+
+
+def hms(seconds: float) -> str:
+    s = math.ceil(seconds)
+    return f"00:{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def run_lightmarl(game: str, method: str, seed: int, wall_s: float, workdir: str, extra: list[str]) -> dict[str, Any]:
+    """One ``lightmarl fit`` of the method's recipe for ``wall_s`` seconds; its exploitability curve."""
+    root = Path(workdir) / f"{method}_seed{seed}"
+    command = [
+        *lightmarl_command(),
+        "fit",
+        "--config",
+        str(recipe_of(game, method)),
+        f"--seed_everything={seed}",
+        f"--trainer.max_time={hms(wall_s)}",
+        f"--trainer.default_root_dir={root}",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+        *extra,
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=workdir)
+    took = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{method} seed {seed} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    metrics = next(root.rglob("metrics.csv"))
+    curve, frames = [], 0.0
+    for row in csv.DictReader(metrics.open()):
+        value, at = row.get("league/main/exploitability"), row.get("league/main/exploitability_at_s")
+        if value and at and (not curve or float(at) != curve[-1][0]):  # a measurement repeats in later rows
+            curve.append([float(at), float(value)])
+        if row.get("counters/frames"):
+            frames = max(frames, float(row["counters/frames"]))
+    if not curve:
+        raise RuntimeError(f"{method} seed {seed}: no exploitability was logged in {metrics}")
+    return {"method": method, "seed": seed, "curve": curve, "final": curve[-1][1], "frames": frames, "process_s": took}
+
+
+def run_nfsp(game: str, seed: int, wall_s: float, eval_every: int) -> dict[str, Any]:
+    """OpenSpiel's PyTorch NFSP for ``wall_s`` seconds of training; its average policy's exploitability curve."""
+    import numpy as np
+    import torch
+    from open_spiel.python import policy as spiel_policy
+    from open_spiel.python import rl_environment
+    from open_spiel.python.algorithms import exploitability
+    from open_spiel.python.pytorch import nfsp
+
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    env = rl_environment.Environment(game, players=2)
+    env.seed(seed)
+    size = env.observation_spec()["info_state"][0]
+    actions = env.action_spec()["num_actions"]
+    settings = dict(NFSP_SETTINGS)
+    hidden = settings.pop("hidden_layers_sizes")
+    agents = [nfsp.NFSP(p, size, actions, hidden, **settings) for p in range(2)]
+
+    class AveragePolicy(spiel_policy.Policy):  # as in OpenSpiel's example
+        def __init__(self) -> None:
+            super().__init__(env.game, [0, 1])
+            self._obs: dict[str, Any] = {"info_state": [None, None], "legal_actions": [None, None]}
+
+        def action_probabilities(self, state, player_id=None):
+            player = state.current_player()
+            legal = state.legal_actions(player)
+            self._obs["current_player"] = player
+            self._obs["info_state"][player] = state.information_state_tensor(player)
+            self._obs["legal_actions"][player] = legal
+            step = rl_environment.TimeStep(observations=self._obs, rewards=None, discounts=None, step_type=None)
+            with agents[player].temp_mode_as(nfsp.MODE.AVERAGE_POLICY):
+                probs = agents[player].step(step, is_evaluation=True).probs
+            return {a: probs[a] for a in legal}
+
+    average = AveragePolicy()
+    curve: list[list[float]] = []
+    trained = 0.0
+    episodes = 0
+    while trained < wall_s:
+        started = time.perf_counter()
+        for _ in range(eval_every):
+            step = env.reset()
+            while not step.last():
+                player = step.observations["current_player"]
+                step = env.step([agents[player].step(step).action])
+            for agent in agents:
+                agent.step(step)
+            episodes += 1
+            if trained + time.perf_counter() - started >= wall_s:
+                break
+        trained += time.perf_counter() - started
+        curve.append([trained, float(exploitability.exploitability(env.game, average))])
+    return {"method": "nfsp", "seed": seed, "curve": curve, "final": curve[-1][1], "episodes": episodes}
+
+
+def run_one(job: tuple[str, str, int, float, str, list[str], int]) -> dict[str, Any]:
+    game, method, seed, wall_s, workdir, extra, eval_every = job
+    if method == "nfsp":
+        return run_nfsp(game, seed, wall_s, eval_every)
+    return run_lightmarl(game, method, seed, wall_s, workdir, extra)
+
+
+def summarize(values: list[float]) -> dict[str, Any]:
+    """Mean and 95% t interval over seeds."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return {"n": n, "mean": mean, "ci95": None, "values": values}
+    from scipy import stats
+
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    return {"n": n, "mean": mean, "ci95": [mean - half, mean + half], "values": values}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--game", default="kuhn_poker", help="kuhn_poker or leduc_poker (recipes/league_<game>*.yaml)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--wall-s", type=float, default=300.0, help="training wall time of every run, seconds")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once (one core each)")
+    parser.add_argument("--nfsp-eval-every", type=int, default=10000, help="NFSP episodes between measurements")
+    parser.add_argument("--out", default=None, help="JSON result (default benchmarks/results/poker_league_<game>.json)")
+    parser.add_argument("--workdir", default=None, help="where the lightmarl runs write (default: a temporary folder)")
+    parser.add_argument(
+        "overrides", nargs="*", help="after --: extra `lightmarl fit` arguments for both lightmarl methods"
+    )
+    args = parser.parse_args(argv)
+    for method in args.methods:
+        if method != "nfsp" and not recipe_of(args.game, method).exists():
+            parser.error(f"--game {args.game}: no recipe {recipe_of(args.game, method)}")
+    workdir = args.workdir or tempfile.mkdtemp(prefix="poker_league_")
+    jobs = [
+        (args.game, method, seed, args.wall_s, workdir, list(args.overrides), args.nfsp_eval_every)
+        for seed in args.seeds
+        for method in args.methods
+    ]
+    load = os.getloadavg()[0]
+    started = time.time()
+    with ProcessPoolExecutor(max_workers=max(1, args.parallel)) as pool:
+        runs = list(pool.map(run_one, jobs))
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    result = {
+        "game": args.game,
+        "wall_s": args.wall_s,
+        "seeds": args.seeds,
+        "parallel": args.parallel,
+        "overrides": args.overrides,
+        "machine": {"cpus": os.cpu_count(), "load_at_start": load, "platform": platform.platform()},
+        "commit": commit,
+        "elapsed_s": time.time() - started,
+        "nfsp_settings": NFSP_SETTINGS,
+        "runs": runs,
+        "summary": {m: summarize([r["final"] for r in runs if r["method"] == m]) for m in args.methods},
+    }
+    out = Path(args.out or ROOT / "benchmarks" / "results" / f"poker_league_{args.game}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"{args.game}, {args.wall_s:.0f} s per run, seeds {args.seeds}, load {load:.1f} at start")
+    print("| method | exploitability per seed | mean [95% CI] |\n| --- | --- | --- |")
+    for method, summary in result["summary"].items():
+        ci = summary["ci95"]
+        interval = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+        print(f"| {method} | {' / '.join(f'{v:.3f}' for v in summary['values'])} | {summary['mean']:.3f}{interval} |")
+    print(f"wrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
