@@ -513,7 +513,21 @@ class LeagueTraining:
             "matchmaker": self.matchmaker.state_dict(),
             "returns": self._returns.tolist(),
             "resets": dict(self._resets),
+            # What the league shows as each meta-strategy player's policy, for exports and
+            # load_population (read back as the artifact's mixtures, never by load_state_dict).
+            "mixtures": self.shown_mixtures(),
         }
+
+    def shown_mixtures(self) -> dict[str, dict[str, float]]:
+        """Each meta-strategy player's shown mixture: its binding -> {snapshot id: weight}."""
+        mixtures = {}
+        for player in self.manager.active_players:
+            mixture = shown_mixture(player)
+            if mixture is not None:
+                members, weights = mixture
+                binding = self.binding_of(player.player_id)
+                mixtures[binding] = {m.player_id: float(w) for m, w in zip(members, weights)}
+        return mixtures
 
     def rank_state_dict(self) -> dict[str, Any]:
         """This process's own part (under DDP each rank has its copies' running seat returns)."""
