@@ -14,8 +14,11 @@ one thread, and their exact exploitability (OpenSpiel's ``exploitability``) is r
 
 The two lightmarl methods stop at ``trainer.max_time`` or at the recipe's ``max_frames``, whichever
 comes first (their measurements every ``every_n_iterations`` iterations are part of their time). Each run's result is its last
-measurement. Writes ``--out`` (JSON): every run's curve ``[[seconds, exploitability], ...]`` and
-final value, and per method the mean over seeds with a 95% t interval; prints a table.
+measurement. Writes ``--out`` through ``results.write_result`` (the file's stem is the result's
+name): per seed and method the final exploitability, the best one logged, the curve
+``[[seconds, exploitability], ...]`` and the frames (episodes for NFSP); as the table, per method the
+mean over seeds with a 95% t interval (:func:`result_rows`); the settings under ``extra``. Prints the
+table.
 
     python benchmarks/poker_league.py --game kuhn_poker --seeds 0 1 2 --wall-s 300 --parallel 3 \
         --out benchmarks/results/poker_league_kuhn_poker.json
@@ -31,7 +34,7 @@ import csv
 import json
 import math
 import os
-import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -41,8 +44,24 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from results import machine, write_result
+
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("league", "selfplay", "nfsp")
+#: how the table names each method.
+METHOD_LABELS = {
+    "league": "league (`MetaStrategyPlayer`, uniform mixture)",
+    "selfplay": "naive self-play (`SelfPlayPlayer`, `pfsp_prob: 0`)",
+    "nfsp": "OpenSpiel NFSP (PyTorch)",
+}
+COLUMNS: list[Any] = [
+    "method",
+    "at the end, per seed",
+    {"name": "mean", "format": ".3f"},
+    "95% t interval",
+    "best logged, per seed",
+    "work per run (mean)",
+]
 #: OpenSpiel's nfsp_leduc_pytorch.py flags (nfsp_kuhn_pytorch.py has the same learning settings).
 NFSP_SETTINGS: dict[str, Any] = {
     "hidden_layers_sizes": [128],
@@ -192,6 +211,42 @@ def summarize(values: list[float]) -> dict[str, Any]:
     return {"n": n, "mean": mean, "ci95": [mean - half, mean + half], "values": values}
 
 
+def per_seed_of(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{seed: {method: {"final", "best", "curve", "frames" or "episodes", ...}}}`` from the runs."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for run in runs:
+        numbers = {k: v for k, v in run.items() if k not in ("method", "seed")}
+        numbers["best"] = min(value for _, value in run["curve"])
+        out.setdefault(str(run["seed"]), {})[run["method"]] = numbers
+    return out
+
+
+def result_rows(per_seed: dict[str, dict[str, dict[str, Any]]]) -> list[list[Any]]:
+    """The table of a result's ``per_seed``: per method, the final exploitability of every seed, their
+    mean with a 95% t interval (:func:`summarize`), the best value each seed logged and the frames
+    (NFSP: episodes) a run reached on average."""
+    seeds = list(per_seed)
+    methods = [m for m in METHODS if any(m in per_seed[s] for s in seeds)]
+    rows = []
+    for method in methods:
+        runs = [per_seed[s][method] for s in seeds if method in per_seed[s]]
+        summary = summarize([r["final"] for r in runs])
+        ci = summary["ci95"]
+        unit = "episodes" if method == "nfsp" else "frames"
+        work = sum(r.get(unit, 0.0) for r in runs) / len(runs)
+        rows.append(
+            [
+                METHOD_LABELS[method],
+                " / ".join(f"{r['final']:.3f}" for r in runs),
+                summary["mean"],
+                f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else None,
+                " / ".join(f"{r['best']:.3f}" for r in runs),
+                f"{work:,.0f} {unit}",
+            ]
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--game", default="kuhn_poker", help="kuhn_poker or leduc_poker (recipes/league_<game>*.yaml)")
@@ -200,12 +255,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (one core each)")
     parser.add_argument("--nfsp-eval-every", type=int, default=10000, help="NFSP episodes between measurements")
-    parser.add_argument("--out", default=None, help="JSON result (default benchmarks/results/poker_league_<game>.json)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="JSON result; its stem is the result's name (default benchmarks/results/poker_league_<game>.json)",
+    )
     parser.add_argument("--workdir", default=None, help="where the lightmarl runs write (default: a temporary folder)")
     parser.add_argument(
         "overrides", nargs="*", help="after --: extra `lightmarl fit` arguments for both lightmarl methods"
     )
     args = parser.parse_args(argv)
+    command = shlex.join(["python", "benchmarks/poker_league.py", *(sys.argv[1:] if argv is None else argv)])
+    out = Path(args.out or ROOT / "benchmarks" / "results" / f"poker_league_{args.game}.json")
+    if out.suffix != ".json" or not all(c.isalnum() or c in "_-" for c in out.stem):
+        parser.error(f"--out {args.out}: give a .json path whose name is letters, digits, '_' or '-'")
     for method in args.methods:
         if method != "nfsp" and not recipe_of(args.game, method).exists():
             parser.error(f"--game {args.game}: no recipe {recipe_of(args.game, method)}")
@@ -215,37 +278,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for seed in args.seeds
         for method in args.methods
     ]
+    where = machine()  # the load before the runs start, which is what they compete with
     load = os.getloadavg()[0]
     started = time.time()
     with ProcessPoolExecutor(max_workers=max(1, args.parallel)) as pool:
         runs = list(pool.map(run_one, jobs))
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    result = {
-        "game": args.game,
-        "wall_s": args.wall_s,
-        "seeds": args.seeds,
-        "parallel": args.parallel,
-        "overrides": args.overrides,
-        "machine": {"cpus": os.cpu_count(), "load_at_start": load, "platform": platform.platform()},
-        "commit": commit,
-        "elapsed_s": time.time() - started,
-        "nfsp_settings": NFSP_SETTINGS,
-        "runs": runs,
-        "summary": {m: summarize([r["final"] for r in runs if r["method"] == m]) for m in args.methods},
-    }
-    out = Path(args.out or ROOT / "benchmarks" / "results" / f"poker_league_{args.game}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    per_seed = per_seed_of(runs)
+    rows = result_rows(per_seed)
+    path = write_result(
+        out.stem,
+        command=command,
+        per_seed=per_seed,
+        columns=COLUMNS,
+        rows=rows,
+        notes=f"{args.game}, {args.wall_s:g} s of training per run, {args.parallel} runs at once; exploitability "
+        "of each run's last measurement (the best one logged beside it).",
+        directory=out.parent,
+        measured_on=where,
+        extra={
+            "game": args.game,
+            "wall_s": args.wall_s,
+            "seeds": args.seeds,
+            "parallel": args.parallel,
+            "nfsp_eval_every": args.nfsp_eval_every,
+            "overrides": args.overrides,
+            "elapsed_s": time.time() - started,
+            "nfsp_settings": NFSP_SETTINGS,
+            "summary": {m: summarize([per_seed[s][m]["final"] for s in per_seed]) for m in args.methods},
+        },
+    )
     print(f"{args.game}, {args.wall_s:.0f} s per run, seeds {args.seeds}, load {load:.1f} at start")
-    print("| method | exploitability per seed | mean [95% CI] |\n| --- | --- | --- |")
-    for method, summary in result["summary"].items():
-        ci = summary["ci95"]
-        interval = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
-        print(f"| {method} | {' / '.join(f'{v:.3f}' for v in summary['values'])} | {summary['mean']:.3f}{interval} |")
-    print(f"wrote {out}")
-    return result
+    print("| " + " | ".join(c if isinstance(c, str) else c["name"] for c in COLUMNS) + " |")
+    print("| " + " | ".join("---" for _ in COLUMNS) + " |")
+    for row in rows:
+        print("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v or "—") for v in row) + " |")
+    print(f"wrote {path}")
+    return json.loads(path.read_text())
 
 
 if __name__ == "__main__":

@@ -32,14 +32,21 @@ def test_the_three_methods_run_side_by_side_and_are_summarized(tmp_path):
             "--model.algorithm.init_args.minibatch_size=32",
         ]
     )  # fmt: skip
-    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
-    assert [r["method"] for r in result["runs"]] == ["league", "selfplay", "nfsp"]
-    for run in result["runs"]:
+    assert json.loads(out.read_text()) == result
+    assert result["name"] == "result" and result["command"].startswith("python benchmarks/poker_league.py --game")
+    runs = result["per_seed"]["0"]
+    assert list(runs) == ["league", "selfplay", "nfsp"]
+    for run in runs.values():
         times = [t for t, _ in run["curve"]]
         assert run["curve"] and times == sorted(set(times)), run
         assert 0.0 <= run["final"] < 1.0 and run["final"] == run["curve"][-1][1]
-    assert set(result["summary"]) == {"league", "selfplay", "nfsp"}
-    assert result["summary"]["nfsp"]["n"] == 1 and result["summary"]["nfsp"]["ci95"] is None
+        assert run["best"] == min(v for _, v in run["curve"])
+    assert result["table"]["rows"] == bench.result_rows(result["per_seed"])
+    assert [row[0] for row in result["table"]["rows"]] == [bench.METHOD_LABELS[m] for m in runs]
+    assert [row[2] for row in result["table"]["rows"]] == [r["final"] for r in runs.values()]
+    assert result["table"]["rows"][2][3] is None  # one seed: no interval
+    assert set(result["extra"]["summary"]) == {"league", "selfplay", "nfsp"}
+    assert result["extra"]["summary"]["nfsp"]["n"] == 1 and result["extra"]["summary"]["nfsp"]["ci95"] is None
 
 
 def test_the_interval_over_seeds_is_a_t_interval():
@@ -52,3 +59,21 @@ def test_the_interval_over_seeds_is_a_t_interval():
 def test_an_unknown_game_is_refused():
     with pytest.raises(SystemExit):
         bench.main(["--game=go", "--methods", "league"])
+
+
+def test_an_out_path_that_cannot_name_a_result_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--methods", "nfsp", f"--out={tmp_path / 'poker league.json'}"])
+    assert "--out" in capsys.readouterr().err
+
+
+def test_the_table_is_the_mean_and_t_interval_of_the_finals_per_method():
+    curve = [[1.0, 0.5], [2.0, 0.2], [3.0, 0.3]]
+    per_seed = {
+        str(seed): {"league": {"final": final, "curve": curve, "best": 0.2, "frames": 100.0 * (seed + 1)}}
+        for seed, final in enumerate([0.1, 0.2, 0.3])
+    }
+    [row] = bench.result_rows(per_seed)
+    assert row[0] == bench.METHOD_LABELS["league"] and row[1] == "0.100 / 0.200 / 0.300"
+    assert row[2] == pytest.approx(0.2) and row[3] == "[-0.048, 0.448]"
+    assert row[4] == "0.200 / 0.200 / 0.200" and row[5] == "200 frames"

@@ -100,13 +100,14 @@ def test_write_result_keeps_the_gpu_the_settings_and_a_commit_given_outside_git(
 
 
 def test_scaling_tables_are_what_their_scripts_make_of_the_per_run_numbers():
-    # The VMAS-speed, worker-scaling and time-to-return results (some converted from an earlier
+    # The VMAS-speed, worker-scaling, time-to-return and poker-league results (some converted from an earlier
     # format) must show the table their script would write from the same per-run numbers.
     from benchmark_scripts import load_benchmark
 
     vmas_speed = load_benchmark("vmas_speed.py")
     worker_scaling = load_benchmark("worker_scaling.py")
     time_to_return = load_benchmark("time_to_return.py")
+    poker_league = load_benchmark("poker_league.py")
 
     directory = ROOT / "benchmarks" / "results"
     checked = 0
@@ -123,4 +124,8 @@ def test_scaling_tables_are_what_their_scripts_make_of_the_per_run_numbers():
         device = result["table"]["rows"][0][0]
         assert result["table"]["rows"] == time_to_return.result_rows(device, result["per_seed"]["run"]), path.name
         checked += 1
-    assert checked >= 8
+    for path in sorted(directory.glob("poker_league_*.json")):
+        result = json.loads(path.read_text())
+        assert result["table"]["rows"] == poker_league.result_rows(result["per_seed"]), path.name
+        checked += 1
+    assert checked >= 11
