@@ -31,7 +31,7 @@ class EpsilonSchedule:
 
 @dataclass
 class JobSettings:
-    """Per-role keyword arguments that every job of the player carries (the seed's job hooks).
+    """Per-role keyword arguments that every job of the player carries (the league design's job hooks).
 
     Attributes:
         forward_kwargs: passed to the acting policy (e.g. ``{"deterministic": False}``).
@@ -81,7 +81,7 @@ class Job:
 
 
 class LaunchCount:
-    """How many jobs a player runs now, bounded by ``capacity`` (the seed's ``launch_count``).
+    """How many jobs a player runs now, bounded by ``capacity`` (``launch_count`` in DI-engine's league).
 
     Not locked itself: the league manager guards it with its own lock.
     """
