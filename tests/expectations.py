@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -52,3 +53,30 @@ def minibatches_within(recipe: Path, env_steps: int) -> list[str]:
 def tiny_cli_run(recipe: Path) -> list[str]:
     """:data:`TINY_CLI_RUN` for ``recipe``, its on-policy minibatches shrunk to the tiny rollout (2 x 5 env steps)."""
     return [*TINY_CLI_RUN, *minibatches_within(recipe, 2 * 5)]
+
+
+def fit_in_process(recipe: Path, tmp_path: Path, *overrides: str) -> Any:
+    """Train ``recipe`` through lightmarl's CLI in this process (no logger, checkpoints, progress bar
+    or validation); returns the trained ``MARLModule`` (its trainer is ``module.trainer``)."""
+    from lightmarl.cli import TRAINER_DEFAULTS, LightmarlCLI
+    from lightmarl.training import MARLModule
+
+    cli = LightmarlCLI(
+        MARLModule,
+        trainer_defaults=TRAINER_DEFAULTS,
+        seed_everything_default=0,
+        save_config_kwargs={"overwrite": True},
+        auto_configure_optimizers=False,
+        args=[
+            "--config", str(recipe),
+            f"--trainer.default_root_dir={tmp_path}",
+            "--trainer.logger=false",
+            "--trainer.enable_checkpointing=false",
+            "--trainer.enable_progress_bar=false",
+            "--trainer.limit_val_batches=0",
+            *overrides,
+        ],
+        run=False,
+    )  # fmt: skip
+    cli.trainer.fit(cli.model)
+    return cli.model

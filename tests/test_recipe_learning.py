@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from lightning.pytorch import seed_everything
 
-from lightmarl.cli import TRAINER_DEFAULTS, LightmarlCLI
+from expectations import fit_in_process
 from lightmarl.evaluation import evaluate_episodes
 from lightmarl.policies import MultiAgentPolicy, UniformRandomPolicy
 from lightmarl.training import MARLModule
@@ -30,26 +30,7 @@ RECIPES = {
 
 
 def trained_module(recipe: Path, tmp_path: Path, *overrides: str) -> MARLModule:
-    cli = LightmarlCLI(
-        MARLModule,
-        trainer_defaults=TRAINER_DEFAULTS,
-        seed_everything_default=0,
-        save_config_kwargs={"overwrite": True},
-        auto_configure_optimizers=False,
-        args=[
-            "--config", str(recipe),
-            f"--trainer.default_root_dir={tmp_path}",
-            "--trainer.logger=false",
-            "--trainer.callbacks=[]",
-            "--trainer.enable_checkpointing=false",
-            "--trainer.enable_progress_bar=false",
-            "--trainer.limit_val_batches=0",
-            *overrides,
-        ],
-        run=False,
-    )  # fmt: skip
-    cli.trainer.fit(cli.model)
-    return cli.model
+    return fit_in_process(recipe, tmp_path, "--trainer.callbacks=[]", *overrides)
 
 
 def random_population(module: MARLModule) -> MultiAgentPolicy:
