@@ -17,6 +17,7 @@ from expectations import minibatches_within
 from lightmarl.algorithms import IndependentMARLTrainer
 from lightmarl.cli import main
 from lightmarl.policies import PolicyDict
+from lightmarl.trust import recipe_class_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "recipes").rglob("*.yaml"))
@@ -137,8 +138,11 @@ def test_recipe_fits_and_validates_through_the_cli(recipe, device, tmp_path, mon
         # The recipe's evaluation scenarios, two episodes per mix, on the last checkpoint.
         main(["evaluate", "--config", str(recipe), *tiny, "--evaluation.episodes=2"])
         assert list(tmp_path.rglob("evaluation/report.json")), "lightmarl evaluate writes the report"
-    # The checkpoint alone rebuilds the population for inference, shared modules still shared.
-    policies = PolicyDict.load(checkpoints[0])
+    # The checkpoint alone rebuilds the population for inference, shared modules still shared; classes
+    # outside lightmarl (an example package's) load because the recipe names them (files are data).
+    model = yaml.safe_load(recipe.read_text())["model"]
+    allowed = recipe_class_paths(model.get("policy_bindings", []), model.get("shared_modules", {}))
+    policies = PolicyDict.load(checkpoints[0], allowed_classes=sorted(allowed))
     for name, spec in checkpoint["lightmarl"]["shared_modules"].items():
         users = [getattr(policies[b], argument) for b, argument in spec["shared_between"].items()]
         assert all(u is users[0] for u in users), name
