@@ -80,3 +80,17 @@ def fit_in_process(recipe: Path, tmp_path: Path, *overrides: str) -> Any:
     )  # fmt: skip
     cli.trainer.fit(cli.model)
     return cli.model
+
+
+def policy_rows(group: Any, batch: int = 512, mask: Any = None) -> Any:
+    """A batch of random observation rows (with agent ids, and ``mask`` as the action mask) for ``group``."""
+    import torch
+    from tensordict import TensorDict
+
+    data = {
+        "observation": torch.randn(batch, group.num_agents, *group.observation_shape),
+        "agent_id": torch.tensor(group.agent_ids).expand(batch, group.num_agents),
+    }
+    if mask is not None:
+        data["action_mask"] = mask
+    return TensorDict({group.name: TensorDict(data, [batch, group.num_agents])}, [batch])

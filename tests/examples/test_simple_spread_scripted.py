@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 import torch
-from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from expectations import policy_rows as rows
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.evaluation import evaluate_episodes
 from lightmarl.policies import MultiAgentPolicy, UniformRandomPolicy
@@ -16,16 +16,6 @@ from lightmarl.population import BindingTable, PolicyBinding
 from lightmarl_examples.simple_spread import SpreadByAssignmentPolicy, SpreadToLandmarkPolicy
 
 SPREAD = "mpe2.simple_spread_v3.parallel_env"
-
-
-def rows(group, batch=512, mask=None):
-    data = {
-        "observation": torch.randn(batch, group.num_agents, *group.observation_shape),
-        "agent_id": torch.tensor(group.agent_ids).expand(batch, group.num_agents),
-    }
-    if mask is not None:
-        data["action_mask"] = mask
-    return TensorDict({group.name: TensorDict(data, [batch, group.num_agents])}, [batch])
 
 
 def test_spread_policy_heads_for_its_own_landmark(spread_config):

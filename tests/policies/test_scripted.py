@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tensordict import TensorDict
 from torch.distributions import Categorical
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from expectations import policy_rows as rows
 from lightmarl.policies import (
     ScriptedPolicy,
 )
@@ -26,16 +26,6 @@ class Legacy(ScriptedPolicy):
 
     def act(self, observation, action_mask=None):
         return torch.full(observation.shape[:-1], 3, dtype=torch.int64)
-
-
-def rows(group, batch=512, mask=None):
-    data = {
-        "observation": torch.randn(batch, group.num_agents, *group.observation_shape),
-        "agent_id": torch.tensor(group.agent_ids).expand(batch, group.num_agents),
-    }
-    if mask is not None:
-        data["action_mask"] = mask
-    return TensorDict({group.name: TensorDict(data, [batch, group.num_agents])}, [batch])
 
 
 def test_logits_log_prob_and_exploration_are_consistent(spread_config):

@@ -30,6 +30,7 @@ chips) the matrix is a coarse view of the meta-game.
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +48,7 @@ from lightmarl.league.player import (
 )
 
 
-class MetaSolver:
+class MetaSolver(ABC):
     """Turns what the league knows of a player's snapshots into weights over them.
 
     Subclasses implement :meth:`weights`; a solver whose weights depend only on the matrix (not
@@ -57,6 +58,7 @@ class MetaSolver:
 
     uses_win_rates = True
 
+    @abstractmethod
     def weights(self, matrix: np.ndarray, win_rates: np.ndarray) -> np.ndarray:
         """Probabilities over the ``n`` snapshots.
 
@@ -65,7 +67,6 @@ class MetaSolver:
                 ``j`` (draws half; 0.5 on the diagonal; ``matrix + matrix.T == 1``).
             win_rates: ``[n]`` the live player's current win rates against each snapshot.
         """
-        raise NotImplementedError
 
 
 class UniformMetaSolver(MetaSolver):
