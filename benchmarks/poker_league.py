@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("league", "selfplay", "nfsp")
 #: how the table names each method.
 METHOD_LABELS = {
-    "league": "league (`MetaStrategyPlayer`, uniform mixture)",
+    "league": "league (`MetaStrategyPlayer`, the recipe's meta-solver)",
     "selfplay": "naive self-play (`SelfPlayPlayer`, `pfsp_prob: 0`)",
     "nfsp": "OpenSpiel NFSP (PyTorch)",
 }

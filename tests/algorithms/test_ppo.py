@@ -126,6 +126,20 @@ def test_bad_hyperparameters_are_named(field):
         PPO(**{field: 0})
 
 
+def test_the_entropy_bonus_follows_its_schedule_over_the_budget(spread_config):
+    table, policies = population(spread_config)
+    unit = PPO(entropy_coeff=0.2, final_entropy_coeff=0.05).make_unit_trainer("learner", policies["learner"], table)
+    optimizer = torch.optim.Adam(policies["learner"].parameters())
+    for done, expected in [(0.0, 0.2), (0.5, 0.125), (1.0, 0.05), (1.5, 0.05)]:
+        unit.set_progress(optimizer, done)
+        assert float(unit.loss.entropy_coeff) == pytest.approx(expected)
+    constant = PPO(entropy_coeff=0.2).make_unit_trainer("learner", policies["learner"], table)
+    constant.set_progress(optimizer, 0.9)
+    assert float(constant.loss.entropy_coeff) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="algorithm.final_entropy_coeff"):
+        PPO(final_entropy_coeff=-0.1)
+
+
 def test_co_trained_bindings_step_on_their_own_schedules(spread_config):
     table, policies = population(spread_config, npc_trainable=True)
     collector = RolloutCollector(spread_config.make_vector(0), MultiAgentPolicy(policies, table), 5)

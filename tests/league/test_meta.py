@@ -32,11 +32,10 @@ def test_nash_of_rock_paper_scissors_is_uniform_and_a_dominant_strategy_is_pure(
 
 
 def test_solvers_weigh_the_snapshots():
-    matrix = RPS / 2 + 0.5  # win rates
     rates = np.array([0.9, 0.5, 0.1])
-    assert np.allclose(UniformMetaSolver().weights(matrix, rates), [1 / 3] * 3)
-    assert np.allclose(NashMetaSolver().weights(matrix, rates), [1 / 3] * 3, atol=1e-6)
-    assert np.allclose(PFSPMetaSolver("squared").weights(matrix, rates), pfsp(rates, "squared"))
+    assert np.allclose(UniformMetaSolver().weights(RPS, rates), [1 / 3] * 3)
+    assert np.allclose(NashMetaSolver().weights(RPS, rates), [1 / 3] * 3, atol=1e-6)
+    assert np.allclose(PFSPMetaSolver("squared").weights(RPS, rates), pfsp(rates, "squared"))
     with pytest.raises(ValueError, match="weighting"):
         PFSPMetaSolver("cubic")
 
@@ -64,12 +63,25 @@ def test_the_meta_matrix_takes_each_snapshots_win_rates_when_it_is_taken():
     # Before snapshot 1 the player won 7 of 10 against snapshot 0; before snapshot 2, 2 more of 10
     # against snapshot 0 (9 of 20 in all: the payoff does not decay here) and 6 of 10 against 1.
     player, _ = player_with_snapshots({"class_path": "NashMetaSolver"}, 3, [[], [0.7], [0.2, 0.6]])
-    expected = [[0.5, 0.3, 0.55], [0.7, 0.5, 0.4], [0.45, 0.6, 0.5]]
+    expected = np.array([[0.5, 0.3, 0.55], [0.7, 0.5, 0.4], [0.45, 0.6, 0.5]]) - 0.5  # zero-sum: win rate - 1/2
     assert np.allclose(player.meta_matrix, expected)
     members, weights = player.mixture()
     assert [m.player_id for m in members] == ["p_10", "p_20", "p_30"]
-    assert np.allclose(weights, nash_of_symmetric(np.array(expected) - 0.5), atol=1e-6)
+    assert np.allclose(weights, nash_of_symmetric(expected), atol=1e-6)
     assert weights.max() < 1.0  # a cycle: the Nash mixes
+    assert player.meta_exact == [False] * 3
+
+
+def test_exact_payoffs_replace_a_snapshots_row_and_move_the_nash():
+    player, _ = player_with_snapshots({"class_path": "NashMetaSolver"}, 3, [[], [0.7], [0.2, 0.6]])
+    player.mixture()  # cached weights must not survive the new payoffs
+    # Exact returns: snapshot 2 beats both earlier ones, which then carry no weight.
+    player.set_meta_payoffs(2, [0.25, 0.125])
+    assert player.meta_matrix[2][:2] == [0.25, 0.125] and [row[2] for row in player.meta_matrix[:2]] == [-0.25, -0.125]
+    assert player.meta_exact == [False, False, True]
+    assert np.allclose(player.mixture()[1], [0.0, 0.0, 1.0], atol=1e-6)
+    with pytest.raises(ValueError, match="snapshot 2 of 3 takes 2 payoffs"):
+        player.set_meta_payoffs(2, [0.1])
 
 
 def test_opponents_are_drawn_from_the_mixture_per_job():
@@ -92,12 +104,12 @@ def test_before_a_snapshot_the_player_plays_and_shows_itself():
 
 def test_the_matrix_survives_a_checkpoint():
     player, _ = player_with_snapshots({"class_path": "NashMetaSolver"}, 3, [[], [0.7], [0.2, 0.6]])
-    state = player.state_dict()
     other = MetaStrategyPlayer(
         "p", settings=MetaStrategyPlayer.make_settings({"meta_solver": {"class_path": "NashMetaSolver"}})
     )
-    other.load_state_dict(state)
-    assert other.meta_matrix == player.meta_matrix
+    player.set_meta_payoffs(1, [0.5])
+    other.load_state_dict(player.state_dict())
+    assert other.meta_matrix == player.meta_matrix and other.meta_exact == [False, True, False]
 
 
 @pytest.mark.parametrize(
@@ -133,3 +145,12 @@ def test_naive_self_play_writes_no_snapshot_nothing_would_play():
     assert snapshots(0.5) == 1
     assert snapshots(0.0, roles=2) == 2  # another player may play them
     assert SelfPlaySettings(pfsp_prob=0.0).pfsp_prob == 0.0
+
+
+def test_reset_prob_restarts_the_live_player_from_its_initial_weights():
+    fresh, _ = player_with_snapshots({"class_path": "NashMetaSolver"}, 1, reset_prob=1.0)
+    assert fresh.mutate(random.Random(0)) == fresh.initial_checkpoint_path == "p_init.pt"
+    going_on, _ = player_with_snapshots({"class_path": "NashMetaSolver"}, 1)
+    assert going_on.mutate(random.Random(0)) is None
+    with pytest.raises(ValueError, match="reset_prob"):
+        MetaStrategyPlayer.make_settings({"reset_prob": 1.5})

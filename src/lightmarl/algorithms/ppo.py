@@ -73,6 +73,13 @@ class PPOUnitTrainer(OnPolicyUnitTrainer):
     def divergence_limits(self) -> dict[str, float]:
         return {} if self.config.max_kl is None else {keys.KL_APPROX: self.config.max_kl}
 
+    def set_progress(self, optimizer: torch.optim.Optimizer, fraction_done: float) -> None:
+        super().set_progress(optimizer, fraction_done)
+        final = self.config.final_entropy_coeff
+        if final is not None:
+            start = self.config.entropy_coeff
+            self.loss.entropy_coeff.fill_(start + (final - start) * min(1.0, max(0.0, fraction_done)))
+
     def to(self, device: torch.device) -> PPOUnitTrainer:
         super().to(device)
         if self.distill_loss is not None:
@@ -131,6 +138,10 @@ class PPO(OnPolicyAlgorithm):
     """PPO ratio clip."""
     entropy_coeff: float = 0.01
     """Weight of the entropy bonus."""
+    final_entropy_coeff: float | None = None
+    """Move the entropy weight linearly from ``entropy_coeff`` to this over the frame budget
+    (``null``: constant), as RLlib's ``entropy_coeff_schedule``: explore broadly first, then let
+    the policy commit to its best actions."""
     critic_coeff: float = 1.0
     """Weight of the value loss."""
     loss_critic_type: Literal["l2", "l1", "smooth_l1"] = "l2"
@@ -147,6 +158,12 @@ class PPO(OnPolicyAlgorithm):
             ("clip_epsilon", self.clip_epsilon, self.clip_epsilon > 0, "clip_epsilon > 0"),
             # Negative weights would reward low entropy (collapse) or maximise the value error.
             ("entropy_coeff", self.entropy_coeff, self.entropy_coeff >= 0, "entropy_coeff >= 0"),
+            (
+                "final_entropy_coeff",
+                self.final_entropy_coeff,
+                self.final_entropy_coeff is None or self.final_entropy_coeff >= 0,
+                "final_entropy_coeff is None or final_entropy_coeff >= 0",
+            ),
             ("critic_coeff", self.critic_coeff, self.critic_coeff >= 0, "critic_coeff >= 0"),
             ("max_kl", self.max_kl, self.max_kl is None or self.max_kl > 0, "max_kl is None or max_kl > 0"),
         )

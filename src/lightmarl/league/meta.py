@@ -20,11 +20,15 @@ Its :meth:`MetaStrategyPlayer.mixture` (the snapshots and their weights) is what
 as the player's policy: exploitability is measured on it
 (:class:`~lightmarl.training.exploitability.OpenSpielExploitability` with ``policy: league``).
 
-The empirical payoff between snapshots: when the player is snapshotted, its current win rates
-against its earlier snapshots (the league's decayed payoff) become the new snapshot's row of the
-matrix (a snapshot *is* the player at that moment), and the column is their mirror. Win rates count
-wins, draws and losses, not the size of a win: in games where the amount won matters (poker's
-chips) the matrix is a coarse view of the meta-game.
+The meta-game between snapshots is a zero-sum matrix, ``payoff[i][j]`` what snapshot ``i`` gains
+against ``j`` (``payoff + payoff.T == 0``). From the league's games: when the player is
+snapshotted, its current win rates against its earlier snapshots (the league's decayed payoff),
+less one half, become the new snapshot's row (a snapshot *is* the player at that moment), and the
+column is their mirror. Win rates count wins, draws and losses, not the size of a win: in games
+where the amount won matters (poker's chips) that is a coarse view of the meta-game, and an
+evaluator that knows the game may replace a row by exact expected returns
+(:meth:`MetaStrategyPlayer.set_meta_payoffs`; for OpenSpiel games,
+:class:`~lightmarl.training.exploitability.OpenSpielExploitability` with ``meta_game: exact``).
 """
 
 from __future__ import annotations
@@ -59,12 +63,12 @@ class MetaSolver(ABC):
     uses_win_rates = True
 
     @abstractmethod
-    def weights(self, matrix: np.ndarray, win_rates: np.ndarray) -> np.ndarray:
+    def weights(self, payoff: np.ndarray, win_rates: np.ndarray) -> np.ndarray:
         """Probabilities over the ``n`` snapshots.
 
         Args:
-            matrix: ``[n, n]`` empirical win rates, ``matrix[i, j]`` of snapshot ``i`` against
-                ``j`` (draws half; 0.5 on the diagonal; ``matrix + matrix.T == 1``).
+            payoff: ``[n, n]`` the zero-sum meta-game, ``payoff[i, j]`` what snapshot ``i`` gains
+                against ``j`` (``payoff + payoff.T == 0``; see the module docstring).
             win_rates: ``[n]`` the live player's current win rates against each snapshot.
         """
 
@@ -74,21 +78,21 @@ class UniformMetaSolver(MetaSolver):
 
     uses_win_rates = False
 
-    def weights(self, matrix: np.ndarray, win_rates: np.ndarray) -> np.ndarray:
-        return np.full(len(matrix), 1.0 / len(matrix))
+    def weights(self, payoff: np.ndarray, win_rates: np.ndarray) -> np.ndarray:
+        return np.full(len(payoff), 1.0 / len(payoff))
 
 
 class NashMetaSolver(MetaSolver):
-    """The Nash equilibrium of the symmetric zero-sum meta-game ``matrix - 0.5`` (PSRO).
+    """The Nash equilibrium of the symmetric zero-sum meta-game ``payoff`` (PSRO).
 
-    Solved as the linear program ``max v`` s.t. ``x @ (matrix - 0.5) >= v`` column-wise,
-    ``x`` a probability vector, with SciPy's HiGHS solver (``scipy.optimize.linprog``).
+    Solved as the linear program ``max v`` s.t. ``x @ payoff >= v`` column-wise, ``x`` a
+    probability vector, with SciPy's HiGHS solver (``scipy.optimize.linprog``).
     """
 
     uses_win_rates = False
 
-    def weights(self, matrix: np.ndarray, win_rates: np.ndarray) -> np.ndarray:
-        return nash_of_symmetric(np.asarray(matrix, dtype=np.float64) - 0.5)
+    def weights(self, payoff: np.ndarray, win_rates: np.ndarray) -> np.ndarray:
+        return nash_of_symmetric(np.asarray(payoff, dtype=np.float64))
 
 
 class PFSPMetaSolver(MetaSolver):
@@ -103,7 +107,7 @@ class PFSPMetaSolver(MetaSolver):
         pfsp([0.5], weighting)  # a bad name fails here, naming the choices
         self.weighting = weighting
 
-    def weights(self, matrix: np.ndarray, win_rates: np.ndarray) -> np.ndarray:
+    def weights(self, payoff: np.ndarray, win_rates: np.ndarray) -> np.ndarray:
         return pfsp(win_rates, self.weighting)
 
 
@@ -156,15 +160,20 @@ class MetaStrategySettings(ActivePlayerSettings):
         self_play_prob: probability of playing its current self instead of a snapshot (0:
             fictitious play / PSRO proper; the first phase, before any snapshot, is self-play).
         window: only the newest ``window`` snapshots take part (``None``: all of them).
+        reset_prob: probability of restarting the live player from its initial weights after a
+            snapshot (1: PSRO's fresh best response per iteration, which no earlier phase has
+            made over-confident; 0: it goes on from where it is).
     """
 
     meta_solver: Any = field(default_factory=lambda: {"class_path": "lightmarl.league.meta.UniformMetaSolver"})
     self_play_prob: float = 0.0
     window: int | None = None
+    reset_prob: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_probability("self_play_prob", self.self_play_prob)
+        _check_probability("reset_prob", self.reset_prob)
         if self.window is not None and (
             isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1
         ):
@@ -184,22 +193,44 @@ class MetaStrategyPlayer(BattleActivePlayer):
     def __init__(self, player_id: str, settings: MetaStrategySettings | None = None, **kwargs: Any) -> None:
         """Args as :class:`~lightmarl.league.ActivePlayer`."""
         super().__init__(player_id, settings=settings, **kwargs)
-        #: empirical win rates between this player's snapshots, in snapshot order (plain lists).
+        #: the zero-sum meta-game between this player's snapshots, in snapshot order (plain lists).
         self.meta_matrix: list[list[float]] = []
+        #: per snapshot, whether its row holds exact payoffs (:meth:`set_meta_payoffs`), not win rates.
+        self.meta_exact: list[bool] = []
         self._cached: tuple[int, np.ndarray] | None = None
 
     def snapshot(self) -> HistoricalPlayer:
         """Snapshot as every player does, and add the new snapshot's row to the meta-game matrix."""
-        own = self._historical([self.player_id])
+        own = self.snapshots()
         rates = self._win_rates(own) if own else []
         for row, rate in zip(self.meta_matrix, rates):
-            row.append(1.0 - rate)
-        self.meta_matrix.append([*rates, 0.5])
+            row.append(0.5 - rate)
+        self.meta_matrix.append([rate - 0.5 for rate in rates] + [0.0])
+        self.meta_exact.append(False)
+        self._cached = None
         return super().snapshot()
+
+    def snapshots(self) -> list[HistoricalPlayer]:
+        """Every snapshot of this player, oldest first (the meta-game matrix's order)."""
+        return self._historical([self.player_id])
+
+    def set_meta_payoffs(self, index: int, payoffs: Sequence[float]) -> None:
+        """Replace snapshot ``index``'s row of the meta-game (and its column, mirrored) by
+        ``payoffs`` against the snapshots before it: exact expected returns from an evaluator
+        that knows the game, in place of the win rates of the league's games."""
+        if not 0 <= index < len(self.meta_matrix) or len(payoffs) != index:
+            raise ValueError(
+                f"set_meta_payoffs: snapshot {index} of {len(self.meta_matrix)} takes {index} payoffs, got {len(payoffs)}"
+            )
+        for j, value in enumerate(payoffs):
+            self.meta_matrix[index][j] = float(value)
+            self.meta_matrix[j][index] = -float(value)
+        self.meta_exact[index] = True
+        self._cached = None
 
     def members(self) -> list[HistoricalPlayer]:
         """The snapshots that take part in the mixture (the newest ``window``), oldest first."""
-        own = self._historical([self.player_id])
+        own = self.snapshots()
         return own[-self.settings.window :] if self.settings.window else own
 
     def mixture(self) -> tuple[list[HistoricalPlayer], np.ndarray]:
@@ -211,18 +242,22 @@ class MetaStrategyPlayer(BattleActivePlayer):
         n = len(members)
         if not solver.uses_win_rates and self._cached is not None and self._cached[0] == len(self.meta_matrix):
             return members, self._cached[1]
+        total = len(self.snapshots())
         full = np.asarray(self.meta_matrix, dtype=np.float64)
-        if full.shape != (len(self._historical([self.player_id])),) * 2:
+        if full.shape != (total, total):
             # Snapshots this player did not record (e.g. a resumed league of another role): no data, a draw.
-            full = np.full((len(self._historical([self.player_id])),) * 2, 0.5)
-        matrix = full[-n:, -n:]
-        weights = np.asarray(solver.weights(matrix, self._win_rates(members)), dtype=np.float64)
+            full = np.zeros((total, total))
+        payoff = full[-n:, -n:]
+        weights = np.asarray(solver.weights(payoff, self._win_rates(members)), dtype=np.float64)
         if weights.shape != (n,) or not np.isfinite(weights).all() or (weights < 0).any() or weights.sum() <= 0:
             raise RuntimeError(f"{type(solver).__name__} returned weights {weights!r} for {n} snapshots")
         weights = weights / weights.sum()
         if not solver.uses_win_rates:
             self._cached = (len(self.meta_matrix), weights)
         return members, weights
+
+    def mutate(self, rng: random.Random) -> str | None:
+        return self.initial_checkpoint_path if rng.random() < self.settings.reset_prob else None
 
     def _get_job_opponents(self, rng: random.Random) -> tuple[list[Player], str]:
         members, weights = self.mixture()
@@ -231,11 +266,16 @@ class MetaStrategyPlayer(BattleActivePlayer):
         return [members[rng.choices(range(len(members)), weights=weights.tolist())[0]]], "meta_strategy"
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "meta_matrix": [list(row) for row in self.meta_matrix]}
+        return {
+            **super().state_dict(),
+            "meta_matrix": [list(row) for row in self.meta_matrix],
+            "meta_exact": list(self.meta_exact),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.meta_matrix = [[float(x) for x in row] for row in state.get("meta_matrix", [])]
+        self.meta_exact = [bool(x) for x in state.get("meta_exact", [False] * len(self.meta_matrix))]
         self._cached = None
 
 

@@ -42,7 +42,7 @@ from lightmarl.evaluation.plots import plot_payoff_heatmap
 from lightmarl.league import LeagueManager, PayoffSettings, PretrainedSpec, RatingSettings, RoleSpec, SnapshotStore
 from lightmarl.league.manager import role_class
 from lightmarl.league.matchmaking import Matchmaker, Seating, outcome_from_returns
-from lightmarl.league.meta import shown_mixture
+from lightmarl.league.meta import MetaStrategyPlayer, shown_mixture
 from lightmarl.league.payoff import BattleSharedPayoff
 from lightmarl.league.player import ActivePlayer, HistoricalPlayer
 from lightmarl.population import PolicyBindingConfig
@@ -372,6 +372,12 @@ class LeagueTraining:
                 seating.player_binding if agent in seat_of_player else seating.opponent_binding for agent in self.agents
             ]
         self.module.table.set_agent_binding_map({"default": self.eval_map, "per_env": per_env})
+
+    def meta_strategy_player(self, binding: str) -> Any:
+        """The player with a meta-strategy (:class:`~lightmarl.league.meta.MetaStrategyPlayer`) that
+        ``binding`` trains, or ``None`` where its player has none (rank 0's view)."""
+        player = next((p for p in self.manager.active_players if self.binding_of(p.player_id) == binding), None)
+        return player if isinstance(player, MetaStrategyPlayer) else None
 
     def shown_policy(self, binding: str) -> list[tuple[str, float]] | None:
         """What the league shows as the policy of the player trained by ``binding`` (rank 0's view).
