@@ -393,13 +393,41 @@ class EvaluateCLI(LightmarlCLI):
         if module.cpu_threads is not None:
             torch.set_num_threads(module.cpu_threads)
         out = Path(config.get("out") or evaluation.out_dir or Path(self.trainer.default_root_dir) / "evaluation")
-        result = run_suite(suite, module, out / "videos", checkpoint=ckpt_path)
+        mixtures = checkpoint_mixtures(ckpt_path, module, evaluation.exploitability) if ckpt_path is not None else {}
+        result = run_suite(suite, module, out / "videos", checkpoint=ckpt_path, mixtures=mixtures)
         written = write_outputs(result, out) + list(result.videos.values())
         for logger in self.trainer.loggers:
             logger.log_metrics(result.logs, step=module.iterations)
             logger.finalize("success")
         print(markdown_summary(result.report))  # noqa: T201 - the command's output
         print("\n".join(f"lightmarl: wrote {path}" for path in written))  # noqa: T201
+
+
+def checkpoint_mixtures(
+    path: str, module: MARLModule, bindings: Sequence[str]
+) -> dict[str, list[tuple[dict[str, torch.Tensor], float]]]:
+    """The league mixtures a checkpoint records for ``bindings``: binding -> each member's weights
+    (a snapshot's, or a binding's own) and its meta weight; bindings without one are left out."""
+    if not bindings:
+        return {}
+    try:
+        artifact = read_artifact(path, field="--ckpt_path")
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    snapshots = {snapshot.id: snapshot for snapshot in artifact.snapshots}
+    out = {}
+    for binding in bindings:
+        members = artifact.mixtures.get(binding) or {}
+        out[binding] = [
+            (
+                artifact.snapshot_weights(snapshots[member])
+                if member in snapshots
+                else module.policies[member].state_dict(),
+                weight,
+            )
+            for member, weight in members.items()
+        ]
+    return {binding: members for binding, members in out.items() if members}
 
 
 def _read_checkpoint(path: str) -> dict[str, Any]:

@@ -136,7 +136,7 @@ def test_the_entropy_bonus_follows_its_schedule_over_the_budget(spread_config):
     constant = PPO(entropy_coeff=0.2).make_unit_trainer("learner", policies["learner"], table)
     constant.set_progress(optimizer, 0.9)
     assert float(constant.loss.entropy_coeff) == pytest.approx(0.2)
-    with pytest.raises(ValueError, match="algorithm.final_entropy_coeff"):
+    with pytest.raises(ValueError, match=r"algorithm\.final_entropy_coeff"):
         PPO(final_entropy_coeff=-0.1)
 
 

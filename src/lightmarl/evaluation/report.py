@@ -327,8 +327,9 @@ def markdown_summary(report: Mapping[str, Any], digits: int = 2) -> str:
     if report.get("exploitability"):
         lines += ["", "| binding | game | exploitability | NashConv |", "| --- | --- | --- | --- |"]
         for binding, value in report["exploitability"].items():
+            shown = f"{binding} ({value['policy']})" if value.get("policy") else binding
             lines.append(
-                f"| {binding} | {value['game']} | {_number(value['exploitability'], digits + 2)} | "
+                f"| {shown} | {value['game']} | {_number(value['exploitability'], digits + 2)} | "
                 f"{_number(value['nash_conv'], digits + 2)} |"
             )
     info_rows = [

@@ -31,7 +31,13 @@ from torch import nn
 
 from lightmarl.envs.config import EnvConfig
 from lightmarl.evaluation.episodes import EpisodeRecord, play_episodes
-from lightmarl.evaluation.exploitability import OpenSpielGame, measure, openspiel_game_of, tabular_policy
+from lightmarl.evaluation.exploitability import (
+    OpenSpielGame,
+    measure,
+    mixture_policy,
+    openspiel_game_of,
+    tabular_policy,
+)
 from lightmarl.evaluation.head_to_head import Game
 from lightmarl.evaluation.plots import file_stem, plot_report
 from lightmarl.evaluation.report import Report, build_report, markdown_summary, write_report
@@ -201,6 +207,7 @@ class EvaluationSuite:
         run: str = "seed_0",
         video_dir: str | Path | None = None,
         metadata: Mapping[str, Any] | None = None,
+        mixtures: Mapping[str, Sequence[tuple[Mapping[str, torch.Tensor], float]]] | None = None,
     ) -> EvaluationResult:
         """Play every scenario and summarise it.
 
@@ -211,6 +218,9 @@ class EvaluationSuite:
             run: the run's name in the report (``seed_<training seed>``).
             video_dir: where scenarios with ``video: true`` write ``<scenario>.gif`` (``None``: no videos).
             metadata: free-form context stored in the report.
+            mixtures: binding id -> the league mixture it shows (each member's weights for the
+                binding's policy, and its meta weight): ``evaluation.exploitability`` measures the
+                mixture of such a binding, as training did, and reports its live weights' beside it.
         """
         device = torch.device(device)
         with preserved_rng([device]), torch.no_grad():
@@ -261,7 +271,7 @@ class EvaluationSuite:
             if scenario.team_agents is not None
         }
         with torch.no_grad():
-            exploitability = self._exploitability(live, device)
+            exploitability = self._exploitability(live, device, mixtures or {})
         report = build_report(
             episodes,
             env_name=self.env_config.name,
@@ -278,8 +288,14 @@ class EvaluationSuite:
             report["exploitability"] = exploitability
         return EvaluationResult(report, report_logs(report), videos)
 
-    def _exploitability(self, live: Mapping[str, nn.Module], device: torch.device) -> dict[str, dict[str, Any]]:
-        """``evaluation.exploitability``: binding -> exact exploitability and NashConv of its policy."""
+    def _exploitability(
+        self,
+        live: Mapping[str, nn.Module],
+        device: torch.device,
+        mixtures: Mapping[str, Sequence[tuple[Mapping[str, torch.Tensor], float]]],
+    ) -> dict[str, dict[str, Any]]:
+        """``evaluation.exploitability``: binding -> exact exploitability and NashConv of its policy
+        (of the league mixture it shows, where ``mixtures`` has one)."""
         if self._spiel is None:
             return {}
         out = {}
@@ -299,6 +315,21 @@ class EvaluationSuite:
                 "exploitability": value.exploitability,
                 "nash_conv": value.nash_conv,
             }
+            members = mixtures.get(binding_id)
+            if members:
+                scratch = copy.deepcopy(policy)
+                tables = []
+                for weights, _ in members:
+                    scratch.load_state_dict(weights)
+                    tables.append(tabular_policy(self._spiel, scratch, group))
+                mixed = measure(self._spiel, mixture_policy(self._spiel, tables, [w for _, w in members]))
+                out[binding_id] = {
+                    "game": self._spiel.name,
+                    "policy": f"league mixture of {len(members)}",
+                    "exploitability": mixed.exploitability,
+                    "nash_conv": mixed.nash_conv,
+                    "live_exploitability": value.exploitability,
+                }
         return out
 
 

@@ -16,9 +16,11 @@ without it).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info
 
@@ -41,10 +43,15 @@ def suite_for(module: MARLModule, config: EvaluationConfig) -> EvaluationSuite:
 
 
 def run_suite(
-    suite: EvaluationSuite, module: MARLModule, video_dir: str | Path | None = None, checkpoint: str | None = None
+    suite: EvaluationSuite,
+    module: MARLModule,
+    video_dir: str | Path | None = None,
+    checkpoint: str | None = None,
+    mixtures: Mapping[str, Sequence[tuple[Mapping[str, torch.Tensor], float]]] | None = None,
 ) -> EvaluationResult:
     """Play ``suite`` with the module's current policies (on its device); the report names the training
-    seed, frames, iterations and ``checkpoint``."""
+    seed, frames, iterations and ``checkpoint``. ``mixtures``: the league mixtures bindings show
+    (:meth:`EvaluationSuite.run`)."""
     metadata: dict[str, Any] = {"iterations": module.iterations, "env": module.env_config.describe()}
     if checkpoint is not None:
         metadata["checkpoint"] = str(checkpoint)
@@ -55,6 +62,7 @@ def run_suite(
         run=f"seed_{os.environ.get('PL_GLOBAL_SEED', 0)}",
         video_dir=video_dir,
         metadata=metadata,
+        mixtures=mixtures,
     )
 
 
