@@ -74,11 +74,11 @@ def main(argv: list[str] | None = None) -> None:
         for runner in envs:
             runner.close()
     best = {runner.name: max(run[i] for run in runs) for i, runner in enumerate(envs)}
-    print(f"load average before {before}, after {load_average()}")  # noqa: T201
+    print(f"load average before {before}, after {load_average()}")
     for name, rate in best.items():
-        print(f"{name}: {rate:,.0f} env steps/s")  # noqa: T201
+        print(f"{name}: {rate:,.0f} env steps/s")
     for note in skipped:
-        print(f"skipped {note}")  # noqa: T201
+        print(f"skipped {note}")
     if args.write_result:
         from results import write_result  # benchmarks/results.py, beside this script
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
                 + (f" Skipped: {'; '.join(skipped)}." if skipped else "")
             ),
         )
-        print(f"wrote {path}")  # noqa: T201
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from benchmark_scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
