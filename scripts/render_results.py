@@ -8,6 +8,7 @@ line saying how, where and when it was measured. The tables are never edited by 
 
     python scripts/render_results.py           # rewrite the tables
     python scripts/render_results.py --check   # exit 1, naming each table that differs from its JSON
+                                               # and each measured table typed outside a results block
 
 ``tests/test_results_tables.py`` runs the check.
 """
@@ -123,15 +124,51 @@ def stale(files: Iterable[Path], results_dir: Path = RESULTS_DIR) -> list[str]:
     return out
 
 
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+#: a table cell that reads as a measured figure: a decimal ("0.924", "−21.70 [−22.1, −21.3]", "0.41 / 0.62")
+#: or a number with thousands separators ("2,299"). Counts, sizes and versions ("18 float", "3") are not.
+MEASURED_CELL = re.compile(
+    r"^\**[−+-]?\d[\d,]*\.\d+\**(\s*\[[^\]]*\])?$"
+    r"|^\**[−+-]?\d+\.\d+\s*/\s*[−+-]?\d+\.\d+"
+    r"|^\**\d{1,3}(,\d{3})+\**$"
+)
+
+
+def hand_typed(files: Iterable[Path]) -> list[str]:
+    """``file:line`` for every table row outside the results blocks (and code blocks) with a cell that
+    reads as a measured figure: such a table belongs in a JSON file under ``benchmarks/results/``."""
+    out = []
+    for path in files:
+        text = path.read_text()
+        # Blank out results blocks and code blocks, keeping their newlines so line numbers stay right.
+        for pattern in (BLOCK, FENCE):
+            text = pattern.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.startswith("|"):
+                continue
+            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+            if any(MEASURED_CELL.match(c) for c in cells):
+                out.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{number}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs from its JSON")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing; exit 1 if a table differs from its JSON or measured figures are typed in a table",
+    )
     args = parser.parse_args(argv)
     if args.check:
         differ = stale(pages())
         for line in differ:
             print(f"stale table: {line} (run python scripts/render_results.py)", file=sys.stderr)  # noqa: T201
-        return 1 if differ else 0
+        typed = hand_typed(pages())
+        for line in typed:
+            hint = "write it to benchmarks/results/ and show it with a results block"
+            print(f"hand-typed result table: {line} ({hint})", file=sys.stderr)  # noqa: T201
+        return 1 if differ or typed else 0
     for path in pages():
         text = path.read_text()
         new = rendered(text)

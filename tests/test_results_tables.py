@@ -51,6 +51,27 @@ def test_a_hand_edited_table_is_caught(tmp_path):
     assert render.stale([page]) == []
 
 
+def test_no_measured_table_is_typed_by_hand():
+    # Measured figures in a table belong in benchmarks/results/*.json, shown through a results block.
+    assert render.hand_typed(render.pages()) == []
+
+
+def test_a_hand_typed_measured_table_is_caught_and_reference_tables_are_not(tmp_path):
+    quickstart = next(
+        m for m in render.BLOCK.finditer((ROOT / "README.md").read_text()) if m.group("name") == "quickstart"
+    )
+    page = tmp_path / "page.md"
+    page.write_text(
+        "| env | observation | agents |\n| --- | --- | ---: |\n| spread | 18 float | 3 |\n\n"  # reference: sizes, counts
+        + quickstart.group(0)  # a rendered results block: its figures come from JSON
+        + "\n```text\n| scenario | return |\n| --- | --- |\n| a | -19.30 [-20.74, -17.86] |\n```\n\n"  # command output
+        + "| run | score |\n| --- | --- |\n| league | 0.924 [0.899, 0.949] |\n| plain | 2,299 |\n"
+    )
+    lines = page.read_text().splitlines()
+    flagged = [int(line.rsplit(":", 1)[1]) for line in render.hand_typed([page])]
+    assert [lines[n - 1] for n in flagged] == ["| league | 0.924 [0.899, 0.949] |", "| plain | 2,299 |"]
+
+
 def test_write_result_then_render(tmp_path):
     path = results.write_result(
         "toy",
