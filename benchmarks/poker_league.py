@@ -265,7 +265,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "overrides", nargs="*", help="after --: extra `lightmarl fit` arguments for both lightmarl methods"
     )
     args = parser.parse_args(argv)
-    command = shlex.join(["python", "benchmarks/poker_league.py", *(sys.argv[1:] if argv is None else argv)])
+    given = list(sys.argv[1:] if argv is None else argv)
+    if "--workdir" in given:  # a folder of this machine: not part of what reproduces the result
+        del given[given.index("--workdir") : given.index("--workdir") + 2]
+    command = shlex.join(["python", "benchmarks/poker_league.py", *given])
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"poker_league_{args.game}.json")
     if out.suffix != ".json" or not all(c.isalnum() or c in "_-" for c in out.stem):
         parser.error(f"--out {args.out}: give a .json path whose name is letters, digits, '_' or '-'")
