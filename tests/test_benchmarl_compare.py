@@ -23,7 +23,7 @@ def resolved_env(task, capsys) -> dict:
     return yaml.safe_load(capsys.readouterr().out)["model"]["env"]
 
 
-@pytest.mark.parametrize("name", ["vmas_balance", "vmas_navigation"])
+@pytest.mark.parametrize("name", ["vmas_balance", "vmas_navigation", "vmas_transport"])
 def test_vmas_tasks_give_lightmarl_benchmarls_task_settings(name, capsys):
     pytest.importorskip("vmas")
     task = compare.TASKS[name]
@@ -99,6 +99,37 @@ def test_seed_means_compare_at_benchmarls_evaluation_times():
     assert "| 6,000 frames | 11 | 0.300 | 0.800 |" in lines
     assert "| 12,000 frames | 21 | 0.700 | 0.800 |" in lines
     assert compare.seed_mean_table({"benchmarl": runs["benchmarl"], "lightmarl": {0: runs["lightmarl"][0]}}) == []
+
+
+def test_json_result_has_one_row_per_run_and_every_curve(tmp_path):
+    import json
+
+    def curve(returns):
+        frames = [6000.0 * (k + 1) for k in range(len(returns))]
+        return compare.Curve(frames, [10.0 * (k + 1) for k in range(len(returns))], returns, 99.0).to_json()
+
+    results = {
+        "vmas_transport/benchmarl/0": curve([0.0, 0.1, 0.0, 0.0, 0.2, 0.1]),
+        "vmas_transport/lightmarl/0": curve([0.0, 1.0, 2.0, 3.0]),
+        "vmas_balance/lightmarl/0": curve([9.0]),
+        "vmas_transport/random": {"return": -0.0003},
+    }
+    path = compare.write_json("transport_test", "vmas_transport", results, ["--tasks", "vmas_transport"], tmp_path)
+    written = json.loads(path.read_text())
+    assert written["command"] == "python benchmarks/benchmarl/compare.py --tasks vmas_transport"
+    assert set(written["per_seed"]) == {"0 / benchmarl", "0 / lightmarl", "random"}
+    rows = written["table"]["rows"]
+    # seed, framework, frames, return at half the frames, final, mean of the last five, best, train s
+    assert rows[0] == [0, "benchmarl", 36000.0, 0.0, 0.1, pytest.approx(0.08), 0.2, 60.0]
+    assert rows[1] == [0, "lightmarl", 24000.0, 1.0, 3.0, 1.5, 3.0, 40.0]
+    assert "uniformly random actions: -0.0003" in written["notes"]
+    with pytest.raises(SystemExit):
+        compare.write_json("x", "vmas_navigation", results, [], tmp_path)
+
+
+def test_json_needs_exactly_one_task():
+    with pytest.raises(SystemExit):
+        compare.main(["--json", "x", "--tasks", "vmas_balance", "vmas_navigation", "--frameworks", "lightmarl"])
 
 
 def test_frame_budget_must_be_a_multiple_of_benchmarls_batch():

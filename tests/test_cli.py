@@ -52,6 +52,7 @@ TINY_EPISODES = {
     "vmas_balance.yaml": ["--model.env.max_steps=10"],
     "mettagrid_mines.yaml": ["--model.env.env_kwargs.max_steps=20"],
     "vmas_navigation.yaml": ["--model.env.max_steps=10"],
+    "vmas_transport.yaml": ["--model.env.max_steps=10"],
     # The GPU-sized recipe simulates on the GPU: here on the CPU (the `gpu` case still trains on the GPU).
     "vmas_navigation_gpu.yaml": ["--model.env.max_steps=10", "--model.env.device=cpu", "--trainer.accelerator=cpu"],
     "mappo_simple_spread_continuous.yaml": ["--model.env.env_kwargs.max_cycles=20"],
@@ -68,6 +69,7 @@ NEEDS = {
     "vmas_balance.yaml": "vmas",
     "vmas_navigation.yaml": "vmas",
     "vmas_navigation_gpu.yaml": "vmas",
+    "vmas_transport.yaml": "vmas",
     "mettagrid_mines.yaml": "mettagrid",
     **{
         f"league_{game}.yaml": "pyspiel"

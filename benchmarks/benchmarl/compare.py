@@ -145,6 +145,18 @@ TASKS = {
             "agent_radius": 0.1,
         },
     ),
+    "vmas_transport": Task(
+        benchmarl_task="vmas/transport",
+        recipe="recipes/vmas_transport.yaml",
+        settings={
+            "max_steps": 100,
+            "n_agents": 4,
+            "n_packages": 1,
+            "package_width": 0.15,
+            "package_length": 0.15,
+            "package_mass": 50,
+        },
+    ),
     "simple_spread": Task(
         benchmarl_task="pettingzoo/simple_spread",
         recipe="recipes/mappo_simple_spread_continuous.yaml",
@@ -421,6 +433,79 @@ def seed_mean_table(runs: dict[str, dict[int, Curve]]) -> list[str]:
     return lines
 
 
+def result_rows(runs: dict[str, dict[int, Curve]]) -> list[list[Any]]:
+    """Per seed and framework: the final frames, the evaluation return at half of them and at the end,
+    the mean of the last five evaluations, the best one, and the training seconds."""
+    rows: list[list[Any]] = []
+    seeds = sorted({seed for curves in runs.values() for seed in curves})
+    for seed in seeds:
+        for framework in ("benchmarl", "lightmarl"):
+            curve = runs.get(framework, {}).get(seed)
+            if curve is None:
+                continue
+            last = curve.returns[-5:]
+            rows.append(
+                [
+                    seed,
+                    framework,
+                    curve.frames[-1],
+                    value_at(curve, curve.frames, curve.frames[-1] / 2),
+                    curve.returns[-1],
+                    sum(last) / len(last),
+                    max(curve.returns),
+                    curve.train_s[-1],
+                ]
+            )
+    return rows
+
+
+def write_json(
+    name: str, task: str, results: dict[str, Any], argv: Sequence[str], directory: Path | None = None
+) -> Path:
+    """``task``'s runs in ``results`` as ``benchmarks/results/<name>.json`` (the docs' table), every
+    run's evaluation curve kept under ``per_seed``."""
+    sys.path.insert(0, str(HERE.parent))  # benchmarks/, where results.py lives
+    from results import write_result
+
+    runs: dict[str, dict[int, Curve]] = {}
+    per_seed: dict[str, Any] = {}
+    for key, data in results.items():
+        if key.count("/") == 2 and key.startswith(f"{task}/"):
+            _, framework, seed = key.split("/")
+            runs.setdefault(framework, {})[int(seed)] = Curve.from_json(data)
+            per_seed[f"{seed} / {framework}"] = data
+    if not runs:
+        raise SystemExit(f"--json: no runs of task {task!r} in the results")
+    random = results.get(f"{task}/random", {}).get("return")
+    if random is not None:
+        per_seed["random"] = {"return": random}
+    seeds = ", ".join(f"{framework} {len(curves)}" for framework, curves in sorted(runs.items()))
+    command = shlex.join(["python", "benchmarks/benchmarl/compare.py", *argv])
+    return write_result(
+        name,
+        command=command,
+        per_seed=per_seed,
+        columns=[
+            "seed",
+            "framework",
+            {"name": "frames", "format": ",.0f"},
+            {"name": "eval return at half the frames", "format": ".3f"},
+            {"name": "final eval return", "format": ".3f"},
+            {"name": "mean of the last 5 evaluations", "format": ".3f"},
+            {"name": "best evaluation", "format": ".3f"},
+            {"name": "train s", "format": ",.0f"},
+        ],
+        rows=result_rows(runs),
+        notes=(
+            f"{TASKS[task].benchmarl_task} ({', '.join(f'{k} {v}' for k, v in TASKS[task].settings.items())}); "
+            "greedy evaluation return, mean per agent"
+            + ("" if random is None else f"; uniformly random actions: {random:.4f}")
+            + f"; seeds: {seeds}."
+        ),
+        directory=directory,
+    )
+
+
 def plot_task(name: str, runs: dict[str, dict[int, Curve]], path: Path) -> None:
     import matplotlib
 
@@ -482,6 +567,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--recipe", help="a lightmarl recipe to use instead of the task's (one task only)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--rerun", action="store_true", help="run again runs that already have results")
+    parser.add_argument(
+        "--json",
+        metavar="NAME",
+        help="also write benchmarks/results/NAME.json, the docs' table of the (one) task's runs",
+    )
     args = parser.parse_args(argv)
     if args.setup:
         print("BenchMARL ready:", setup_venv(DEFAULT_VENV))
@@ -490,6 +580,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--frames: BenchMARL collects {BENCHMARL_BATCH_FRAMES} frames per batch; give a multiple of it")
     if args.recipe and len(args.tasks) != 1:
         parser.error("--recipe: name exactly one task with --tasks")
+    if args.json and len(args.tasks) != 1:
+        parser.error("--json: name exactly one task with --tasks")
     if "benchmarl" in args.frameworks:
         check_benchmarl(args.benchmarl_python)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -542,6 +634,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         plot_task(name, runs, args.out / f"{name}.png")
     (args.out / "results.md").write_text("\n".join(lines))
     print("\n".join(lines))
+    if args.json:
+        print("wrote", write_json(args.json, args.tasks[0], results, argv if argv is not None else sys.argv[1:]))
 
 
 if __name__ == "__main__":
