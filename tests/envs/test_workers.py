@@ -318,11 +318,12 @@ class TorchEnv(MatchTargetEnv):
 @pytest.mark.slow  # each worker imports torch: seconds per worker
 @pytest.mark.timeout(300)
 def test_a_worker_whose_env_imports_torch_runs_torch_on_one_thread(tmp_path, monkeypatch):
-    # OMP_NUM_THREADS set by the user reaches the workers (their BLAS follows it), but the
-    # workers' torch still runs on one thread: N workers x T threads would oversubscribe the cores.
+    # Thread counts set by the user reach the workers (their BLAS follows them), but the workers'
+    # torch still runs on one thread: N workers x T threads would oversubscribe the cores.
     (tmp_path / "torch_env.py").write_text(THREADS_ENV)
     monkeypatch.syspath_prepend(str(tmp_path))  # spawned workers get the parent's sys.path
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # torch would start with 2 threads
+        monkeypatch.setenv(name, "2")
     config = PettingZooEnvConfig(env_fn="torch_env.TorchEnv", num_envs=2, num_workers=2)
     with config.make_vector(seed=0) as env:
         assert [env.render(i) for i in range(2)] == [1, 1]
