@@ -191,7 +191,9 @@ def collector_runner(
             phases = "overlap" if vec.num_phases == 2 else "no overlap"
             spin = "no spin-wait" if mode == "plain" else "spin-wait"
             pinned = ", pinned" if mode == "pinned" else ""
-            name += f", {num_workers} worker processes ({phases}, {spin}{pinned}{', default' if mode == 'default' else ''})"
+            name += (
+                f", {num_workers} worker processes ({phases}, {spin}{pinned}{', default' if mode == 'default' else ''})"
+            )
     registry = PolicyRegistry()
     policies = {b: registry.get(table.binding(b), vec.spec.groups[table.group_of_binding[b]]) for b in table.active_ids}
     collector = RolloutCollector(vec, MultiAgentPolicy(policies, table), rollout_steps=ROLLOUT_STEPS)

@@ -149,8 +149,10 @@ def main() -> None:
         f"{args.env_fn} {args.env_kwargs}, {args.num_envs} env copies, {cores} CPUs ({where['cpu']}), "
         f"best of {args.repeats} × {args.seconds:g} s\n"
     )
-    print("| workers | frames/s | speed-up over 1 worker | efficiency | raw loop, as many processes | load (1 min) |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    pinned_header = " pinned: frames/s (speed-up) |" if args.pin else ""
+    print(f"| workers | frames/s | speed-up over 1 worker | efficiency |{pinned_header} raw loop, as many processes | "
+          "load (1 min) |")  # fmt: skip
+    print("| ---: | ---: | ---: | ---: |" + (" ---: |" if args.pin else "") + " ---: | ---: |")
     for row in rows:
         if one and row["workers"] > 0:
             row["speedup_over_1"] = row["frames_per_s"] / one
@@ -158,8 +160,11 @@ def main() -> None:
         speedup = f"{row['speedup_over_1']:.2f}x" if "speedup_over_1" in row else ""
         efficiency = f"{row['efficiency']:.2f}" if "efficiency" in row else ""
         raw = f"{row['raw_processes_frames_per_s']:,.0f}" if "raw_processes_frames_per_s" in row else ""
-        pinned = (f" pinned {row['pinned_frames_per_s']:,.0f} ({row.get('pinned_speedup_over_1', 0):.2f}x) |"
-                  if "pinned_frames_per_s" in row else "")
+        pinned = (
+            f" pinned {row['pinned_frames_per_s']:,.0f} ({row.get('pinned_speedup_over_1', 0):.2f}x) |"
+            if "pinned_frames_per_s" in row
+            else ""
+        )
         print(f"| {row['workers'] or 'in process'} | {row['frames_per_s']:,.0f} | {speedup} | {efficiency} |{pinned} "
               f"{raw} | {row['load_1min']:.2f} |")  # fmt: skip
     if args.json:

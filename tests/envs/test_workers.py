@@ -344,5 +344,5 @@ def test_pinned_workers_run_each_on_a_cpu_of_its_own(tmp_path, monkeypatch):
     with replace(config, pin_workers=False).make_vector(seed=0) as env:
         assert env.worker_cpus == [None, None]
         assert env.render(0) == sorted(os.sched_getaffinity(0))
-    with pytest.raises(TypeError, match="env.pin_workers"):
+    with pytest.raises(TypeError, match=r"env\.pin_workers"):
         replace(config, pin_workers="yes")

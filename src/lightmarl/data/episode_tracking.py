@@ -164,7 +164,9 @@ class EpisodeTracker:
         bound = torch.where(kept, state["binding"].unsqueeze(1), first)
         finished = done_so_far.all(-1)
         # An id that comes back after its episode completed: within a run, or the first run after the last one.
-        reused = (finished & ~last).any() | (new[:, 0] & state["closed_any"] & (episode_id[:, 0] == state["last_closed"])).any()
+        reused = (finished & ~last).any() | (
+            new[:, 0] & state["closed_any"] & (episode_id[:, 0] == state["last_closed"])
+        ).any()
         if bool(reused):  # the one host synchronisation
             return None
         # Closes: an episode cut short where a new id starts (kind 0), one that completed (kind 1).

@@ -179,9 +179,7 @@ class KeptRollouts:
         count = E * T * A if all_valid else int(valid.sum())
         self._make_room_for_rollout(count)
         tracker = self._tracker(E, cpu)
-        at_once = (
-            tracker.steps_all_valid(env_episode, reward, done, binding, env_index[:, :, 0]) if all_valid else None
-        )
+        at_once = tracker.steps_all_valid(env_episode, reward, done, binding, env_index[:, :, 0]) if all_valid else None
         if at_once is not None:
             time_index, completed = at_once
             if completed is not None:
