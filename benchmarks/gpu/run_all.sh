@@ -134,8 +134,11 @@ part recipe_cpu $((CAP + 10)) "$PY" benchmarks/time_to_return.py --recipe recipe
 
 # (d) env worker processes at 1, 2, 4, 8 and every core, env-bound PettingZoo collection: placed by the
 # scheduler, pinned one per physical core first, and the raw env loop over as many processes (the ceiling).
-part worker_scaling 170 "$PY" benchmarks/worker_scaling.py --workers 0 "${WORKERS[@]}" --num-envs "$WENVS" \
-  --seconds "$WSEC" --repeats 1 --pin --raw --json "$OUT/worker_scaling_$TAG.json"
+# WORKER_COUNTS="1 4 8" and WORKER_FLAGS="--pin" shorten it where device time is short.
+read -r -a WORKER_COUNTS <<<"${WORKER_COUNTS:-0 ${WORKERS[*]}}"
+read -r -a WORKER_FLAGS <<<"${WORKER_FLAGS:---pin --raw}"
+part worker_scaling 170 "$PY" benchmarks/worker_scaling.py --workers "${WORKER_COUNTS[@]}" --num-envs "$WENVS" \
+  --seconds "$WSEC" --repeats 1 "${WORKER_FLAGS[@]}" --json "$OUT/worker_scaling_$TAG.json"
 
 note "done; JSON in $FINAL/results.tar.gz: $(cd "$OUT" && ls *.json 2>/dev/null | tr '\n' ' ')"
 pack
