@@ -147,21 +147,27 @@ class EpisodeTracker:
         start = torch.where(new, steps, 0).cummax(1).values  # the step the episode began at (0: before)
         carried = (start == 0) & ~new[:, :1]  # the steps of the episode in progress before these steps
         time_index = steps - start + torch.where(carried, state["clock"].unsqueeze(1), 0)
-        # Per agent: done rows and rewards since the episode's start, from running sums over the steps.
+        # Per agent: done rows since the episode's start, from running sums over the steps.
         done_sum = done.long().cumsum(1)
-        reward_sum = reward.double().cumsum(1)
         before = (start - 1).clamp(min=0).unsqueeze(-1).expand_as(done_sum)
         began = (start > 0).unsqueeze(-1)
         done_so_far = (done_sum - torch.where(began, done_sum.gather(1, before), 0)) > 0
         done_so_far |= carried.unsqueeze(-1) & state["done"].unsqueeze(1)
-        ret = reward_sum - torch.where(began, reward_sum.gather(1, before), 0.0)
-        ret += torch.where(carried.unsqueeze(-1), state["ret"].unsqueeze(1), 0.0)
-        length = (time_index - torch.where(carried, state["clock"].unsqueeze(1), 0)).unsqueeze(-1) + 1
-        length = length + torch.where(carried.unsqueeze(-1), state["length"].unsqueeze(1), 0)
-        first = binding.gather(1, start.unsqueeze(-1).expand_as(binding))
-        # An agent's binding is the one it first acted with in the episode (the carried one, if any).
-        kept = carried.unsqueeze(-1) & (state["binding"].unsqueeze(1) >= 0)
-        bound = torch.where(kept, state["binding"].unsqueeze(1), first)
+        reward_sum = reward.double().cumsum(1)
+
+        def episode_at(env: torch.Tensor, step: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            """``(return, length, binding)`` per agent of the episodes in progress at ``(env, step)``
+            pairs, through that step: read only where episodes close and at the last step."""
+            first, held = start[env, step], carried[env, step].unsqueeze(-1)
+            ret = reward_sum[env, step] - torch.where(
+                first.unsqueeze(-1) > 0, reward_sum[env, (first - 1).clamp(min=0)], 0.0
+            )
+            ret = ret + torch.where(held, state["ret"][env], 0.0)
+            length = (step - first + 1).unsqueeze(-1) + torch.where(held, state["length"][env], 0)
+            # An agent's binding is the one it first acted with in the episode (the carried one, if any).
+            bound = torch.where(held & (state["binding"][env] >= 0), state["binding"][env], binding[env, first].long())
+            return ret, length.expand(-1, ret.shape[-1]).clone(), bound
+
         finished = done_so_far.all(-1)
         # An id that comes back after its episode completed: within a run, or the first run after the last one.
         reused = (finished & ~last).any() | (
@@ -179,22 +185,24 @@ class EpisodeTracker:
         f_env, f_step = finished.nonzero(as_tuple=True)
         prev = (c_step - 1).clamp(min=0)
         at_zero = (c_step == 0).unsqueeze(-1)
+        cut_ret, cut_length, cut_bound = episode_at(c_env, prev)
+        end_ret, end_length, end_bound = episode_at(f_env, f_step)
         table = episode_record(
             episode_id=torch.cat([torch.where(c_step == 0, state["episode"][c_env], episode_id[c_env, prev]),
                                   episode_id[f_env, f_step]]),
             env_index=torch.cat([env_index[c_env, c_step], env_index[f_env, f_step]]).long(),
-            returns=torch.cat([torch.where(at_zero, state["ret"][c_env], ret[c_env, prev]), ret[f_env, f_step]]),
-            lengths=torch.cat([torch.where(at_zero, state["length"][c_env], length[c_env, prev]),
-                               length[f_env, f_step]]),
-            bindings=torch.cat([torch.where(at_zero, state["binding"][c_env], bound[c_env, prev]),
-                                bound[f_env, f_step]]),
-            present=torch.cat([torch.where(at_zero, state["seen"][c_env], True), torch.ones_like(bound[f_env, f_step],
+            returns=torch.cat([torch.where(at_zero, state["ret"][c_env], cut_ret), end_ret]),
+            lengths=torch.cat([torch.where(at_zero, state["length"][c_env], cut_length), end_length]),
+            bindings=torch.cat([torch.where(at_zero, state["binding"][c_env], cut_bound), end_bound]),
+            present=torch.cat([torch.where(at_zero, state["seen"][c_env], True), torch.ones_like(end_bound,
                               dtype=torch.bool)]),
         )  # fmt: skip
         rank = torch.cat([order[c_env, c_step], order[f_env, f_step] + E])
         completed = table[rank.argsort()].to(torch.device("cpu")) if len(rank) else None
         # The state after the last step: the last run's episode, open unless it completed there.
         done_at_end = finished[:, -1]
+        envs = torch.arange(E, device=here)
+        ret, length, bound = episode_at(envs, torch.full_like(envs, T - 1))
         previous = torch.where(start[:, -1] > 0, episode_id.gather(1, (start[:, -1:] - 1).clamp(min=0)).squeeze(1),
                                torch.where(new[:, 0] & state["open"], state["episode"], state["last_closed"]))  # fmt: skip
         state.update(
@@ -203,9 +211,9 @@ class EpisodeTracker:
             clock=time_index[:, -1] + 1,
             seen=torch.ones_like(state["seen"]),
             done=done_so_far[:, -1],
-            ret=ret[:, -1],
-            length=length[:, -1],
-            binding=bound[:, -1].long(),
+            ret=ret,
+            length=length,
+            binding=bound,
             last_closed=torch.where(done_at_end, episode_id[:, -1], previous),
             closed_any=state["closed_any"] | finished.any(1) | cut.any(1),
         )

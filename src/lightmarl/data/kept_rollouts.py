@@ -148,8 +148,11 @@ class KeptRollouts:
         if keys.EPISODE_ID not in rows.keys():
             raise ValueError("add_rollout: the rows have no 'episode_id' entry; it is required to trace trajectories")
         cpu = torch.device("cpu")
-        # The checks and, where every agent acted in every step, the episode bookkeeping run where
-        # the rows are (a GPU rollout is not copied to the host); otherwise step by step on the CPU.
+        # The checks run where the rows are. The episode bookkeeping runs step by step on the CPU,
+        # except for rows on an accelerator where every agent acted in every step: those are followed
+        # in one pass there (T steps x ~40 small operations would each be a kernel launch, and the
+        # [E, T, A] entries a copy to the host). On the CPU the step loop over cache-sized tensors is
+        # the faster one (16,384 copies x 100 steps x 3 agents: about 120 ms against 210 ms).
         episode_id = rows.get(keys.EPISODE_ID)
         here = episode_id.device
         valid = rows.get(keys.VALID, None)
@@ -160,7 +163,7 @@ class KeptRollouts:
         reward = find_entry(rows, keys.REWARD, keys.REWARD).reshape(E, T, A)
         done = find_entry(rows, keys.DONE, keys.DONE).reshape(E, T, A).bool()
         env_episode = episode_id[:, :, 0]
-        self._learn_columns(agent_id[0, 0])
+        self._learn_columns(agent_id[0, 0].cpu())  # a small host copy: checkpoints hold it
         assert self._column_agent_ids is not None
         same_episode, same_columns, all_valid = torch.stack(
             [
@@ -179,7 +182,11 @@ class KeptRollouts:
         count = E * T * A if all_valid else int(valid.sum())
         self._make_room_for_rollout(count)
         tracker = self._tracker(E, cpu)
-        at_once = tracker.steps_all_valid(env_episode, reward, done, binding, env_index[:, :, 0]) if all_valid else None
+        at_once = (
+            tracker.steps_all_valid(env_episode, reward, done, binding, env_index[:, :, 0])
+            if all_valid and here.type != "cpu"
+            else None
+        )
         if at_once is not None:
             time_index, completed = at_once
             if completed is not None:
