@@ -165,9 +165,12 @@ def collector_runner(
     num_envs: int, seed: int, two_bindings: bool, num_workers: int = 0, mode: str = "default"
 ) -> Runner:
     """``mode`` (worker processes only): ``default`` settings, ``overlap`` forced on or ``no-overlap``
-    forced off, or ``plain``: no overlap and no spin-wait (workers sleep between commands)."""
+    forced off, ``plain``: no overlap and no spin-wait (workers sleep between commands), or
+    ``pinned``: default settings with each worker pinned to a CPU (``env.pin_workers``)."""
     overlap = {"overlap": True, "no-overlap": False}.get(mode)
-    config = replace(ENV_CONFIG, num_envs=num_envs, num_workers=num_workers, overlap=overlap)
+    config = replace(
+        ENV_CONFIG, num_envs=num_envs, num_workers=num_workers, overlap=overlap, pin_workers=mode == "pinned"
+    )
     if num_workers and mode == "plain":
         seeds = [seed + i for i in range(num_envs)]
         vec: Any = ProcessVecEnv(config.env_fn, config.env_kwargs, config.spec(), seeds, num_workers, spin_wait=0.0)
@@ -187,7 +190,10 @@ def collector_runner(
         if num_workers:
             phases = "overlap" if vec.num_phases == 2 else "no overlap"
             spin = "no spin-wait" if mode == "plain" else "spin-wait"
-            name += f", {num_workers} worker processes ({phases}, {spin}{', default' if mode == 'default' else ''})"
+            pinned = ", pinned" if mode == "pinned" else ""
+            name += (
+                f", {num_workers} worker processes ({phases}, {spin}{pinned}{', default' if mode == 'default' else ''})"
+            )
     registry = PolicyRegistry()
     policies = {b: registry.get(table.binding(b), vec.spec.groups[table.group_of_binding[b]]) for b in table.active_ids}
     collector = RolloutCollector(vec, MultiAgentPolicy(policies, table), rollout_steps=ROLLOUT_STEPS)

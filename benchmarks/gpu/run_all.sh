@@ -5,6 +5,7 @@
 #   bash benchmarks/gpu/run_all.sh            # results under $OUT (default benchmarks/results/gpu)
 #   DEVICE=cpu SMALL=1 bash benchmarks/gpu/run_all.sh   # the same steps, tiny, on CPU (a dry run)
 #   PARTS="vmas_table profile" bash benchmarks/gpu/run_all.sh  # only some parts (names as in summary.txt)
+#   FIT=0 bash benchmarks/gpu/run_all.sh    # the VMAS table without its whole-`fit` rows (saves ~1 min)
 #
 # The GPU machine has its own Python with a CUDA torch but no project venv and maybe no package
 # index: the script installs the other dependencies (never torch) from benchmarks/gpu/wheels
@@ -80,6 +81,8 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.
       "| cores", os.cpu_count())
 PY
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$SUMMARY" 2>/dev/null
+# Hardware threads per core: env workers stepping in lockstep go at the pace of two sharing a core.
+lscpu 2>/dev/null | grep -E '^(Model name|CPU\(s\)|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)):' >>"$SUMMARY"
 # Part of every result's name: the GPU's model ("NVIDIA H200" -> h200), or the device on a dry run.
 if [ -z "${TAG:-}" ] && [ "$DEVICE" = cuda ]; then
   TAG=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | awk '{print tolower($NF)}' | tr -cd 'a-z0-9_-')
@@ -104,8 +107,10 @@ else
 fi
 
 # (a) the VMAS table on the device: raw loop (batched reset) vs VmasVecEnv vs collector vs fit.
+FIT_ARGS=(--fit --fit-iterations "$FIT_IT" --fit-timeout 60)
+[ "${FIT:-1}" = 0 ] && FIT_ARGS=()
 part vmas_table 150 "$PY" benchmarks/vmas_speed.py --device "$DEVICE" --num-envs "${ENVS[@]}" --seconds "$SECONDS_PER" \
-  --repeats "$REPEATS" --fit --fit-iterations "$FIT_IT" --fit-timeout 60 --json "$OUT/vmas_speed_$TAG.json"
+  --repeats "$REPEATS" "${FIT_ARGS[@]}" --json "$OUT/vmas_speed_$TAG.json"
 
 # (b) no host synchronisation on the collector's step path (torch.cuda.set_sync_debug_mode("error")).
 part host_sync 50 "$PY" -m pytest -q -p no:cacheprovider -m "gpu or not slow" tests/data/test_host_sync.py \
@@ -127,9 +132,13 @@ part recipe_cpu $((CAP + 10)) "$PY" benchmarks/time_to_return.py --recipe recipe
   --accelerator cpu --target "$TARGET" --max-seconds $((CAP * 2 / 3)) --json "$OUT/time_to_return_navigation_gpu_${TAG}_cpu.json" -- \
   --model.env.device=cpu --model.env.num_envs="$NAV_ENVS" --model.algorithm.init_args.minibatch_size="$NAV_MB"
 
-# (d) env worker processes at 1, 2, 4, 8 and every core, env-bound PettingZoo collection.
-part worker_scaling 80 "$PY" benchmarks/worker_scaling.py --workers 0 "${WORKERS[@]}" --num-envs "$WENVS" \
-  --seconds "$WSEC" --repeats 1 --json "$OUT/worker_scaling_$TAG.json"
+# (d) env worker processes at 1, 2, 4, 8 and every core, env-bound PettingZoo collection: placed by the
+# scheduler, pinned one per physical core first, and the raw env loop over as many processes (the ceiling).
+# WORKER_COUNTS="1 4 8" and WORKER_FLAGS="--pin" shorten it where device time is short.
+read -r -a WORKER_COUNTS <<<"${WORKER_COUNTS:-0 ${WORKERS[*]}}"
+read -r -a WORKER_FLAGS <<<"${WORKER_FLAGS:---pin --raw}"
+part worker_scaling 170 "$PY" benchmarks/worker_scaling.py --workers "${WORKER_COUNTS[@]}" --num-envs "$WENVS" \
+  --seconds "$WSEC" --repeats 1 "${WORKER_FLAGS[@]}" --json "$OUT/worker_scaling_$TAG.json"
 
 note "done; JSON in $FINAL/results.tar.gz: $(cd "$OUT" && ls *.json 2>/dev/null | tr '\n' ' ')"
 pack

@@ -285,3 +285,64 @@ def test_a_worker_process_imports_no_torch():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+THREADS_ENV = '''
+import os
+
+from lightmarl.envs.testing.match import MatchTargetEnv
+
+
+class AffinityEnv(MatchTargetEnv):
+    """MatchTarget that draws the CPUs its process may run on."""
+
+    def render(self):
+        return sorted(os.sched_getaffinity(0))
+
+
+class TorchEnv(MatchTargetEnv):
+    """MatchTarget that uses torch, as an env simulated with torch would; draws torch's thread count."""
+
+    def __init__(self, **kwargs):
+        import torch  # noqa: F401 -- imported by the env, after the worker started
+
+        super().__init__(**kwargs)
+
+    def render(self):
+        import torch
+
+        return torch.get_num_threads()
+'''
+
+
+@pytest.mark.slow  # each worker imports torch: seconds per worker
+@pytest.mark.timeout(300)
+def test_a_worker_whose_env_imports_torch_runs_torch_on_one_thread(tmp_path, monkeypatch):
+    # Thread counts set by the user reach the workers (their BLAS follows them), but the workers'
+    # torch still runs on one thread: N workers x T threads would oversubscribe the cores.
+    (tmp_path / "torch_env.py").write_text(THREADS_ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))  # spawned workers get the parent's sys.path
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # torch would start with 2 threads
+        monkeypatch.setenv(name, "2")
+    config = PettingZooEnvConfig(env_fn="torch_env.TorchEnv", num_envs=2, num_workers=2)
+    with config.make_vector(seed=0) as env:
+        assert [env.render(i) for i in range(2)] == [1, 1]
+
+
+def test_pinned_workers_run_each_on_a_cpu_of_its_own(tmp_path, monkeypatch):
+    from lightmarl.envs.runners.placement import worker_cpus
+
+    (tmp_path / "torch_env.py").write_text(THREADS_ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = PettingZooEnvConfig(env_fn="torch_env.AffinityEnv", num_envs=4, num_workers=2, pin_workers=True)
+    with config.make_vector(seed=0) as env:
+        assert env.worker_cpus == worker_cpus(2)
+        # Copies 0-1 are worker 0's, 2-3 worker 1's (one phase, or two phases of one copy each).
+        assert [env.render(i) for i in (0, 3)] == [[cpu] for cpu in worker_cpus(2)]
+        for process, cpu in zip(env.worker_processes, env.worker_cpus, strict=True):
+            assert os.sched_getaffinity(process.pid) == {cpu}
+    with replace(config, pin_workers=False).make_vector(seed=0) as env:
+        assert env.worker_cpus == [None, None]
+        assert env.render(0) == sorted(os.sched_getaffinity(0))
+    with pytest.raises(TypeError, match=r"env\.pin_workers"):
+        replace(config, pin_workers="yes")

@@ -231,13 +231,14 @@ class RolloutCollector:
         forward to the steps that follow.
         """
         E, T = ended.shape
-        starts = torch.full((E, T + 1), -1, dtype=torch.int64)  # the id of an episode starting before step t
-        starts[:, 0] = self._episode_id
+        here = ended.device  # counted where the rollout is; each copy's current episode is kept on the host
+        starts = torch.full((E, T + 1), -1, dtype=torch.int64, device=here)  # the id of an episode starting before step t
+        starts[:, 0] = self._episode_id.to(here)
         step, env = torch.nonzero(ended.t(), as_tuple=True)  # ends in (step, copy) order
-        starts[env, step + 1] = torch.arange(self._next_episode_id, self._next_episode_id + len(env))
+        starts[env, step + 1] = torch.arange(self._next_episode_id, self._next_episode_id + len(env), device=here)
         self._next_episode_id += len(env)
         ids = starts.cummax(dim=1).values
-        self._episode_id = ids[:, T].clone()
+        self._episode_id = ids[:, T].cpu()
         return ids[:, :T]
 
     def _track_episodes(
@@ -312,10 +313,11 @@ class RolloutCollector:
         # runs there, so that 16,384 copies x 100 steps of a GPU rollout are not copied to the host.
         ended_here = over_time([[s.ended for s in lane] for lane in steps])
         here = ended_here.device
-        ended = ended_here.cpu()  # [E, T] bools: the episode ids are counted on the host
-        episode_ids = self._episode_ids(ended)
+        episode_ids = self._episode_ids(ended_here)
         if self._replayable:
-            self.history.record({g.name: experience.get((g.name, keys.ACTION)) for g in self._groups}, ended)
+            self.history.record(
+                {g.name: experience.get((g.name, keys.ACTION)) for g in self._groups}, ended_here.cpu()
+            )
         first = steps[0][0]
         E, T = self.num_envs, self.rollout_steps
         rows_device = experience.get((self._groups[0].name, keys.VALID)).device

@@ -107,6 +107,120 @@ class EpisodeTracker:
             completed.append(self._close(finished.nonzero().squeeze(1), env_index))
         return time_index, completed
 
+    def steps_all_valid(
+        self,
+        episode_id: torch.Tensor,
+        reward: torch.Tensor,
+        done: torch.Tensor,
+        binding: torch.Tensor,
+        env_index: torch.Tensor,
+    ) -> tuple[torch.Tensor, TensorDict | None] | None:
+        """Follow ``T`` env steps at once where every agent acted in every step; what :meth:`step` gives, step by step.
+
+        The rollout path of a store: one pass of ``[num_envs, T]`` tensor operations on the
+        steps' device instead of ``T`` passes (and no copy of the steps to the host). With every
+        agent acting, an episode is a run of steps with one id: it starts where the id changes
+        (or where the env's last episode completed), completes at the step by which each agent
+        has had a ``done`` row, and is cut short where the id changes first.
+
+        Args:
+            episode_id: ``[num_envs, T]``.
+            reward: ``[num_envs, T, n_agents]``.
+            done: ``[num_envs, T, n_agents]`` bool.
+            binding: ``[num_envs, T, n_agents]``.
+            env_index: ``[num_envs, T]``.
+
+        Returns:
+            ``(time_index [num_envs, T], the completed episodes as one table in the order
+            :meth:`step` closes them, or None)``; ``None`` (nothing changed) where an id comes
+            back after its episode completed: :meth:`step` raises the error for it.
+        """
+        E, T = episode_id.shape
+        here = episode_id.device
+        state = {name: getattr(self, name).to(here) for name in self._STATE}
+        steps = torch.arange(T, device=here)
+        new = torch.empty(E, T, dtype=torch.bool, device=here)  # an episode starts at this step
+        new[:, 0] = ~state["open"] | (episode_id[:, 0] != state["episode"])
+        new[:, 1:] = episode_id[:, 1:] != episode_id[:, :-1]
+        last = torch.ones(E, T, dtype=torch.bool, device=here)  # the last step of a run of one id
+        last[:, :-1] = new[:, 1:]
+        start = torch.where(new, steps, 0).cummax(1).values  # the step the episode began at (0: before)
+        carried = (start == 0) & ~new[:, :1]  # the steps of the episode in progress before these steps
+        time_index = steps - start + torch.where(carried, state["clock"].unsqueeze(1), 0)
+        # Per agent: done rows since the episode's start, from running sums over the steps.
+        done_sum = done.long().cumsum(1)
+        before = (start - 1).clamp(min=0).unsqueeze(-1).expand_as(done_sum)
+        began = (start > 0).unsqueeze(-1)
+        done_so_far = (done_sum - torch.where(began, done_sum.gather(1, before), 0)) > 0
+        done_so_far |= carried.unsqueeze(-1) & state["done"].unsqueeze(1)
+        reward_sum = reward.double().cumsum(1)
+
+        def episode_at(env: torch.Tensor, step: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            """``(return, length, binding)`` per agent of the episodes in progress at ``(env, step)``
+            pairs, through that step: read only where episodes close and at the last step."""
+            first, held = start[env, step], carried[env, step].unsqueeze(-1)
+            ret = reward_sum[env, step] - torch.where(
+                first.unsqueeze(-1) > 0, reward_sum[env, (first - 1).clamp(min=0)], 0.0
+            )
+            ret = ret + torch.where(held, state["ret"][env], 0.0)
+            length = (step - first + 1).unsqueeze(-1) + torch.where(held, state["length"][env], 0)
+            # An agent's binding is the one it first acted with in the episode (the carried one, if any).
+            bound = torch.where(held & (state["binding"][env] >= 0), state["binding"][env], binding[env, first].long())
+            return ret, length.expand(-1, ret.shape[-1]).clone(), bound
+
+        finished = done_so_far.all(-1)
+        # An id that comes back after its episode completed: within a run, or the first run after the last one.
+        reused = (finished & ~last).any() | (
+            new[:, 0] & state["closed_any"] & (episode_id[:, 0] == state["last_closed"])
+        ).any()
+        if bool(reused):  # the one host synchronisation
+            return None
+        # Closes: an episode cut short where a new id starts (kind 0), one that completed (kind 1).
+        cut = new.clone()
+        cut[:, 0] &= state["open"]
+        cut[:, 1:] &= ~finished[:, :-1]
+        # ``step`` closes, at each step, the cut episodes then the completed ones, each in env order.
+        order = (steps * 2).unsqueeze(0) * E + torch.arange(E, device=here).unsqueeze(1)
+        c_env, c_step = cut.nonzero(as_tuple=True)
+        f_env, f_step = finished.nonzero(as_tuple=True)
+        prev = (c_step - 1).clamp(min=0)
+        at_zero = (c_step == 0).unsqueeze(-1)
+        cut_ret, cut_length, cut_bound = episode_at(c_env, prev)
+        end_ret, end_length, end_bound = episode_at(f_env, f_step)
+        table = episode_record(
+            episode_id=torch.cat([torch.where(c_step == 0, state["episode"][c_env], episode_id[c_env, prev]),
+                                  episode_id[f_env, f_step]]),
+            env_index=torch.cat([env_index[c_env, c_step], env_index[f_env, f_step]]).long(),
+            returns=torch.cat([torch.where(at_zero, state["ret"][c_env], cut_ret), end_ret]),
+            lengths=torch.cat([torch.where(at_zero, state["length"][c_env], cut_length), end_length]),
+            bindings=torch.cat([torch.where(at_zero, state["binding"][c_env], cut_bound), end_bound]),
+            present=torch.cat([torch.where(at_zero, state["seen"][c_env], True), torch.ones_like(end_bound,
+                              dtype=torch.bool)]),
+        )  # fmt: skip
+        rank = torch.cat([order[c_env, c_step], order[f_env, f_step] + E])
+        completed = table[rank.argsort()].to(torch.device("cpu")) if len(rank) else None
+        # The state after the last step: the last run's episode, open unless it completed there.
+        done_at_end = finished[:, -1]
+        envs = torch.arange(E, device=here)
+        ret, length, bound = episode_at(envs, torch.full_like(envs, T - 1))
+        previous = torch.where(start[:, -1] > 0, episode_id.gather(1, (start[:, -1:] - 1).clamp(min=0)).squeeze(1),
+                               torch.where(new[:, 0] & state["open"], state["episode"], state["last_closed"]))  # fmt: skip
+        state.update(
+            open=~done_at_end,
+            episode=episode_id[:, -1].clone(),
+            clock=time_index[:, -1] + 1,
+            seen=torch.ones_like(state["seen"]),
+            done=done_so_far[:, -1],
+            ret=ret,
+            length=length,
+            binding=bound,
+            last_closed=torch.where(done_at_end, episode_id[:, -1], previous),
+            closed_any=state["closed_any"] | finished.any(1) | cut.any(1),
+        )
+        for name, value in state.items():
+            setattr(self, name, value.to(getattr(self, name).device))
+        return time_index, completed
+
     def _start(self, starts: torch.Tensor, episode: torch.Tensor) -> None:
         self.episode = torch.where(starts, episode, self.episode)
         self.open |= starts

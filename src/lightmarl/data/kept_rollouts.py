@@ -148,34 +148,59 @@ class KeptRollouts:
         if keys.EPISODE_ID not in rows.keys():
             raise ValueError("add_rollout: the rows have no 'episode_id' entry; it is required to trace trajectories")
         cpu = torch.device("cpu")
-        # The bookkeeping reads small per-step tensors on the CPU, whatever device the rows are on.
-        episode_id = rows.get(keys.EPISODE_ID).cpu()
+        # The checks run where the rows are. The episode bookkeeping runs step by step on the CPU,
+        # except for rows on an accelerator where every agent acted in every step: those are followed
+        # in one pass there (T steps x ~40 small operations would each be a kernel launch, and the
+        # [E, T, A] entries a copy to the host). On the CPU the step loop over cache-sized tensors is
+        # the faster one (16,384 copies x 100 steps x 3 agents: about 120 ms against 210 ms).
+        episode_id = rows.get(keys.EPISODE_ID)
+        here = episode_id.device
         valid = rows.get(keys.VALID, None)
-        valid = torch.ones(E, T, A, dtype=torch.bool) if valid is None else valid.cpu().bool()
+        valid = torch.ones(E, T, A, dtype=torch.bool, device=here) if valid is None else valid.bool()
         agent_id, env_index, binding = (
-            rollout_annotation(rows, key).cpu() for key in (keys.AGENT_ID, keys.ENV_INDEX, keys.BINDING_ID)
+            rollout_annotation(rows, key) for key in (keys.AGENT_ID, keys.ENV_INDEX, keys.BINDING_ID)
         )
-        reward = find_entry(rows, keys.REWARD, keys.REWARD).cpu().reshape(E, T, A)
-        done = find_entry(rows, keys.DONE, keys.DONE).cpu().reshape(E, T, A).bool()
+        reward = find_entry(rows, keys.REWARD, keys.REWARD).reshape(E, T, A)
+        done = find_entry(rows, keys.DONE, keys.DONE).reshape(E, T, A).bool()
         env_episode = episode_id[:, :, 0]
-        self._learn_columns(agent_id[0, 0])
+        self._learn_columns(agent_id[0, 0].cpu())  # a small host copy: checkpoints hold it
         assert self._column_agent_ids is not None
-        if not bool(((episode_id == env_episode.unsqueeze(-1)) | ~valid).all()):
+        same_episode, same_columns, all_valid = torch.stack(
+            [
+                ((episode_id == env_episode.unsqueeze(-1)) | ~valid).all(),
+                (agent_id == self._column_agent_ids.to(agent_id.device)).all(),
+                valid.all(),
+            ]
+        ).tolist()  # one host synchronisation for the three checks
+        if not same_episode:
             raise ValueError("add_rollout: agents of one env carry different episode_id values in the same step")
-        if not bool((agent_id == self._column_agent_ids).all()):
+        if not same_columns:
             raise ValueError(
                 "add_rollout: agent_id per column must be the same in every env and step, "
                 f"expected {self._column_agent_ids.tolist()}"
             )
-        count = int(valid.sum())
+        count = E * T * A if all_valid else int(valid.sum())
         self._make_room_for_rollout(count)
         tracker = self._tracker(E, cpu)
-        time_index = torch.empty(E, T, dtype=torch.long)
-        for t in range(T):
-            time_index[:, t], completed = tracker.step(
-                env_episode[:, t], valid[:, t], reward[:, t], done[:, t], binding[:, t], env_index[:, t, 0]
+        at_once = (
+            tracker.steps_all_valid(env_episode, reward, done, binding, env_index[:, :, 0])
+            if all_valid and here.type != "cpu"
+            else None
+        )
+        if at_once is not None:
+            time_index, completed = at_once
+            if completed is not None:
+                self._records.append(completed)
+        else:
+            time_index = torch.empty(E, T, dtype=torch.long)
+            env_episode, valid, reward, done, binding, env_index = (
+                x.cpu() for x in (env_episode, valid, reward, done, binding, env_index)
             )
-            self._records.extend(completed)
+            for t in range(T):
+                time_index[:, t], step_completed = tracker.step(
+                    env_episode[:, t], valid[:, t], reward[:, t], done[:, t], binding[:, t], env_index[:, t, 0]
+                )
+                self._records.extend(step_completed)
         # The one entry the store adds, in the caller's rows (a trainer reading them sees it too).
         target = rollout if group is None else rollout.get(group)
         target.set(keys.TIME_INDEX, time_index.to(target.device or cpu).unsqueeze(-1).expand(E, T, A))

@@ -68,6 +68,11 @@ class PettingZooEnvConfig(EnvConfig):
             and the last observation repeated; a warning names them; training goes on).
         max_worker_restarts: restarts allowed over a run (per training process); the next
             failure stops the run.
+        pin_workers: run each worker process on one CPU of its own, one hardware thread of each
+            physical core first (:mod:`~lightmarl.envs.runners.placement`). Workers step in
+            lockstep, so two of them sharing a core slow every step; pinned, they share one only
+            when there are more workers than cores. Off by default: two runs on one machine
+            would pin their workers to the same CPUs.
         info_fields: numeric fields of the env's per-agent ``infos`` that evaluation reports
             per binding (see :class:`~lightmarl.envs.config.EnvConfig`); for turn-based envs the
             ``infos`` after each turn.
@@ -84,6 +89,7 @@ class PettingZooEnvConfig(EnvConfig):
     worker_failure: WorkerFailure = "stop"
     max_worker_restarts: int = 3
     info_fields: list[str] = field(default_factory=list)
+    pin_workers: bool = False
 
     applies_frame_transforms = True
 
@@ -108,6 +114,8 @@ class PettingZooEnvConfig(EnvConfig):
             raise ValueError(f"env.num_envs: expected a positive integer, got {self.num_envs!r}")
         if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
             raise ValueError(f"env.num_workers: expected an integer >= 0, got {self.num_workers!r}")
+        if not isinstance(self.pin_workers, bool):
+            raise TypeError(f"env.pin_workers: expected true or false, got {self.pin_workers!r}")
         if self.overlap not in (None, True, False):
             raise ValueError(f"env.overlap: expected true, false or null (automatic), got {self.overlap!r}")
         if self.num_workers > self.num_envs:
@@ -209,6 +217,7 @@ class PettingZooEnvConfig(EnvConfig):
                 timeout=float(self.worker_timeout),
                 on_failure=self.worker_failure,
                 max_restarts=self.max_worker_restarts,
+                pin_cpus=self.pin_workers,
             )
         make = self.constructor()
         envs: list[Any] = []

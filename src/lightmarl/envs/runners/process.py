@@ -36,6 +36,7 @@ from tensordict import TensorDict
 
 from lightmarl.envs.base import Outputs, ReplayingVecEnv, observation_td
 from lightmarl.envs.layout import Arrays, GroupLayout, empty_current
+from lightmarl.envs.runners.placement import worker_cpus
 from lightmarl.envs.runners.shared_memory import SharedArrays
 from lightmarl.envs.runners.spawn import (
     RemoteTraceback,
@@ -108,6 +109,9 @@ class ProcessVecEnv(ReplayingVecEnv):
             sleeping process costs 0.3-1 ms, a large part of a step; ``0`` sleeps at once.
         make_slice: import path of the :class:`~lightmarl.envs.layout.SliceFactory` the workers
             step their copies with (they import it, so its module must not import torch).
+        pin_cpus: run worker ``k`` on one CPU only, the ``k``-th of
+            :func:`~lightmarl.envs.runners.placement.cpu_order` over the CPUs this process may
+            use (distinct physical cores first); ``False``: the scheduler places them.
     """
 
     def __init__(
@@ -126,6 +130,7 @@ class ProcessVecEnv(ReplayingVecEnv):
         make_slice: str = PETTINGZOO_SLICE,
         on_failure: WorkerFailure = "stop",
         max_restarts: int = 3,
+        pin_cpus: bool = False,
     ) -> None:
         seeds = [int(s) for s in seeds]
         if not isinstance(num_workers, int) or not 1 <= num_workers <= len(seeds):
@@ -139,6 +144,8 @@ class ProcessVecEnv(ReplayingVecEnv):
             raise ValueError(f"start_method: expected 'spawn' or 'forkserver', got {start_method!r}")
         if on_failure not in ("stop", "restart"):
             raise ValueError(f"on_failure: expected 'stop' or 'restart', got {on_failure!r}")
+        if not isinstance(pin_cpus, bool):
+            raise TypeError(f"pin_cpus: expected True or False, got {pin_cpus!r}")
         self.spec = spec
         self.seeds = seeds
         self.num_envs = len(seeds)
@@ -173,6 +180,8 @@ class ProcessVecEnv(ReplayingVecEnv):
             for k, size in enumerate(split_evenly(stop - first, num_workers)):
                 chunks[k].append((start, tuple(seeds[start : start + size])))
                 start += size
+        #: the CPU each worker is pinned to (``None``: not pinned).
+        self.worker_cpus: list[int | None] = list(worker_cpus(num_workers)) if pin_cpus else [None] * num_workers
         self._args = [
             WorkerArgs(
                 index=k,
@@ -187,6 +196,7 @@ class ProcessVecEnv(ReplayingVecEnv):
                 state_shape=spec.state_shape,
                 spin_wait=float(spin_wait),
                 make_slice=make_slice,
+                cpu=self.worker_cpus[k],
             )
             for k in range(num_workers)
         ]

@@ -32,6 +32,7 @@ from typing import Any
 
 from lightmarl._imports import import_object
 from lightmarl.envs.layout import EnvSlice, GroupLayout
+from lightmarl.envs.runners.placement import pin_to
 from lightmarl.envs.runners.shared_memory import SharedArrays
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class WorkerArgs:
     make_slice: str  # import path of the env family's EnvSlice factory
     state_shape: tuple[int, ...] | None = None
     spin_wait: float = 0.0
+    cpu: int | None = None  # the one CPU to run on (pinned workers), or None
 
 
 def limit_torch_threads() -> None:
@@ -82,6 +84,10 @@ def worker_main(conn: Connection, args: WorkerArgs) -> None:
     envs: list[Any] = []
     try:
         try:
+            try:
+                pin_to(args.cpu)
+            except OSError as err:
+                raise RuntimeError(f"env worker {args.index}: cannot run on CPU {args.cpu}: {err}") from err
             fn = import_object(args.env_fn, field="env.env_fn")
             make_slice = import_object(args.make_slice, field="make_slice")
             blocks: list[EnvSlice] = []  # one per phase
