@@ -8,8 +8,7 @@ from connect_four_positions import board, random_game_positions, replay
 
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies import UniformRandomPolicy
-from lightmarl_examples.connect_four import ConnectFourHeuristicPolicy, ConnectFourSearchPolicy
-from lightmarl_examples.connect_four import rules
+from lightmarl_examples.connect_four import ConnectFourHeuristicPolicy, ConnectFourSearchPolicy, rules
 
 GROUP = PettingZooEnvConfig(env_fn="pettingzoo.classic.connect_four_v3.env", num_envs=1).spec().groups["player"]
 

@@ -21,9 +21,7 @@ def _line_masks(rows: int, columns: int) -> tuple[tuple[int, ...], tuple[tuple[i
     The lines are those of :func:`~lightmarl_examples.connect_four.rules.line_matrix`, the rules'
     one definition of four in a row.
     """
-    masks = tuple(
-        sum(1 << cell for cell in line.nonzero().view(-1).tolist()) for line in line_matrix(rows, columns)
-    )
+    masks = tuple(sum(1 << cell for cell in line.nonzero().view(-1).tolist()) for line in line_matrix(rows, columns))
     through = tuple(tuple(m for m in masks if m >> cell & 1) for cell in range(rows * columns))
     return masks, through
 
