@@ -54,7 +54,8 @@ class ConnectFourSearchPolicy(ScriptedPolicy):
     Observation layout (``connect_four_v3``, from the acting player's view): ``[6 rows (top
     first), 7 columns, 2]``, channel 0 its own pieces, channel 1 the opponent's; a piece dropped
     in a column lands on its lowest empty cell. Boards are searched one at a time in Python (bit
-    masks); depth 4 takes milliseconds per move.
+    masks): about 2.6 / 12 / 33 ms per move at depth 2 / 3 / 4 on positions of random games (one
+    busy CPU core, load about 10).
 
     Args:
         group: the agent group this policy acts for (connect four's players).
