@@ -4,8 +4,9 @@ lightmarl itself knows no game. What only makes sense for one env lives here, on
 game, and recipes name it by class path:
 
 * :mod:`lightmarl_examples.connect_four`: the drop rules of connect four
-  (:mod:`~lightmarl_examples.connect_four.rules`), a scripted opponent
-  (:class:`~lightmarl_examples.connect_four.ConnectFourHeuristicPolicy`) and two board encoders
+  (:mod:`~lightmarl_examples.connect_four.rules`), two scripted opponents
+  (:class:`~lightmarl_examples.connect_four.ConnectFourHeuristicPolicy`, win-or-block, and
+  :class:`~lightmarl_examples.connect_four.ConnectFourSearchPolicy`, alpha-beta search) and two board encoders
   (:class:`~lightmarl_examples.connect_four.ThreatFeaturesEncoder`,
   :class:`~lightmarl_examples.connect_four.DropAfterstateEncoder`).
 * :mod:`lightmarl_examples.simple_spread`: scripted policies for mpe2 ``simple_spread``
