@@ -15,11 +15,11 @@ from lightmarl.algorithms import PPO
 from lightmarl.cli import main
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.envs.pettingzoo.one_hot import one_hot_parallel_env
-from lightmarl.league import SnapshotStore
+from lightmarl.league import LeagueRole, SnapshotStore
 from lightmarl.policies import MLPActorCritic
 from lightmarl.policies.registry import PolicyRegistry
 from lightmarl.population import PolicyBinding
-from lightmarl.training.league import LeagueConfig, LeagueRole
+from lightmarl.training.league import LeagueConfig
 from lightmarl.training.module import MARLModule
 
 RPS = {"env_fn": "pettingzoo.classic.rps_v2.parallel_env", "max_cycles": 3}

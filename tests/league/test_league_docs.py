@@ -29,7 +29,7 @@ def test_league_page_examples_run(monkeypatch, capsys):
     printed = capsys.readouterr().out.splitlines()
     # 5 iterations x 600 steps, one phase = 1000 steps: every active player is snapshotted.
     assert len(league.historical_players) >= 2
-    assert any("main_exploiter_default_0_" in line and line.endswith("reset") for line in printed)
+    assert any("exploiter_default_0_" in line and line.endswith("reset") for line in printed)
     assert {p.parent_id for p in league.historical_players} == {p.player_id for p in league.active_players}
     for snapshot in league.historical_players:
         weights = example.store.load(snapshot.checkpoint_path)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import io
 import random
 import re
@@ -15,50 +16,38 @@ from lightmarl.league import (
     BattleSharedPayoff,
     Job,
     LeagueManager,
+    LeagueRole,
     MainPlayer,
     PretrainedSpec,
-    RoleSpec,
     SoloSharedPayoff,
 )
 
 ALPHASTAR = [
-    {"class_path": "lightmarl.league.MainPlayer", "count": 2, "settings": {"one_phase_step": 30}},
-    {"class_path": "MainExploiter", "settings": {"one_phase_step": 30}},
-    {"class_path": "LeagueExploiter", "settings": {"one_phase_step": 40, "reset_prob": 0.5}},
+    {"class_path": "lightmarl.league.MainPlayer", "binding": "main_a", "settings": {"one_phase_step": 30}},
+    {"class_path": "MainPlayer", "binding": "main_b", "settings": {"one_phase_step": 30}},
+    {"class_path": "MainExploiter", "binding": "exploiter", "settings": {"one_phase_step": 30}},
+    {"class_path": "LeagueExploiter", "binding": "league", "settings": {"one_phase_step": 40, "reset_prob": 0.5}},
 ]
 
 
 def make(**kwargs) -> LeagueManager:
-    defaults = {
-        "roles": ALPHASTAR,
-        "categories": ["zerg", "terran"],
-        "pretrained": [{"checkpoint_path": "sl.pt", "category": "zerg"}],
-    }
+    defaults = {"roles": ALPHASTAR, "pretrained": [{"checkpoint_path": "sl.pt"}]}
     return LeagueManager(**{**defaults, **kwargs})
 
 
-def test_players_per_category_and_pretrained_history():
+def test_one_player_per_role_and_pretrained_history():
     manager = make(snapshot_dir="runs/league")
     ids = [p.player_id for p in manager.active_players]
-    assert ids == [
-        "main_player_zerg_0",
-        "main_player_zerg_1",
-        "main_exploiter_zerg_0",
-        "league_exploiter_zerg_0",
-        "main_player_terran_0",
-        "main_player_terran_1",
-        "main_exploiter_terran_0",
-        "league_exploiter_terran_0",
-    ]
-    assert manager.active_players[0].checkpoint_path == "runs/league/main_player_zerg_0.pt"
+    assert ids == ["main_a_default_0", "main_b_default_0", "exploiter_default_0", "league_default_0"]
+    assert manager.active_players[0].checkpoint_path == "runs/league/main_a_default_0.pt"
     assert manager.active_players[0].settings.one_phase_step == 30
     (pretrained,) = manager.historical_players
     assert (pretrained.player_id, pretrained.parent_id, pretrained.checkpoint_path) == (
-        "pretrained_zerg_0",
-        "main_player_zerg_0",
+        "pretrained_default_0",
+        "main_a_default_0",
         "sl.pt",
     )
-    assert [p.player_id for p in manager.players] == [*ids, "pretrained_zerg_0"]
+    assert [p.player_id for p in manager.players] == [*ids, "pretrained_default_0"]
     assert isinstance(manager.payoff, BattleSharedPayoff)
     assert all(p.payoff is manager.payoff for p in manager.players)
 
@@ -72,24 +61,26 @@ def test_config_errors_name_the_bad_value():
         LeagueManager(roles=[{"class_path": "MainExploiter"}])
     with pytest.raises(ValueError, match=r"SoloActivePlayer.*'battle'"):
         LeagueManager(roles=[{"class_path": "SoloActivePlayer"}])
-    with pytest.raises(ValueError, match=r"'main_player_default_0'.*subclass SoloActivePlayer"):
-        LeagueManager(roles=[RoleSpec("MainPlayer")], payoff={"kind": "solo"})
+    with pytest.raises(ValueError, match=r"'main_default_0'.*subclass SoloActivePlayer"):
+        LeagueManager(roles=[LeagueRole("MainPlayer")], payoff={"kind": "solo"})
     with pytest.raises(ValueError, match="no active player"):
-        LeagueManager(roles=[RoleSpec("MainPlayer", count=0)])
+        LeagueManager(roles=[])
+    with pytest.raises(ValueError, match=re.escape("each role needs a binding of its own, got ['main', 'main']")):
+        LeagueManager(roles=[LeagueRole("MainPlayer"), LeagueRole("MainExploiter")])
+    with pytest.raises(ValueError, match=re.escape("roles[0]: unknown keys ['name']; valid keys are ['binding',")):
+        LeagueManager(roles=[{"class_path": "MainPlayer", "name": "main"}])
     with pytest.raises(TypeError, match=r"MainPlayer.*pfsp_probability"):
-        LeagueManager(roles=[RoleSpec("MainPlayer", settings={"pfsp_probability": 0.5})])
+        LeagueManager(roles=[LeagueRole("MainPlayer", settings={"pfsp_probability": 0.5})])
 
 
 def test_jobs_honour_the_concurrency_limit():
-    launched: list[Job] = []
-    manager = make(max_active_player_job=2, launch_job_fn=launched.append)
-    jobs = manager.step()
-    assert launched == jobs
+    manager = make(max_active_player_job=2)
+    jobs: list[Job] = manager.step()
     assert len(jobs) == 2 * len(manager.active_players)
     assert [j.job_id for j in jobs] == list(range(len(jobs)))
     assert all(len(j.opponent_ids) == 1 for j in jobs)
     assert manager.step() == []
-    assert manager.get_job("main_player_zerg_0") is None
+    assert manager.get_job("main_a_default_0") is None
     first = jobs[0]
     manager.finish_job(first, ["win", "loss"])
     (again,) = manager.step()
@@ -99,40 +90,43 @@ def test_jobs_honour_the_concurrency_limit():
     manager.cancel_job(again.job_id)
     assert manager.get_job(first.player_id) is not None
     with pytest.raises(ValueError, match="historical"):
-        manager.get_job("pretrained_zerg_0")
+        manager.get_job("pretrained_default_0")
 
 
 def test_finish_job_updates_payoff_and_ratings():
     manager = LeagueManager(
-        roles=[RoleSpec("MainPlayer")], pretrained=[PretrainedSpec("sl.pt")], payoff={"min_games": 0, "decay": 1.0}
+        roles=[LeagueRole("MainPlayer")], pretrained=[PretrainedSpec("sl.pt")], payoff={"min_games": 0, "decay": 1.0}
     )
     job = None
     while job is None or job.opponent_ids != ("pretrained_default_0",):
         if job is not None:
             manager.cancel_job(job)
-        job = manager.get_job("main_player_default_0")
+        job = manager.get_job("main_default_0")
     manager.finish_job(job, ["win", "win", "draw", "loss"])
-    assert manager.payoff.record("main_player_default_0", "pretrained_default_0") == {
+    assert manager.payoff.record("main_default_0", "pretrained_default_0") == {
         "wins": 2,
         "draws": 1,
         "losses": 1,
         "games": 4,
     }
-    assert manager.payoff.win_rate("pretrained_default_0", "main_player_default_0") == pytest.approx(0.375)
-    assert manager.elo["main_player_default_0"] > 1000 > manager.elo["pretrained_default_0"]
-    assert manager.skill["main_player_default_0"][0] > manager.skill["pretrained_default_0"][0]
+    assert manager.payoff.win_rate("pretrained_default_0", "main_default_0") == pytest.approx(0.375)
+    assert manager.elo["main_default_0"] > 1000 > manager.elo["pretrained_default_0"]
+    assert manager.skill["main_default_0"][0] > manager.skill["pretrained_default_0"][0]
 
 
 def test_solo_league_records_results():
-    manager = LeagueManager(roles=[RoleSpec("SoloActivePlayer", count=2)], payoff={"kind": "solo", "buffer_size": 2})
+    manager = LeagueManager(
+        roles=[LeagueRole("SoloActivePlayer", "a"), LeagueRole("SoloActivePlayer", "b")],
+        payoff={"kind": "solo", "buffer_size": 2},
+    )
     jobs = manager.step()
     assert [(j.player_id, j.opponent_ids, j.branch) for j in jobs] == [
-        ("solo_active_player_default_0", (), "solo"),
-        ("solo_active_player_default_1", (), "solo"),
+        ("a_default_0", (), "solo"),
+        ("b_default_0", (), "solo"),
     ]
     manager.finish_job(jobs[0], [1.0, 2.0, 3.0])
     assert isinstance(manager.payoff, SoloSharedPayoff)
-    assert manager.payoff.results("solo_active_player_default_0") == [2.0, 3.0]
+    assert manager.payoff.results("a_default_0") == [2.0, 3.0]
 
 
 def test_steps_snapshots_and_mutation():
@@ -142,20 +136,20 @@ def test_steps_snapshots_and_mutation():
         save_checkpoint_fn=lambda p, s: saved.append((p.player_id, s.player_id)),
         load_checkpoint_fn=lambda p, path: loaded.append((p.player_id, path)),
     )
-    manager.update_active_player("main_exploiter_zerg_0", 59)
-    manager.update_active_player("main_player_zerg_0", 59)
+    manager.update_active_player("exploiter_default_0", 59)
+    manager.update_active_player("main_a_default_0", 59)
     assert manager.snapshot_due_players() == []  # one phase passed, not strong enough, not forced
-    manager.update_active_player("main_exploiter_zerg_0", 1)
+    manager.update_active_player("exploiter_default_0", 1)
     (event,) = manager.snapshot_due_players()
     assert (event.player_id, event.historical_id, event.total_agent_step) == (
-        "main_exploiter_zerg_0",
-        "main_exploiter_zerg_0_60",
+        "exploiter_default_0",
+        "exploiter_default_0_60",
         60,
     )
-    assert event.reset_to == manager.get_player("main_exploiter_zerg_0").initial_checkpoint_path
-    assert saved == [("main_exploiter_zerg_0", "main_exploiter_zerg_0_60")]
-    assert loaded == [("main_exploiter_zerg_0", event.reset_to)]
-    assert manager.historical_players[-1].parent_id == "main_exploiter_zerg_0"
+    assert event.reset_to == manager.get_player("exploiter_default_0").initial_checkpoint_path
+    assert saved == [("exploiter_default_0", "exploiter_default_0_60")]
+    assert loaded == [("exploiter_default_0", event.reset_to)]
+    assert manager.historical_players[-1].parent_id == "exploiter_default_0"
     assert manager.snapshot_due_players() == []
     with pytest.raises(ValueError, match="'nobody'"):
         manager.update_active_player("nobody", 1)
@@ -166,7 +160,9 @@ def test_concurrent_finish_job_keeps_counts_consistent():
     sys.setswitchinterval(1e-6)  # make the threads interleave as much as possible
     try:
         manager = LeagueManager(
-            roles=[RoleSpec("MainPlayer", count=4)], max_active_player_job=1000, payoff={"decay": 1.0}
+            roles=[LeagueRole("MainPlayer", f"main_{i}") for i in range(4)],
+            max_active_player_job=1000,
+            payoff={"decay": 1.0},
         )
         jobs = manager.step()
         assert len(jobs) == 4000
@@ -193,21 +189,6 @@ def test_concurrent_finish_job_keeps_counts_consistent():
         assert record["games"] == count + played[away, home]
         assert record["wins"] == count and record["losses"] == played[away, home]
     assert all(manager.get_job(p.player_id) is not None for p in manager.active_players)
-
-
-def test_background_threads_launch_and_stop():
-    launched = threading.Semaphore(0)
-    manager = make(time_interval=0.01, launch_job_fn=lambda job: launched.release())
-    manager.run()
-    try:
-        for _ in range(len(manager.active_players)):
-            assert launched.acquire(timeout=5)
-        with pytest.raises(RuntimeError, match="already"):
-            manager.run()
-    finally:
-        manager.close()
-    assert len(manager.running_jobs) == len(manager.active_players)
-    assert not any(t.name.startswith("league-") for t in threading.enumerate())
 
 
 def drive(manager: LeagueManager, rounds: int, results: random.Random) -> list[tuple]:
@@ -248,7 +229,7 @@ def test_state_dict_round_trip_reproduces_the_future_jobs():
     assert {b for *_, b in expected if isinstance(b, str)} >= {"pfsp", "self_play"}
 
     with pytest.raises(ValueError, match="active players"):
-        LeagueManager(roles=[RoleSpec("MainPlayer")]).load_state_dict(state)
+        LeagueManager(roles=[LeagueRole("MainPlayer")]).load_state_dict(state)
 
 
 def test_same_seed_same_jobs_different_seed_different_jobs():
@@ -269,19 +250,33 @@ def test_roles_and_manager_build_from_a_class_path_config():
         [
             "--league",
             '{"class_path": "lightmarl.league.LeagueManager", "init_args": {"roles": ['
-            '{"class_path": "MainPlayer", "count": 2, "settings": {"one_phase_step": 5}},'
-            '{"class_path": "lightmarl.league.MainExploiter"}], "payoff": {"decay": 0.9}, "seed": 3}}',
+            '{"class_path": "MainPlayer", "binding": "a", "settings": {"one_phase_step": 5}},'
+            '{"class_path": "MainPlayer", "binding": "b"},'
+            '{"class_path": "lightmarl.league.MainExploiter", "binding": "x"}], "payoff": {"decay": 0.9}, "seed": 3}}',
             "--player",
             '{"class_path": "lightmarl.league.MainPlayer", "init_args": {"player_id": "m", "settings": {"pfsp_prob": 0.2}}}',
         ]
     )
     built = parser.instantiate(config)
     league, player = built.league, built.player
-    assert [p.player_id for p in league.players] == [
-        "main_player_default_0",
-        "main_player_default_1",
-        "main_exploiter_default_0",
-    ]
+    assert [p.player_id for p in league.players] == ["a_default_0", "b_default_0", "x_default_0"]
     assert league.payoff.decay == 0.9 and league.seed == 3
-    assert league.active_players[1].settings.one_phase_step == 5
+    assert league.active_players[0].settings.one_phase_step == 5
     assert isinstance(player, MainPlayer) and player.settings.pfsp_prob == 0.2
+
+
+def test_a_state_with_player_categories_and_job_kwargs_still_loads():
+    """League states written while players had a category and jobs carried per-role kwargs resume alike."""
+    results = random.Random(7)
+    first = make(seed=3, max_active_player_job=2)
+    drive(first, 10, results)
+    state = roundtrip(first.state_dict())
+    assert state["historical"] and state["running_jobs"]
+    old = copy.deepcopy(state)
+    for player in old["historical"]:
+        player["category"] = "default"
+    for job in old["running_jobs"]:
+        job.update(forward_kwargs={}, adder_kwargs={}, env_kwargs={})
+    second = make(seed=99, max_active_player_job=2)
+    second.load_state_dict(old)
+    assert roundtrip(second.state_dict()) == state

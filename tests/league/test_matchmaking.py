@@ -15,7 +15,7 @@ def _league(tmp_path, pfsp_prob: float = 1.0, one_phase_step: int = 10, **kwargs
         roles=[
             {
                 "class_path": "SelfPlayPlayer",
-                "name": "main",
+                "binding": "main",
                 "settings": {"one_phase_step": one_phase_step, "pfsp_prob": pfsp_prob},
             }
         ],
@@ -121,7 +121,7 @@ def test_state_dict_resumes_the_same_seatings(tmp_path):
 
 def test_needs_a_copy_per_player(tmp_path):
     manager = LeagueManager(
-        roles=[{"class_path": "MainPlayer", "name": "a"}, {"class_path": "MainExploiter", "name": "b"}]
+        roles=[{"class_path": "MainPlayer", "binding": "a"}, {"class_path": "MainExploiter", "binding": "b"}]
     )
     with pytest.raises(ValueError, match="env copies"):
         Matchmaker(manager, {"a_default_0": "a", "b_default_0": "b"}, SLOTS, num_copies=1)
@@ -130,7 +130,9 @@ def test_needs_a_copy_per_player(tmp_path):
 def _crowded_league(tmp_path) -> Matchmaker:
     """16 copies, 2 slots, 8 snapshots: far more copies than resident opponents."""
     manager = LeagueManager(
-        roles=[{"class_path": "SelfPlayPlayer", "name": "main", "settings": {"one_phase_step": 10, "pfsp_prob": 1.0}}],
+        roles=[
+            {"class_path": "SelfPlayPlayer", "binding": "main", "settings": {"one_phase_step": 10, "pfsp_prob": 1.0}}
+        ],
         snapshot_dir=str(tmp_path),
         max_active_player_job=64,
         seed=0,

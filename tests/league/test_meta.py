@@ -131,7 +131,7 @@ def test_naive_self_play_writes_no_snapshot_nothing_would_play():
         specs = [
             {
                 "class_path": "SelfPlayPlayer",
-                "name": f"s{i}",
+                "binding": f"s{i}",
                 "settings": {"one_phase_step": 10, "pfsp_prob": pfsp_prob},
             }
             for i in range(roles)

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-from collections import deque
-
+import numpy as np
 import pytest
 
-from lightmarl.league import BattleRecordDict, BattleSharedPayoff, HistoricalPlayer, PayoffDict, SoloSharedPayoff
+from lightmarl.league import BattleRecordDict, BattleSharedPayoff, HistoricalPlayer, SoloSharedPayoff
 
 
 def battle(decay: float = 1.0, min_games: float = 0.0, ids=("a", "b")) -> BattleSharedPayoff:
@@ -23,14 +22,25 @@ def test_record_multiplication_decays_a_copy():
     assert isinstance(decayed, BattleRecordDict)
 
 
-def test_payoff_dict_defaults():
-    records = PayoffDict("battle")
-    assert records["x", "y"] == {"wins": 0, "draws": 0, "losses": 0, "games": 0}
-    recent = PayoffDict("solo", maxlen=2)
-    recent["x"].extend([1, 2, 3])
-    assert recent["x"] == deque([2, 3])
-    with pytest.raises(ValueError, match="kind"):
-        PayoffDict("team")
+def test_unplayed_pairs_read_empty_and_solo_keeps_the_last_results():
+    payoff = battle()
+    assert payoff.record("a", "b") == {"wins": 0, "draws": 0, "losses": 0, "games": 0}
+    assert payoff.state_dict()["records"] == []  # reading a pair stores nothing
+    recent = SoloSharedPayoff(buffer_size=2)
+    recent.add_player(HistoricalPlayer("x"))
+    recent.update("x", [1, 2, 3])
+    assert recent.results("x") == [2, 3] and recent.results("nobody") == []
+
+
+def test_table_holds_decayed_games_and_scores_row_against_column():
+    payoff = battle(decay=0.5, ids=("a", "b", "c"))
+    payoff.update("a", "b", ["win", "draw"])  # a-b: games 0.5 + 1, wins 0.5, draws 1
+    score, games = payoff.table(["a", "b", "c"])
+    assert games.tolist() == [[0.0, 1.5, 0.0], [1.5, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    assert score[0, 1] == pytest.approx((0.5 + 0.5) / 1.5) and score[1, 0] == pytest.approx(0.5 / 1.5)
+    assert score[0, 1] + score[1, 0] == pytest.approx(1.0)
+    played = ~np.isnan(score)
+    assert played.tolist() == [[False, True, False], [True, False, False], [False, False, False]]
 
 
 def test_decayed_win_rates_match_hand_computed_values():

@@ -8,9 +8,7 @@ import pytest
 from lightmarl.league import (
     ActivePlayerSettings,
     BattleSharedPayoff,
-    EpsilonSchedule,
     HistoricalPlayer,
-    JobSettings,
     LeagueExploiter,
     LeagueExploiterSettings,
     MainExploiter,
@@ -60,29 +58,7 @@ def test_snapshot_freezes_a_historical_player_and_restarts_the_phase():
     assert player.get_job(random.Random(0)).opponent_ids == ()
 
 
-def test_job_hooks_carry_role_kwargs_and_exploration():
-    settings = SoloActivePlayer.make_settings(
-        {
-            "one_phase_step": 5,
-            "job": {
-                "forward_kwargs": {"deterministic": False},
-                "env_kwargs": {"num_envs": 2},
-                "exploration": {"start": 1.0, "end": 0.0, "decay_len": 100},
-            },
-        }
-    )
-    assert settings.job == JobSettings(
-        forward_kwargs={"deterministic": False},
-        env_kwargs={"num_envs": 2},
-        exploration=EpsilonSchedule(1.0, 0.0, 100),
-    )
-    player = SoloActivePlayer("solo", settings=settings)
-    player.total_agent_step = 25
-    job = player.get_job(random.Random(0))
-    assert job.forward_kwargs == {"deterministic": False, "eps": 0.75}
-    assert job.env_kwargs == {"num_envs": 2} and job.adder_kwargs == {}
-    job.env_kwargs["num_envs"] = 99  # a job's kwargs are its own copy
-    assert settings.job.env_kwargs == {"num_envs": 2}
+def test_settings_errors_name_the_role_and_the_key():
     with pytest.raises(TypeError, match=r"SoloActivePlayer.*bogus"):
         SoloActivePlayer.make_settings({"bogus": 1})
     with pytest.raises(TypeError, match="MainPlayerSettings"):

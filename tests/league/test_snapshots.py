@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from lightmarl.league import LeagueManager, RoleSpec, SnapshotStore, detached_copy
+from lightmarl.league import LeagueManager, LeagueRole, SnapshotStore, detached_copy
 
 
 def train(module: torch.nn.Module, steps: int = 3) -> None:
@@ -107,8 +107,8 @@ def test_manager_snapshots_through_the_store_with_resets(tmp_path):
 
     manager = LeagueManager(
         roles=[
-            RoleSpec("MainPlayer", settings={"one_phase_step": 10}),
-            RoleSpec("MainExploiter", settings={"one_phase_step": 10}),
+            LeagueRole("MainPlayer", "main", settings={"one_phase_step": 10}),
+            LeagueRole("MainExploiter", "main_exploiter", settings={"one_phase_step": 10}),
         ],
         snapshot_dir=str(tmp_path),
         save_checkpoint_fn=save,

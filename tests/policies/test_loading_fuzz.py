@@ -293,7 +293,7 @@ def test_poisoned_checkpoints_run_nothing_through_the_cli(payload, tmp_path, mon
 @given(data=st.data())
 def test_a_poisoned_league_state_resumes_or_fails_with_a_value_error_and_runs_nothing(data, tmp_path_factory, traps):
     folder = tmp_path_factory.mktemp("league")
-    roles = [{"class_path": "lightmarl.league.MainPlayer", "name": "main"}]
+    roles = [{"class_path": "lightmarl.league.MainPlayer", "binding": "main"}]
     manager = LeagueManager(roles=roles, snapshot_dir=str(folder), pretrained=[{"checkpoint_path": "p.pt"}])
     manager.step()
     state = json.loads(json.dumps(manager.state_dict()))

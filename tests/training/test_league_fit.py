@@ -15,8 +15,8 @@ from lightmarl import keys
 from lightmarl.algorithms import PPO
 from lightmarl.algorithms.dqn import DQN
 from lightmarl.envs import PettingZooEnvConfig
-from lightmarl.league import PayoffSettings, SnapshotStore
-from lightmarl.training.league import SLOT_PREFIX, LeagueConfig, LeagueRole, LeagueTraining
+from lightmarl.league import LeagueRole, PayoffSettings, SnapshotStore
+from lightmarl.training.league import SLOT_PREFIX, LeagueConfig, LeagueTraining
 from lightmarl.training.module import MARLModule
 
 ONE_HOT = "lightmarl.envs.pettingzoo.one_hot.one_hot_parallel_env"
@@ -161,6 +161,12 @@ def test_opponent_weights_in_memory_are_bounded_by_max_resident(tmp_path):
     assert [b for b in module.policies if b.startswith(SLOT_PREFIX)] == [f"{SLOT_PREFIX}0", f"{SLOT_PREFIX}1"]
     assert len(league.store.resident) <= 2
     assert sum(s.load is not None for s in seen["seatings"]) > 2  # snapshots were swapped through the slots
+    # Every episode launched is counted under the branch of its job; the openskill rating is logged.
+    logs = league.metrics()
+    jobs = {k.rsplit("/", 1)[1]: v for k, v in logs.items() if k.startswith("league/main_default_0/jobs/")}
+    assert sum(jobs.values()) == len(seen["seatings"])
+    assert set(jobs) <= {"pfsp", "self_play", "fallback"} and jobs["pfsp"] > 0 and jobs["self_play"] > 0
+    assert logs["league/main_default_0/openskill_ordinal"] == league.manager.skill.ordinal("main_default_0") != 0.0
 
 
 def _league_trace(seen: dict[str, list[Any]]) -> list[tuple]:

@@ -67,20 +67,30 @@ def plot_learning_curves(
 
 def plot_payoff_heatmap(payoff: PayoffMatrix, out: str | Path, title: str = "payoff") -> Path:
     """Heatmap of the row player's mean score against each column player (draw = ½), games annotated."""
-    score = payoff.score
-    size = len(payoff.players)
+    return plot_score_heatmap(payoff.players, payoff.score, payoff.games, out, title)
+
+
+def plot_score_heatmap(
+    players: Sequence[str], score: np.ndarray, games: np.ndarray, out: str | Path, title: str = "payoff"
+) -> Path:
+    """:func:`plot_payoff_heatmap` from arrays: ``score`` (NaN where unplayed) and ``games``, row against column.
+
+    Any payoff table can be drawn without being converted (the league's decayed payoff is).
+    """
+    players = list(players)
+    size = len(players)
     figure = Figure(figsize=(1.2 * size + 2.5, 1.0 * size + 1.5))
     axes = figure.add_subplot()
     image = axes.imshow(np.ma.masked_invalid(score), vmin=0.0, vmax=1.0, cmap="RdBu")
     figure.colorbar(image, ax=axes, label="row player's score")
-    axes.set_xticks(range(size), payoff.players, rotation=45, ha="right")
-    axes.set_yticks(range(size), payoff.players)
+    axes.set_xticks(range(size), players, rotation=45, ha="right")
+    axes.set_yticks(range(size), players)
     axes.set_xlabel("opponent")
     axes.set_ylabel("player")
     for i in range(size):
         for j in range(size):
-            if payoff.games[i, j]:
-                text = f"{score[i, j]:.2f}\n({payoff.games[i, j]})"
+            if games[i, j]:
+                text = f"{score[i, j]:.2f}\n({games[i, j]})"
                 color = "white" if abs(score[i, j] - 0.5) > 0.3 else "black"
                 axes.text(j, i, text, ha="center", va="center", fontsize="small", color=color)
     axes.set_title(title)

@@ -4,13 +4,13 @@ Pure Python + torch: players and roles, the shared payoff, PFSP, the league mana
 snapshot store. Ratings live in :mod:`lightmarl.ratings`, shared with evaluation.
 """
 
-from lightmarl.league.jobs import EpsilonSchedule, Job, JobSettings, LaunchCount
+from lightmarl.league.jobs import Job, LaunchCount
 from lightmarl.league.manager import (
     LeagueManager,
+    LeagueRole,
     PayoffSettings,
     PretrainedSpec,
     RatingSettings,
-    RoleSpec,
     SnapshotEvent,
 )
 from lightmarl.league.meta import (
@@ -21,7 +21,7 @@ from lightmarl.league.meta import (
     PFSPMetaSolver,
     UniformMetaSolver,
 )
-from lightmarl.league.payoff import BattleRecordDict, BattleSharedPayoff, PayoffDict, SharedPayoff, SoloSharedPayoff
+from lightmarl.league.payoff import BattleRecordDict, BattleSharedPayoff, SharedPayoff, SoloSharedPayoff
 from lightmarl.league.pfsp import WEIGHTINGS, PFSPWeighting, pfsp, remove_monotonic_suffix
 from lightmarl.league.player import (
     ActivePlayer,
@@ -54,14 +54,13 @@ __all__ = [
     "BattleActivePlayer",
     "BattleRecordDict",
     "BattleSharedPayoff",
-    "EpsilonSchedule",
     "HistoricalPlayer",
     "Job",
-    "JobSettings",
     "LaunchCount",
     "LeagueExploiter",
     "LeagueExploiterSettings",
     "LeagueManager",
+    "LeagueRole",
     "MainExploiter",
     "MainExploiterSettings",
     "MainPlayer",
@@ -72,14 +71,12 @@ __all__ = [
     "NashMetaSolver",
     "PFSPMetaSolver",
     "PFSPWeighting",
-    "PayoffDict",
     "PayoffSettings",
     "Player",
     "PopulationBasedPlayer",
     "PopulationBasedSettings",
     "PretrainedSpec",
     "RatingSettings",
-    "RoleSpec",
     "SelfPlayPlayer",
     "SelfPlaySettings",
     "SharedPayoff",

@@ -1,10 +1,9 @@
 """The league manager: builds the players, hands out jobs, records results, snapshots and mutates.
 
-A training loop drives it synchronously (:meth:`LeagueManager.step`,
+A training loop drives it (:meth:`LeagueManager.get_job` or :meth:`LeagueManager.step`,
 :meth:`LeagueManager.finish_job`, :meth:`LeagueManager.update_active_player`,
-:meth:`LeagueManager.snapshot_due_players`), which is deterministic given the seed; or
-:meth:`LeagueManager.run` starts the two background threads of DI-engine's design (job launch and
-snapshot) for callers that want them. Every method is thread-safe.
+:meth:`LeagueManager.snapshot_due_players`), deterministically given the seed. Every method is
+thread-safe.
 """
 
 from __future__ import annotations
@@ -12,10 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, cast
 
 from lightmarl._imports import import_object
@@ -31,21 +29,31 @@ STATE_VERSION = 1
 
 
 @dataclass
-class RoleSpec:
-    """One kind of active player: ``count`` players of this role in every category.
+class LeagueRole:
+    """One active player: its role and the trainable binding that acts and learns for it.
 
     Attributes:
-        class_path: import path of an :class:`ActivePlayer` subclass (a bare name means one
+        class_path: import path of an :class:`ActivePlayer` subclass (``MainPlayer``,
+            ``MainExploiter``, ``LeagueExploiter``, ``SelfPlayPlayer``, ..., or a bare name
             exported by ``lightmarl.league``).
-        count: players of this role per category.
-        name: prefix of their ids (``{name}_{category}_{i}``); default: the class name in snake case.
-        settings: the role's settings (fields of its ``settings_class``).
+        binding: id of the binding that plays the player (in ``lightmarl fit``: a trainable
+            binding of ``policy_bindings``, whose algorithm and optimizer are the player's); the
+            player's id is ``<binding>_default_0``.
+        settings: the role's settings (fields of its settings dataclass, e.g. ``one_phase_step``).
     """
 
     class_path: str = "lightmarl.league.MainPlayer"
-    count: int = 1
-    name: str | None = None
+    binding: str = "main"
     settings: dict[str, Any] = field(default_factory=dict)
+
+
+def player_id_of(binding: str) -> str:
+    """The league id of the active player that ``binding`` plays.
+
+    The ``_default_0`` suffix is the form league ids have always had (once a category and an index
+    per role), kept so that metric names, snapshot files and checkpoints stay the same.
+    """
+    return f"{binding}_default_0"
 
 
 @dataclass
@@ -54,14 +62,12 @@ class PretrainedSpec:
 
     Attributes:
         checkpoint_path: its weights file.
-        category: its category.
-        player_id: its id; default ``pretrained_{category}_{k}``.
-        parent_id: the active player it counts as a snapshot of; default the category's first
-            :class:`MainPlayer` (else its first active player), so lineage-based branches see it.
+        player_id: its id; default ``pretrained_default_{k}`` (``k``: its index in ``pretrained``).
+        parent_id: the active player it counts as a snapshot of; default the first
+            :class:`MainPlayer` (else the first active player), so lineage-based branches see it.
     """
 
     checkpoint_path: str
-    category: str = "default"
     player_id: str | None = None
     parent_id: str | None = None
 
@@ -117,44 +123,35 @@ class LeagueManager:
     """Holds the players of a league and the payoff between them, and assigns jobs (AlphaStar, Vinyals et al. 2019).
 
     Args:
-        roles: the active roles (default: one :class:`MainPlayer`); mappings are read as :class:`RoleSpec`.
-        categories: player categories (AlphaStar's races); every role is instantiated in each.
+        roles: the active players, one per role, each with a binding of its own (default: one
+            :class:`MainPlayer` played by binding ``main``); mappings are read as :class:`LeagueRole`.
         pretrained: pretrained models that start in the league as historical players.
         payoff: payoff settings.
         ratings: rating settings.
         max_active_player_job: jobs one active player may run at once.
         snapshot_dir: folder of the players' checkpoint and snapshot files.
         seed: seed of the league's random generator (every random choice comes from it).
-        time_interval: seconds between rounds of the background threads (:meth:`run`).
-        launch_job_fn: called with every new job by :meth:`step` (and the launch thread).
         save_checkpoint_fn: called as ``fn(player, snapshot)`` to save a snapshot's weights.
         load_checkpoint_fn: called as ``fn(player, path)`` to load weights into a mutated player.
     """
 
     def __init__(
         self,
-        roles: Sequence[RoleSpec | Mapping[str, Any]] | None = None,
-        categories: Sequence[str] = ("default",),
+        roles: Sequence[LeagueRole | Mapping[str, Any]] | None = None,
         pretrained: Sequence[PretrainedSpec | Mapping[str, Any]] = (),
         payoff: PayoffSettings | Mapping[str, Any] | None = None,
         ratings: RatingSettings | Mapping[str, Any] | None = None,
         max_active_player_job: int = 1,
         snapshot_dir: str = "league",
         seed: int = 0,
-        time_interval: float = 1.0,
-        launch_job_fn: Callable[[Job], None] | None = None,
         save_checkpoint_fn: Callable[[ActivePlayer, HistoricalPlayer], None] | None = None,
         load_checkpoint_fn: Callable[[ActivePlayer, str], None] | None = None,
     ) -> None:
-        if not categories or len(set(categories)) != len(categories):
-            raise ValueError(f"categories must be non-empty and unique, got {list(categories)}")
         self.payoff_settings = _as_settings(PayoffSettings, payoff)
         self.rating_settings = _as_settings(RatingSettings, ratings)
         self.max_active_player_job = max_active_player_job
         self.snapshot_dir = snapshot_dir
         self.seed = seed
-        self.time_interval = time_interval
-        self.launch_job_fn = launch_job_fn
         self.save_checkpoint_fn = save_checkpoint_fn
         self.load_checkpoint_fn = load_checkpoint_fn
 
@@ -168,41 +165,34 @@ class LeagueManager:
         self._launch_count: dict[str, LaunchCount] = {}
         self._running: dict[int, Job] = {}
         self._next_job_id = 0
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
 
-        specs = [s if isinstance(s, RoleSpec) else RoleSpec(**s) for s in (roles or [RoleSpec()])]
-        for category in categories:
-            for spec in specs:
-                self._add_active(spec, category)
+        specs = [_as_role(r, i) for i, r in enumerate([LeagueRole()] if roles is None else roles)]
+        bindings = [role.binding for role in specs]
+        if len(set(bindings)) != len(bindings):
+            raise ValueError(f"league roles: each role needs a binding of its own, got {bindings}")
+        for role in specs:
+            self._add_active(role)
         for k, item in enumerate(pretrained):
             self._add_pretrained(item if isinstance(item, PretrainedSpec) else PretrainedSpec(**item), k)
         self._validate()
 
     # Construction
 
-    def _add_active(self, spec: RoleSpec, category: str) -> None:
-        cls = role_class(spec.class_path)
-        if spec.count < 0:
-            raise ValueError(f"role {spec.class_path!r}: count must be >= 0, got {spec.count}")
-        name = spec.name or re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
-        settings = cls.make_settings(spec.settings)
-        for i in range(spec.count):
-            player_id = f"{name}_{category}_{i}"
-            path = os.path.join(self.snapshot_dir, f"{player_id}.pt")
-            player = cls(player_id=player_id, category=category, checkpoint_path=path, settings=settings)
-            self.payoff.add_player(player)
-            self.active_players.append(player)
-            self._launch_count[player_id] = LaunchCount(self.max_active_player_job)
-            self._register_rating(player_id, None)
+    def _add_active(self, role: LeagueRole) -> None:
+        cls = role_class(role.class_path)
+        player_id = player_id_of(role.binding)
+        path = os.path.join(self.snapshot_dir, f"{player_id}.pt")
+        player = cls(player_id=player_id, checkpoint_path=path, settings=cls.make_settings(role.settings))
+        self.payoff.add_player(player)
+        self.active_players.append(player)
+        self._launch_count[player_id] = LaunchCount(self.max_active_player_job)
+        self._register_rating(player_id, None)
 
     def _add_pretrained(self, spec: PretrainedSpec, k: int) -> None:
-        same_category = [p for p in self.active_players if p.category == spec.category]
-        mains = [p for p in same_category if isinstance(p, MainPlayer)]
-        default_parent = (mains or same_category)[0].player_id if same_category else ""
+        mains = [p for p in self.active_players if isinstance(p, MainPlayer)]
+        default_parent = (mains or self.active_players)[0].player_id if self.active_players else ""
         player = HistoricalPlayer(
-            spec.player_id or f"pretrained_{spec.category}_{k}",
-            spec.category,
+            spec.player_id or f"pretrained_default_{k}",
             spec.checkpoint_path,
             0,
             parent_id=default_parent if spec.parent_id is None else spec.parent_id,
@@ -221,7 +211,7 @@ class LeagueManager:
 
     def _validate(self) -> None:
         if not self.active_players:
-            raise ValueError("the league has no active player: give roles with count >= 1")
+            raise ValueError("the league has no active player: give at least one role")
         kind = self.payoff_settings.kind
         needed = BattleActivePlayer if kind == "battle" else SoloActivePlayer
         for player in self.active_players:
@@ -275,15 +265,12 @@ class LeagueManager:
             return job
 
     def step(self) -> list[Job]:
-        """Fill every free job slot of every active player (in league order); each job goes to ``launch_job_fn``."""
+        """Fill every free job slot of every active player (in league order); returns the new jobs."""
         jobs: list[Job] = []
         with self._lock:
             for player in self.active_players:
                 while (job := self.get_job(player.player_id)) is not None:
                     jobs.append(job)
-        if self.launch_job_fn is not None:
-            for job in jobs:
-                self.launch_job_fn(job)
         return jobs
 
     def finish_job(self, job: Job | int, results: Sequence[GameResult | str | Any] | GameResult = ()) -> None:
@@ -363,43 +350,6 @@ class LeagueManager:
                 log.info("league: snapshot %s of %s (reset to %s)", snapshot.player_id, player.player_id, reset_to)
         return events
 
-    # Background threads (optional)
-
-    def run(self) -> None:
-        """Start the job-launch and snapshot threads; job order then depends on thread timing."""
-        if self._threads:
-            raise RuntimeError("the league threads are already running")
-        self._stop.clear()
-        self._threads = [
-            threading.Thread(target=self._loop, args=(self.step, 0.0), name="league-launch", daemon=True),
-            threading.Thread(
-                target=self._loop,
-                args=(self.snapshot_due_players, 0.5 * self.time_interval),
-                name="league-snapshot",
-                daemon=True,
-            ),
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def close(self) -> None:
-        """Stop the background threads and wait for them."""
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
-        self._threads = []
-
-    def _loop(self, work: Callable[[], object], delay: float) -> None:
-        if self._stop.wait(delay):
-            return
-        while not self._stop.is_set():
-            try:
-                work()
-            except Exception:
-                log.exception("league thread %s failed; stopping it", threading.current_thread().name)
-                return
-            self._stop.wait(self.time_interval)
-
     # Checkpointing
 
     def state_dict(self) -> dict[str, Any]:
@@ -463,7 +413,12 @@ class LeagueManager:
             for player in self.active_players:
                 player.load_state_dict(state["active"][player.player_id])
             self.historical_players = [
-                HistoricalPlayer(**{**item, "checkpoint_path": self.restored_path(item["checkpoint_path"], relative)})
+                HistoricalPlayer(
+                    item["player_id"],
+                    self.restored_path(item["checkpoint_path"], relative),
+                    item["total_agent_step"],
+                    parent_id=item["parent_id"],
+                )  # by name: states saved while players had a category still load
                 for item in state["historical"]
             ]
             self.payoff.set_players([*self.active_players, *self.historical_players])
@@ -480,6 +435,16 @@ class LeagueManager:
             self._next_job_id = int(state["next_job_id"])
             version, internal, gauss = state["rng"]
             self._rng.setstate((version, tuple(internal), gauss))
+
+
+def _as_role(role: LeagueRole | Mapping[str, Any], index: int) -> LeagueRole:
+    if isinstance(role, LeagueRole):
+        return role
+    known = {f.name for f in fields(LeagueRole)}
+    unknown = sorted(set(role) - known)
+    if unknown:
+        raise ValueError(f"league roles[{index}]: unknown keys {unknown}; valid keys are {sorted(known)}")
+    return LeagueRole(**role)
 
 
 def _as_settings(cls: Any, value: Any) -> Any:

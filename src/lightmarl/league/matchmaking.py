@@ -46,6 +46,8 @@ EpisodeResult = Result | float
 OutcomeFn = Callable[[float, float], str]
 
 RESULTS: tuple[Result, ...] = ("win", "draw", "loss")
+#: the branch counted for an episode that no job could be seated for (every opponent slot busy).
+FALLBACK = "fallback"
 
 
 def outcome_from_returns(own_return: float, opponent_return: float) -> Result:
@@ -143,6 +145,9 @@ class Matchmaker:
         self.seat_results: dict[str, list[dict[str, int]]] = {
             p: [dict.fromkeys(RESULTS, 0) for _ in range(2)] for p in active
         }
+        #: player id -> branch of the job (the rule that chose the opponent) -> episodes launched;
+        #: ``FALLBACK`` counts the unrecorded episodes against the player itself.
+        self.jobs_by_branch: dict[str, dict[str, int]] = {p: {} for p in active}
 
     # -- assignments --------------------------------------------------------------------
     def start(self) -> list[Seating]:
@@ -204,11 +209,15 @@ class Matchmaker:
                 raise RuntimeError(f"league: player {player_id!r} has no free job slot for env copy {copy}")
             seating = self._seat(copy, job, seat)
             if seating is not None:
+                branch = job.branch
                 break
             self.manager.cancel_job(job)
         else:  # every slot busy with opponents other copies play: one unrecorded game against itself
             binding = self.player_bindings[player_id]
             seating = Seating(copy, -1, player_id, player_id, seat, binding, binding)
+            branch = FALLBACK
+        counts = self.jobs_by_branch[player_id]
+        counts[branch] = counts.get(branch, 0) + 1
         self.seatings[copy] = seating
         return seating
 
@@ -281,6 +290,7 @@ class Matchmaker:
             "clock": self._clock,
             "draining": sorted(self._draining),
             "seat_results": {p: [dict(c) for c in seats] for p, seats in self.seat_results.items()},
+            "jobs_by_branch": {p: dict(counts) for p, counts in self.jobs_by_branch.items()},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -305,3 +315,6 @@ class Matchmaker:
         self._clock = int(state["clock"])
         self._draining = {int(k) for k in state.get("draining", [])}
         self.seat_results = {p: [dict(c) for c in seats] for p, seats in state["seat_results"].items()}
+        # A state saved before branches were counted starts them from zero.
+        saved = state.get("jobs_by_branch", {})
+        self.jobs_by_branch = {p: {str(b): int(n) for b, n in saved.get(p, {}).items()} for p in self.seat_results}

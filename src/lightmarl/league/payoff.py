@@ -9,10 +9,9 @@ recent job results where there is no opponent.
 from __future__ import annotations
 
 import threading
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from functools import partial
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -60,24 +59,6 @@ class BattleRecordDict(dict):
         if games <= 0 or games < min_games:
             return 0.5
         return (self["wins"] + 0.5 * self["draws"]) / games
-
-
-class PayoffDict(defaultdict):
-    """A ``defaultdict`` of records: :class:`BattleRecordDict` per pair (battle) or a bounded ``deque`` (solo).
-
-    Args:
-        kind: ``"battle"`` or ``"solo"``.
-        maxlen: for ``"solo"``, how many recent results each player keeps.
-    """
-
-    def __init__(self, kind: Literal["battle", "solo"] = "battle", maxlen: int | None = None) -> None:
-        if kind == "battle":
-            super().__init__(BattleRecordDict)
-        elif kind == "solo":
-            super().__init__(partial(deque, maxlen=maxlen))
-        else:
-            raise ValueError(f"PayoffDict kind must be 'battle' or 'solo', got {kind!r}")
-        self.kind = kind
 
 
 class SharedPayoff:
@@ -132,7 +113,7 @@ class BattleSharedPayoff(SharedPayoff):
             raise ValueError(f"payoff min_games must be >= 0, got {min_games}")
         self.decay = float(decay)
         self.min_games = float(min_games)
-        self._data: PayoffDict = PayoffDict("battle")
+        self._data: dict[tuple[str, str], BattleRecordDict] = {}
 
     def record(self, home: str, away: str) -> BattleRecordDict:
         """A copy of ``home``'s record against ``away``."""
@@ -151,6 +132,26 @@ class BattleSharedPayoff(SharedPayoff):
         home_id = _player_id(home)
         with self._lock:
             return np.array([self.win_rate(home_id, _player_id(a)) for a in away], dtype=np.float64)
+
+    def table(self, players: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``(score, games)`` between ``players``, row against column, each ``[n, n]``.
+
+        ``games`` are the decayed counts; ``score`` is the row player's decayed mean score (draws
+        half; ``min_games`` not applied), NaN where the two never played.
+        """
+        size = len(players)
+        score = np.full((size, size), np.nan)
+        games = np.zeros((size, size))
+        with self._lock:
+            for i, home in enumerate(players):
+                for j, away in enumerate(players):
+                    record = self._data.get((home, away))
+                    if record is not None and record["games"] > 0:
+                        games[i, j] = record["games"]
+                        score[i, j] = (record["wins"] + 0.5 * record["draws"]) / (
+                            record["wins"] + record["draws"] + record["losses"]
+                        )
+        return score, games
 
     def __getitem__(self, pair: tuple[str | Player, str | Player]) -> float:
         home, away = pair
@@ -171,7 +172,7 @@ class BattleSharedPayoff(SharedPayoff):
                 return
             for result in results:
                 for key, seen in (((home, away), result), ((away, home), _MIRROR[result])):
-                    record = self._data[key] * self.decay
+                    record = self._data.get(key, BattleRecordDict()) * self.decay
                     record["games"] += 1
                     record[_COUNT_KEY[seen]] += 1
                     self._data[key] = record
@@ -186,7 +187,7 @@ class BattleSharedPayoff(SharedPayoff):
         with self._lock:
             self.decay = float(state["decay"])
             self.min_games = float(state["min_games"])
-            self._data = PayoffDict("battle")
+            self._data = {}
             for home, away, *counts in state["records"]:
                 self._data[(str(home), str(away))] = BattleRecordDict(*(float(c) for c in counts))
 
@@ -203,14 +204,14 @@ class SoloSharedPayoff(SharedPayoff):
         if buffer_size < 1:
             raise ValueError(f"solo payoff buffer_size must be >= 1, got {buffer_size}")
         self.buffer_size = int(buffer_size)
-        self._data: PayoffDict = PayoffDict("solo", maxlen=self.buffer_size)
+        self._data: dict[str, deque[Any]] = {}
 
     def update(self, player_id: str, results: Iterable[Any]) -> None:
         """Append ``results`` (plain numbers or dicts) to ``player_id``'s recent history."""
         with self._lock:
             if all(p.player_id != player_id for p in self._players):
                 raise ValueError(f"payoff update names player {player_id!r}, which is not in the league")
-            self._data[player_id].extend(results)
+            self._data.setdefault(player_id, deque(maxlen=self.buffer_size)).extend(results)
 
     def results(self, player_id: str) -> list[Any]:
         """``player_id``'s recent results, oldest first."""
@@ -224,9 +225,7 @@ class SoloSharedPayoff(SharedPayoff):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         with self._lock:
             self.buffer_size = int(state["buffer_size"])
-            self._data = PayoffDict("solo", maxlen=self.buffer_size)
-            for player_id, results in state["results"].items():
-                self._data[str(player_id)].extend(results)
+            self._data = {str(p): deque(results, maxlen=self.buffer_size) for p, results in state["results"].items()}
 
 
 def _player_id(player: str | Player) -> str:

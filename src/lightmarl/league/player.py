@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import numpy as np
 
-from lightmarl.league.jobs import EpsilonSchedule, Job, JobSettings
+from lightmarl.league.jobs import Job
 from lightmarl.league.payoff import BattleSharedPayoff, SharedPayoff, SoloSharedPayoff
 from lightmarl.league.pfsp import PFSPWeighting, pfsp
 
@@ -31,20 +31,16 @@ class Player:
     Args:
         player_id: unique name in the league (and, once the league runs in ``lightmarl fit``,
             the binding id that plays it).
-        category: a partition of the league (AlphaStar's race); roles may use it, jobs do not.
         checkpoint_path: file that holds (or will hold) this player's policy weights.
         total_agent_step: agent steps trained so far (for a snapshot: its parent's at snapshot time).
 
     The shared payoff is attached when the player joins a league (``payoff.add_player``).
     """
 
-    def __init__(
-        self, player_id: str, category: str = "default", checkpoint_path: str = "", total_agent_step: int = 0
-    ) -> None:
+    def __init__(self, player_id: str, checkpoint_path: str = "", total_agent_step: int = 0) -> None:
         if not isinstance(player_id, str) or not player_id:
             raise ValueError(f"player_id must be a non-empty string, got {player_id!r}")
         self._player_id = player_id
-        self._category = category
         self._checkpoint_path = checkpoint_path
         self._total_agent_step = int(total_agent_step)
         self._payoff: SharedPayoff | None = None
@@ -52,10 +48,6 @@ class Player:
     @property
     def player_id(self) -> str:
         return self._player_id
-
-    @property
-    def category(self) -> str:
-        return self._category
 
     @property
     def checkpoint_path(self) -> str:
@@ -88,7 +80,6 @@ class HistoricalPlayer(Player):
 
     Args:
         player_id: see :class:`Player`.
-        category: see :class:`Player`.
         checkpoint_path: the snapshot file; never rewritten.
         total_agent_step: the parent's agent steps when the snapshot was taken.
         parent_id: the active player it was snapshotted from ("" when it has none).
@@ -97,12 +88,11 @@ class HistoricalPlayer(Player):
     def __init__(
         self,
         player_id: str,
-        category: str = "default",
         checkpoint_path: str = "",
         total_agent_step: int = 0,
         parent_id: str = "",
     ) -> None:
-        super().__init__(player_id, category, checkpoint_path, total_agent_step)
+        super().__init__(player_id, checkpoint_path, total_agent_step)
         self._parent_id = parent_id
 
     @property
@@ -113,7 +103,6 @@ class HistoricalPlayer(Player):
         """Plain-Python form (saved in the league state)."""
         return {
             "player_id": self.player_id,
-            "category": self.category,
             "checkpoint_path": self.checkpoint_path,
             "total_agent_step": self.total_agent_step,
             "parent_id": self.parent_id,
@@ -122,15 +111,13 @@ class HistoricalPlayer(Player):
 
 @dataclass
 class ActivePlayerSettings:
-    """When an active player is snapshotted, and what its jobs carry.
+    """When an active player is snapshotted.
 
     Attributes:
         one_phase_step: agent steps of training between two snapshots (at least).
-        job: keyword arguments every job of this player carries.
     """
 
     one_phase_step: int = 100_000
-    job: JobSettings = field(default_factory=JobSettings)
 
     def __post_init__(self) -> None:
         if self.one_phase_step < 1:
@@ -146,7 +133,6 @@ class ActivePlayer(Player):
 
     Args:
         player_id: see :class:`Player`.
-        category: see :class:`Player`.
         checkpoint_path: see :class:`Player`; snapshots are saved beside it.
         total_agent_step: see :class:`Player`.
         settings: the role's settings (``settings_class``); default: its defaults.
@@ -157,12 +143,11 @@ class ActivePlayer(Player):
     def __init__(
         self,
         player_id: str,
-        category: str = "default",
         checkpoint_path: str = "",
         total_agent_step: int = 0,
         settings: ActivePlayerSettings | None = None,
     ) -> None:
-        super().__init__(player_id, category, checkpoint_path or f"{player_id}.pt", total_agent_step)
+        super().__init__(player_id, checkpoint_path or f"{player_id}.pt", total_agent_step)
         settings = self.settings_class() if settings is None else settings
         if not isinstance(settings, self.settings_class):
             raise TypeError(
@@ -175,15 +160,10 @@ class ActivePlayer(Player):
 
     @classmethod
     def make_settings(cls, settings: ActivePlayerSettings | Mapping[str, Any] | None) -> ActivePlayerSettings:
-        """Build ``settings_class`` from a recipe mapping (nested ``job``/``exploration`` included)."""
+        """Build ``settings_class`` from a recipe mapping."""
         if settings is None or isinstance(settings, ActivePlayerSettings):
             return settings if settings is not None else cls.settings_class()
         values = dict(settings)
-        if isinstance(values.get("job"), Mapping):
-            job = dict(values["job"])
-            if isinstance(job.get("exploration"), Mapping):
-                job["exploration"] = EpsilonSchedule(**job["exploration"])
-            values["job"] = JobSettings(**job)
         known = {f.name for f in fields(cls.settings_class)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -211,7 +191,7 @@ class ActivePlayer(Player):
         self.last_enough_step = step
         self.snapshot_count += 1
         return HistoricalPlayer(
-            f"{self.player_id}_{step}", self.category, f"{stem}_{step}{ext or '.pt'}", step, parent_id=self.player_id
+            f"{self.player_id}_{step}", f"{stem}_{step}{ext or '.pt'}", step, parent_id=self.player_id
         )
 
     def mutate(self, rng: random.Random) -> str | None:
@@ -223,32 +203,13 @@ class ActivePlayer(Player):
         return None
 
     def get_job(self, rng: random.Random) -> Job:
-        """The next job: its opponents (chosen by the role) and the kwargs of the job hooks."""
+        """The next job: its opponents, chosen by the role, and the rule that chose them."""
         opponents, branch = self._get_job_opponents(rng)
-        return Job(
-            player_id=self.player_id,
-            opponent_ids=tuple(p.player_id for p in opponents),
-            branch=branch,
-            forward_kwargs=self._get_job_forward(),
-            adder_kwargs=self._get_job_adder(),
-            env_kwargs=self._get_job_env(),
-        )
+        return Job(player_id=self.player_id, opponent_ids=tuple(p.player_id for p in opponents), branch=branch)
 
     def _get_job_opponents(self, rng: random.Random) -> tuple[list[Player], str]:
         """The opponents of the next job and the name of the rule that chose them."""
         raise NotImplementedError(f"{type(self).__name__} must implement _get_job_opponents")
-
-    def _get_job_forward(self) -> dict[str, Any]:
-        kwargs = dict(self.settings.job.forward_kwargs)
-        if self.settings.job.exploration is not None:
-            kwargs["eps"] = self.settings.job.exploration(self.total_agent_step)
-        return kwargs
-
-    def _get_job_adder(self) -> dict[str, Any]:
-        return dict(self.settings.job.adder_kwargs)
-
-    def _get_job_env(self) -> dict[str, Any]:
-        return dict(self.settings.job.env_kwargs)
 
     def state_dict(self) -> dict[str, Any]:
         """The player's counters (its role and settings come from the config)."""
@@ -289,7 +250,7 @@ class ActivePlayer(Player):
 
 
 class SoloActivePlayer(ActivePlayer):
-    """An active player of a solo environment (no opponent): jobs only carry the hook kwargs."""
+    """An active player of a solo environment (no opponent): its jobs name no opponent."""
 
     def _get_job_opponents(self, rng: random.Random) -> tuple[list[Player], str]:
         return [], "solo"

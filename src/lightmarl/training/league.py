@@ -37,9 +37,8 @@ from lightmarl import keys
 from lightmarl.data.rollout import RolloutStep
 from lightmarl.envs.spec import EnvSpec
 from lightmarl.errors import ConfigError
-from lightmarl.evaluation.head_to_head import PayoffMatrix
-from lightmarl.evaluation.plots import plot_payoff_heatmap
-from lightmarl.league import LeagueManager, PayoffSettings, PretrainedSpec, RatingSettings, RoleSpec, SnapshotStore
+from lightmarl.evaluation.plots import plot_score_heatmap
+from lightmarl.league import LeagueManager, LeagueRole, PayoffSettings, PretrainedSpec, RatingSettings, SnapshotStore
 from lightmarl.league.manager import role_class
 from lightmarl.league.matchmaking import Matchmaker, Seating, outcome_from_returns
 from lightmarl.league.meta import MetaStrategyPlayer, shown_mixture
@@ -84,24 +83,6 @@ class LeagueHost(Protocol):
 #: checkpoint entry of the league's state.
 CHECKPOINT_KEY = "lightmarl_league"
 SLOT_PREFIX = "league_opponent_"
-
-
-@dataclass
-class LeagueRole:
-    """One active player: its role and the trainable binding that acts and learns for it.
-
-    Attributes:
-        class_path: import path of an :class:`~lightmarl.league.ActivePlayer` subclass
-            (``MainPlayer``, ``MainExploiter``, ``LeagueExploiter``, ``SelfPlayPlayer``, or a bare
-            name exported by ``lightmarl.league``).
-        binding: id of a trainable binding in ``policy_bindings``; its algorithm and optimizer
-            are the player's (``algorithms`` overrides apply).
-        settings: the role's settings (fields of its settings dataclass, e.g. ``one_phase_step``).
-    """
-
-    class_path: str = "lightmarl.league.MainPlayer"
-    binding: str = "main"
-    settings: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -256,10 +237,7 @@ class LeagueTraining:
         folder = self.config.snapshot_dir or os.path.join(trainer.default_root_dir, "league")
         seed = self.config.seed if self.config.seed is not None else module._base_seed()
         manager = LeagueManager(
-            roles=[
-                RoleSpec(class_path=role.class_path, name=role.binding, settings=dict(role.settings))
-                for role in self.config.roles
-            ],
+            roles=self.config.roles,
             pretrained=self.config.pretrained,
             payoff=self.config.payoff,
             ratings=self.config.ratings,
@@ -482,6 +460,8 @@ class LeagueTraining:
             )
             logs[f"{prefix}/agent_steps"] = float(player.total_agent_step)
             logs[f"{prefix}/resets"] = float(self._resets.get(pid, 0))
+            for branch, count in self.matchmaker.jobs_by_branch[pid].items():
+                logs[f"{prefix}/jobs/{branch}"] = float(count)
             if self.solo:
                 recent = [float(r) for r in manager.payoff.results(pid)]  # type: ignore[union-attr]
                 if results:
@@ -492,6 +472,7 @@ class LeagueTraining:
             if results:
                 logs[f"{prefix}/win_rate"] = (results.count("win") + 0.5 * results.count("draw")) / len(results)
             logs[f"{prefix}/elo"] = float(manager.elo[pid])
+            logs[f"{prefix}/openskill_ordinal"] = float(manager.skill.ordinal(pid))
             counts = self.matchmaker.seat_results[pid]
             logs[f"{prefix}/games"] = float(sum(sum(c.values()) for c in counts))
             for seat, rate in enumerate(self.matchmaker.win_rates_by_seat(pid)):
@@ -555,31 +536,17 @@ class LeagueTraining:
 def write_payoff_heatmap(payoff: BattleSharedPayoff, players: list[str], path: str, max_players: int = 12) -> str:
     """A PNG of the (decayed) payoff between ``players``: the active ones and the newest snapshots.
 
-    Drawn by :func:`~lightmarl.evaluation.plots.plot_payoff_heatmap`; games are the decayed
+    Drawn by :func:`~lightmarl.evaluation.plots.plot_score_heatmap`; games are the decayed
     counts, rounded. Returns the path.
     """
     shown = players[-max_players:]
     if len(players) > max_players:  # active players come first: keep a few of them beside the newest snapshots
         active = players[: max_players // 3]
         shown = active + players[-(max_players - len(active)) :]
-    size = len(shown)
-    games = np.zeros((size, size), dtype=np.int64)
-    counts = {name: np.zeros((size, size)) for name in ("wins", "draws", "losses")}
-    for i, home in enumerate(shown):
-        for j, away in enumerate(shown):
-            record = payoff.record(home, away)
-            games[i, j] = round(record["games"])
-            for name, table in counts.items():
-                table[i, j] = record[name]
-    score_sum = np.where(
-        games > 0,
-        (counts["wins"] + 0.5 * counts["draws"])
-        / np.maximum(counts["wins"] + counts["draws"] + counts["losses"], 1e-12)
-        * games,
-        0.0,
-    )
-    matrix = PayoffMatrix(shown, games, counts["wins"], counts["draws"], counts["losses"], score_sum)
-    return str(plot_payoff_heatmap(matrix, path, title="league payoff (decayed)"))
+    score, decayed = payoff.table(shown)
+    games = np.rint(decayed).astype(np.int64)
+    score[games == 0] = np.nan  # a pair below half a (decayed) game shows as unplayed
+    return str(plot_score_heatmap(shown, score, games, path, title="league payoff (decayed)"))
 
 
 # -- collectives (no-ops in one process) ----------------------------------------------------
