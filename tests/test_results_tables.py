@@ -149,4 +149,4 @@ def test_scaling_tables_are_what_their_scripts_make_of_the_per_run_numbers():
         result = json.loads(path.read_text())
         assert result["table"]["rows"] == poker_league.result_rows(result["per_seed"]), path.name
         checked += 1
-    assert checked >= 11
+    assert checked >= 10
