@@ -15,7 +15,7 @@ ratios after / before per round. Run from the repository root with the project's
         --model.env.num_envs=16 --model.rollout_steps=32
 
 The result is a Markdown table on stdout; ``--write-result`` also writes
-``benchmarks/results/<--name>.json`` (shown in ``docs/howto/distributed.md``).
+``benchmarks/results/<--name>.json`` (shown in ``docs/results.md``, "The league under DDP").
 """
 
 from __future__ import annotations
@@ -130,40 +130,57 @@ def main() -> None:
             file=sys.stderr,
         )
     recipe = args.recipe.relative_to(REPO) if args.recipe.is_relative_to(REPO) else args.recipe
-    columns = [
-        "round", "code", {"name": "frames/s", "format": ",.0f"}, {"name": "collect s / it", "format": ".3f"},
-        {"name": "update s / it", "format": ".3f"}, {"name": "load (1 min)", "format": ".1f"},
-        {"name": "after / before (collect s)", "format": ".2f"},
-    ]  # fmt: skip
-    rows: list[list[object]] = []
-    for i, pair in enumerate(runs, 1):
-        for run in pair:
-            ratio = pair[1].collect_s / pair[0].collect_s if run is pair[1] else ""
-            rows.append([i, f"{run.code} ({before_commit})" if run is pair[0] else run.code, run.fps, run.collect_s,
-                         run.update_s, run.load, ratio])  # fmt: skip
-    collect = [after.collect_s / before.collect_s for before, after in runs]
-    fps = [after.fps / before.fps for before, after in runs]
-    summary = (
-        f"median after / before: collect s {statistics.median(collect):.2f}x, frames/s {statistics.median(fps):.2f}x"
-    )
+    per_seed = {f"round {i}": {run.code: dataclasses.asdict(run) for run in pair} for i, pair in enumerate(runs, 1)}
+    rows = result_rows(per_seed)
     print(f"`{recipe}` {' '.join(extra)}, 2 processes (gloo), {args.iterations} iterations per run")
+    print(f"before: {args.before} at {before_commit}; after: this tree")
     for row in rows:
         print("| " + " | ".join(f"{c:.3f}" if isinstance(c, float) else str(c) for c in row) + " |")
-    print(summary)
+    print(summary(per_seed))
     if args.write_result:
         from results import write_result  # benchmarks/results.py, beside this script
 
+        # The other tree's path is this machine's: the command names it $BEFORE (a checkout of before_commit).
         argv = [a for a in sys.argv[1:] if a != "--write-result"]
+        argv = ["$BEFORE" if a == str(args.before) else a.replace(f"={args.before}", "=$BEFORE") for a in argv]
         write_result(
             args.name,
-            command=f"python benchmarks/ddp_league.py {' '.join(argv)}".strip(),
-            per_seed={
-                f"round {i}": {run.code: dataclasses.asdict(run) for run in pair} for i, pair in enumerate(runs, 1)
-            },
-            columns=columns,
+            command=f"git worktree add $BEFORE {before_commit} && python benchmarks/ddp_league.py {' '.join(argv)}",
+            per_seed=per_seed,
+            columns=COLUMNS,
             rows=rows,
-            notes=f"before: commit {before_commit}; {summary}",
+            notes=f"`{recipe}` {' '.join(extra)}; before: commit {before_commit}; {summary(per_seed)}",
+            extra={"before_commit": before_commit, "iterations": args.iterations, "warmup": args.warmup},
         )
+
+
+COLUMNS = [
+    "round", "code", {"name": "frames/s", "format": ",.0f"}, {"name": "collect s / it", "format": ".3f"},
+    {"name": "update s / it", "format": ".3f"}, {"name": "load (1 min)", "format": ".1f"},
+    {"name": "after / before, collect s", "format": ".2f"}, {"name": "after / before, frames/s", "format": ".2f"},
+]  # fmt: skip
+
+
+def result_rows(per_seed: dict[str, dict[str, dict[str, float]]]) -> list[list[object]]:
+    """The table: per round, the run with the other tree's code and this one's, then the ratios."""
+    rows: list[list[object]] = []
+    for name, pair in per_seed.items():
+        before, after = pair["before"], pair["after"]
+        for code, run in (("before", before), ("after", after)):
+            ratios: list[object] = ["", ""]
+            if code == "after":
+                ratios = [after["collect_s"] / before["collect_s"], after["fps"] / before["fps"]]
+            rows.append([name.removeprefix("round "), code, run["fps"], run["collect_s"], run["update_s"], run["load"],
+                         *ratios])  # fmt: skip
+    return rows
+
+
+def summary(per_seed: dict[str, dict[str, dict[str, float]]]) -> str:
+    """The median ratios after / before over the rounds."""
+    pairs = list(per_seed.values())
+    collect = statistics.median(p["after"]["collect_s"] / p["before"]["collect_s"] for p in pairs)
+    fps = statistics.median(p["after"]["fps"] / p["before"]["fps"] for p in pairs)
+    return f"median after / before: collect s {collect:.2f}x, frames/s {fps:.2f}x"
 
 
 if __name__ == "__main__":

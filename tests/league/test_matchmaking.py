@@ -182,7 +182,10 @@ def test_a_copy_starts_its_on_deck_seating_at_its_first_end_and_repeats_it_until
     assert all(s.job_id >= 0 for s in [*first, *on_deck])  # one snapshot, two slots: no fallback game
     finished: list[tuple[int, list]] = []
     finish_job = matchmaker.manager.finish_job
-    matchmaker.manager.finish_job = lambda job, results: (finished.append((job, list(results))), finish_job(job, results))  # type: ignore[method-assign]
+    matchmaker.manager.finish_job = lambda job, results: (
+        finished.append((job, list(results))),
+        finish_job(job, results),
+    )  # type: ignore[method-assign]
     played = matchmaker.rollout_ended([(0, (1.0, -1.0)), (1, (0.0, 0.0)), (0, (1.0, -1.0)), (0, (-1.0, 1.0))])
     assert [s for s, _ in played] == [first[0], first[1], on_deck[0], on_deck[0]]
     seat0_wins = {0: "win", 1: "loss"}
@@ -202,9 +205,9 @@ def test_a_mirror_follows_the_switches_of_the_league_it_mirrors(tmp_path):
     league, mirror = _league(tmp_path), _league(tmp_path)
     _snapshots(league, 2)
     _snapshots(mirror, 0)
-    for seatings, on_deck in [(league.start(), league.fill_on_deck())]:
-        mirror.seatings = list(league.seatings)
-        mirror.on_deck = list(league.on_deck)
+    league.start()
+    league.fill_on_deck()
+    mirror.seatings, mirror.on_deck = list(league.seatings), list(league.on_deck)
     ended = [(2, (1.0, 0.0)), (0, (0.0, 1.0)), (2, (0.0, 0.0))]
     league.rollout_ended(ended)
     mirror.advance(sorted({copy for copy, _ in ended}))

@@ -173,9 +173,7 @@ class Matchmaker:
             raise ValueError(f"env copy {copy} has no job: call start() first")
         return seating
 
-    def rollout_ended(
-        self, ended: Sequence[tuple[int, Sequence[float]]]
-    ) -> list[tuple[Seating, EpisodeResult | None]]:
+    def rollout_ended(self, ended: Sequence[tuple[int, Sequence[float]]]) -> list[tuple[Seating, EpisodeResult | None]]:
         """Record the episodes that ended during one rollout; copies that ended one start their on-deck seating.
 
         Each copy's first episode end of the rollout finishes its job (with the results of all
