@@ -108,6 +108,7 @@ def test_scaling_tables_are_what_their_scripts_make_of_the_per_run_numbers():
     worker_scaling = load_benchmark("worker_scaling.py")
     time_to_return = load_benchmark("time_to_return.py")
     poker_league = load_benchmark("poker_league.py")
+    ddp_league = load_benchmark("ddp_league.py")
 
     directory = ROOT / "benchmarks" / "results"
     checked = 0
@@ -128,4 +129,8 @@ def test_scaling_tables_are_what_their_scripts_make_of_the_per_run_numbers():
         result = json.loads(path.read_text())
         assert result["table"]["rows"] == poker_league.result_rows(result["per_seed"]), path.name
         checked += 1
-    assert checked >= 11
+    for path in sorted(directory.glob("ddp_league*.json")):
+        result = json.loads(path.read_text())
+        assert result["table"]["rows"] == ddp_league.result_rows(result["per_seed"]), path.name
+        checked += 1
+    assert checked >= 12
