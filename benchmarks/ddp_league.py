@@ -24,6 +24,7 @@ import argparse
 import csv
 import dataclasses
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -48,6 +49,7 @@ class Run:
     collect_s: float
     update_s: float
     wall_s: float
+    cpu_s: float  # CPU time of the whole run, both processes, start-up included (load hardly moves it)
     load: float
 
 
@@ -74,9 +76,9 @@ def fit(code: str, source: Path, recipe: Path, iterations: int, warmup: int, ext
         path = os.pathsep.join([str(source / "src"), str(source / "examples"), os.environ.get("PYTHONPATH", "")])
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
         load = os.getloadavg()[0]
-        started = time.monotonic()
+        started, cpu = time.monotonic(), _children_cpu()
         proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
-        wall = time.monotonic() - started
+        wall, cpu = time.monotonic() - started, _children_cpu() - cpu
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
         (metrics,) = Path(tmp).rglob("metrics.csv")
@@ -87,7 +89,13 @@ def fit(code: str, source: Path, recipe: Path, iterations: int, warmup: int, ext
         def median(key: str) -> float:
             return statistics.median(float(r[key]) for r in rows)
 
-        return Run(code, median("time/fps"), median("time/collect_s"), median("time/update_s"), wall, load)
+        return Run(code, median("time/fps"), median("time/collect_s"), median("time/update_s"), wall, cpu, load)
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of this process's finished children (and theirs: the DDP ranks)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _frames_per_process(recipe: Path, extra: list[str]) -> int:
@@ -157,7 +165,8 @@ def main() -> None:
 COLUMNS = [
     "round", "code", {"name": "frames/s", "format": ",.0f"}, {"name": "collect s / it", "format": ".3f"},
     {"name": "update s / it", "format": ".3f"}, {"name": "load (1 min)", "format": ".1f"},
-    {"name": "after / before, collect s", "format": ".2f"}, {"name": "after / before, frames/s", "format": ".2f"},
+    {"name": "CPU s, run", "format": ".0f"}, {"name": "after / before, collect s", "format": ".2f"},
+    {"name": "after / before, CPU s", "format": ".2f"},
 ]  # fmt: skip
 
 
@@ -169,18 +178,23 @@ def result_rows(per_seed: dict[str, dict[str, dict[str, float]]]) -> list[list[o
         for code, run in (("before", before), ("after", after)):
             ratios: list[object] = ["", ""]
             if code == "after":
-                ratios = [after["collect_s"] / before["collect_s"], after["fps"] / before["fps"]]
+                ratios = [after["collect_s"] / before["collect_s"], after["cpu_s"] / before["cpu_s"]]
             rows.append([name.removeprefix("round "), code, run["fps"], run["collect_s"], run["update_s"], run["load"],
-                         *ratios])  # fmt: skip
+                         run["cpu_s"], *ratios])  # fmt: skip
     return rows
 
 
 def summary(per_seed: dict[str, dict[str, dict[str, float]]]) -> str:
     """The median ratios after / before over the rounds."""
     pairs = list(per_seed.values())
-    collect = statistics.median(p["after"]["collect_s"] / p["before"]["collect_s"] for p in pairs)
-    fps = statistics.median(p["after"]["fps"] / p["before"]["fps"] for p in pairs)
-    return f"median after / before: collect s {collect:.2f}x, frames/s {fps:.2f}x"
+    ratio = {
+        key: statistics.median(p["after"][key] / p["before"][key] for p in pairs)
+        for key in ("collect_s", "cpu_s", "fps")
+    }
+    return (
+        f"median after / before: collect s {ratio['collect_s']:.2f}x, CPU s {ratio['cpu_s']:.2f}x, "
+        f"frames/s {ratio['fps']:.2f}x"
+    )
 
 
 if __name__ == "__main__":
