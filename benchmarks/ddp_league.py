@@ -49,7 +49,8 @@ class Run:
     collect_s: float
     update_s: float
     wall_s: float
-    cpu_s: float  # CPU time of the whole run, both processes, start-up included (load hardly moves it)
+    cpu_s: float  # CPU time of the run, start-up included, as getrusage(RUSAGE_CHILDREN) counts it (the launching
+    # rank, and rank 1 where the launcher reaped it); load hardly moves it
     load: float
 
 

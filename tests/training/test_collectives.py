@@ -84,7 +84,7 @@ def test_two_gloo_ranks_gather_reduce_and_broadcast():
         p.start()
     results = sorted((queue.get(timeout=240) for _ in processes), key=lambda r: r["rank"])
     for p in processes:
-        p.join(timeout=60)
+        p.join(timeout=240)
         assert p.exitcode == 0
     for found in results:
         assert found["gather"] == [[0.0, 10.0], [1.0, 11.0]]
