@@ -267,6 +267,52 @@ def test_the_checks_catch_what_they_name():
     ]
 
 
+# -- one place talks to other processes -----------------------------------------------------------
+
+#: the one module that may use ``torch.distributed``; the rest go through it (and the Lightning strategy).
+COLLECTIVES_MODULE = "lightmarl.training.collectives"
+
+
+def distributed_uses(sources: dict[str, str]) -> list[str]:
+    """``module:line`` of every import of ``torch.distributed`` and every ``torch.distributed`` attribute
+    outside :data:`COLLECTIVES_MODULE` (docstrings may name it)."""
+    found = []
+    for module, source in sources.items():
+        if module == COLLECTIVES_MODULE:
+            continue
+        for node in ast.walk(ast.parse(source)):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                names = [f"{node.value.id}.{node.attr}"]
+            found += [f"{module}:{node.lineno}" for n in names if (n + ".").startswith("torch.distributed.")]
+    return found
+
+
+def test_only_the_collectives_module_uses_torch_distributed():
+    sources = {module: path.read_text() for module, path in all_modules().items()}
+    assert COLLECTIVES_MODULE in sources
+    assert distributed_uses(sources) == []
+
+
+def test_the_distributed_rule_catches_what_it_names():
+    sources = {
+        "lightmarl.training.stepper": "import torch.distributed as dist\n",
+        "lightmarl.training.league": "import torch\n\ntorch.distributed.barrier()\n",
+        "lightmarl.training.resume": "from torch.distributed import all_gather_object\n",
+        "lightmarl.training.module": '"""Never calls ``torch.distributed``."""\nimport torch\n',
+        COLLECTIVES_MODULE: "import torch.distributed as dist\n",
+    }
+    assert distributed_uses(sources) == [
+        "lightmarl.training.stepper:1",
+        "lightmarl.training.league:3",
+        "lightmarl.training.resume:1",
+    ]
+
+
 # -- the framework knows no game ------------------------------------------------------------------
 #
 # A module of src/lightmarl must make sense for any env: rules, scripted experts and encoders of one

@@ -129,6 +129,7 @@ def test_scaling_tables_are_what_their_scripts_make_of_the_per_run_numbers():
     worker_scaling = load_benchmark("worker_scaling.py")
     time_to_return = load_benchmark("time_to_return.py")
     poker_league = load_benchmark("poker_league.py")
+    ddp_league = load_benchmark("ddp_league.py")
 
     directory = ROOT / "benchmarks" / "results"
     checked = 0
@@ -149,4 +150,8 @@ def test_scaling_tables_are_what_their_scripts_make_of_the_per_run_numbers():
         result = json.loads(path.read_text())
         assert result["table"]["rows"] == poker_league.result_rows(result["per_seed"]), path.name
         checked += 1
-    assert checked >= 10
+    for path in sorted(directory.glob("ddp_league*.json")):
+        result = json.loads(path.read_text())
+        assert result["table"]["rows"] == ddp_league.result_rows(result["per_seed"]), path.name
+        checked += 1
+    assert checked >= 11

@@ -168,3 +168,67 @@ def test_a_busy_slot_drains_so_that_new_snapshots_get_in(tmp_path):
         for copy in range(16):
             matchmaker.episode_ended(copy, (1.0, 0.0))
     assert all(games > 0 for games in _games_per_snapshot(matchmaker))
+
+
+# -- once per rollout: on-deck seatings -------------------------------------------------------------
+def test_a_copy_starts_its_on_deck_seating_at_its_first_end_and_repeats_it_until_the_next_rollout(tmp_path):
+    """Copy 0 ends 3 episodes in one rollout: the first finishes its job (one game) and starts the on-deck
+    seating, the next two are further games of that seating; its job finishes with both when it leaves it."""
+    matchmaker = _league(tmp_path)
+    _snapshots(matchmaker, 1)
+    first = matchmaker.start()
+    on_deck = matchmaker.fill_on_deck()
+    assert [s.copy for s in on_deck] == [0, 1, 2, 3] and matchmaker.fill_on_deck() == []
+    # The copy would play its on-deck seating after an end, without the matchmaker changing.
+    assert matchmaker.playing_after(0, 0) == first[0] and matchmaker.playing_after(0, 2) == on_deck[0]
+    assert all(s.job_id >= 0 for s in [*first, *on_deck])  # one snapshot, two slots: no fallback game
+    finished: list[tuple[int, list]] = []
+    finish_job = matchmaker.manager.finish_job
+    matchmaker.manager.finish_job = lambda job, results: (
+        finished.append((job, list(results))),
+        finish_job(job, results),
+    )  # type: ignore[method-assign]
+    played = matchmaker.rollout_ended([(0, (1.0, -1.0)), (1, (0.0, 0.0)), (0, (1.0, -1.0)), (0, (-1.0, 1.0))])
+    assert [s for s, _ in played] == [first[0], first[1], on_deck[0], on_deck[0]]
+    seat0_wins = {0: "win", 1: "loss"}
+    results = [seat0_wins[first[0].seat], "draw", seat0_wins[on_deck[0].seat], seat0_wins[1 - on_deck[0].seat]]
+    assert [r for _, r in played] == results
+    # Jobs finished: the first ones of copies 0 and 1; copy 0's second job still runs, with two games.
+    assert finished == [(first[0].job_id, results[:1]), (first[1].job_id, ["draw"])]
+    assert matchmaker.seatings[:2] == [on_deck[0], on_deck[1]] and matchmaker.seatings[2:] == first[2:]
+    assert matchmaker.on_deck[:2] == [None, None] and matchmaker.on_deck[2:] == on_deck[2:]
+    assert matchmaker.games[0] == results[2:] and matchmaker.games[1] == []
+    assert [s.copy for s in matchmaker.fill_on_deck()] == [0, 1]
+    matchmaker.rollout_ended([(0, (0.0, 0.0))])  # copy 0 leaves its second job: its three games are recorded
+    assert finished[2:] == [(on_deck[0].job_id, [*results[2:], "draw"])]
+
+
+def test_a_mirror_follows_the_switches_of_the_league_it_mirrors(tmp_path):
+    league, mirror = _league(tmp_path), _league(tmp_path)
+    _snapshots(league, 2)
+    _snapshots(mirror, 0)
+    league.start()
+    league.fill_on_deck()
+    mirror.seatings, mirror.on_deck = list(league.seatings), list(league.on_deck)
+    ended = [(2, (1.0, 0.0)), (0, (0.0, 1.0)), (2, (0.0, 0.0))]
+    league.rollout_ended(ended)
+    mirror.advance(sorted({copy for copy, _ in ended}))
+    assert mirror.seatings == league.seatings and mirror.on_deck == league.on_deck
+
+
+def test_the_state_dict_keeps_the_on_deck_seatings_and_the_games_of_running_jobs(tmp_path):
+    first = _league(tmp_path)
+    _snapshots(first, 3)
+    first.start()
+    first.fill_on_deck()
+    first.rollout_ended([(1, (1.0, 0.0)), (1, (1.0, 0.0))])
+    first.fill_on_deck()
+    state = first.state_dict()
+    assert state["games"][1] and any(state["on_deck"])
+    second = _league(tmp_path)
+    second.load_state_dict(state)
+    assert (second.seatings, second.on_deck, second.games) == (first.seatings, first.on_deck, first.games)
+    ended = [(1, (0.0, 1.0)), (3, (1.0, 0.0))]
+    assert first.rollout_ended(ended) == second.rollout_ended(ended)
+    assert first.fill_on_deck() == second.fill_on_deck()
+    assert second.state_dict() == first.state_dict()

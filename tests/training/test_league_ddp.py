@@ -1,14 +1,16 @@
 """The rock-paper-scissors league on 2 CPU processes (gloo) behaves as in one process.
 
-The league lives on rank 0: finished episodes are gathered from both ranks every step, rank 0
-records them and hands out the next seatings, which are broadcast. With results that do not
-depend on sampled actions (every episode a draw), the whole league (jobs, seats, opponents,
-snapshots, payoff, ratings, RNG) must come out identical from 1 process x 4 env copies and
-2 processes x 2 env copies.
+The league lives on rank 0: once per rollout, the episodes both ranks finished are gathered,
+rank 0 records them in the order they ended and draws the next on-deck seatings, which are
+broadcast. With results that do not depend on sampled actions (every episode a draw), the whole
+league (jobs, seats, opponents, snapshots, payoff, ratings, RNG) must come out identical from
+1 process x 4 env copies and 2 processes x 2 env copies; and no rank exchanges anything while
+it steps its envs.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -38,7 +40,8 @@ def _fit(tmp_path: Path, world: int) -> dict:
         "--trainer.default_root_dir", str(tmp_path),
         "--trainer.logger", "false",
         "--trainer.callbacks", '[{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", '
-        f'"init_args": {{"dirpath": "{tmp_path / "ckpt"}", "save_last": true, "every_n_epochs": 1}}}}]',
+        f'"init_args": {{"dirpath": "{tmp_path / "ckpt"}", "save_last": true, "every_n_epochs": 1}}}}, '
+        '{"class_path": "collective_counts.CountCollectives"}]',
         "--model.env.num_envs", str(COPIES // world),
         "--model.rollout_steps", str(ROLLOUT_STEPS),
         "--model.max_frames", str(COPIES * ROLLOUT_STEPS * ITERATIONS),
@@ -64,11 +67,30 @@ def _fit(tmp_path: Path, world: int) -> dict:
     return state
 
 
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[Path, dict]]:
+    """The same league fit with 1 process and with 2 (root folder, league state)."""
+    root = tmp_path_factory.mktemp("league_ddp")
+    found = {}
+    for world in (1, 2):
+        (root / str(world)).mkdir()
+        found[world] = (root / str(world), _fit(root / str(world), world=world))
+    return found
+
+
 @pytest.mark.timeout(600)
-def test_league_on_two_ddp_ranks_matches_one_process(tmp_path: Path) -> None:
-    (tmp_path / "one").mkdir()
-    (tmp_path / "two").mkdir()
-    one = _fit(tmp_path / "one", world=1)
-    two = _fit(tmp_path / "two", world=2)
+def test_league_on_two_ddp_ranks_matches_one_process(runs: dict[int, tuple[Path, dict]]) -> None:
+    one, two = runs[1][1], runs[2][1]
     assert len(one["manager"]["historical"]) >= 3 and one["manager"]["next_job_id"] > COPIES * ROLLOUT_STEPS
     assert two == one
+
+
+@pytest.mark.timeout(600)
+def test_the_league_exchanges_results_once_per_rollout_not_per_env_step(runs: dict[int, tuple[Path, dict]]) -> None:
+    root = runs[2][0]
+    for rank in range(2):
+        counts = json.loads((root / f"collectives_rank{rank}.json").read_text())
+        assert counts["iterations"] == ITERATIONS
+        assert counts["rollout"] == 0, f"rank {rank} made collectives while stepping its envs: {counts}"
+        # Per iteration: the finished episodes and agent steps in one all-gather, the decisions in one broadcast.
+        assert counts["league"] == 2 * ITERATIONS, counts

@@ -89,9 +89,9 @@ def _record(module: MARLModule) -> dict[str, list[Any]]:
         seen["experience"].append(experience.clone())
         return after(experience)
 
-    def record_apply(seatings):
+    def record_apply(seatings, on_deck=False):
         seen["seatings"].extend(seatings)
-        return apply(seatings)
+        return apply(seatings, on_deck)
 
     def record_save(path, state_dict, description=None):
         seen["snapshots"].append((str(path), copy.deepcopy({k: v.clone() for k, v in state_dict.items()})))

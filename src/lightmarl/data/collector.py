@@ -232,7 +232,9 @@ class RolloutCollector:
         """
         E, T = ended.shape
         here = ended.device  # counted where the rollout is; each copy's current episode is kept on the host
-        starts = torch.full((E, T + 1), -1, dtype=torch.int64, device=here)  # the id of an episode starting before step t
+        starts = torch.full(
+            (E, T + 1), -1, dtype=torch.int64, device=here
+        )  # the id of an episode starting before step t
         starts[:, 0] = self._episode_id.to(here)
         step, env = torch.nonzero(ended.t(), as_tuple=True)  # ends in (step, copy) order
         starts[env, step + 1] = torch.arange(self._next_episode_id, self._next_episode_id + len(env), device=here)
@@ -315,9 +317,7 @@ class RolloutCollector:
         here = ended_here.device
         episode_ids = self._episode_ids(ended_here)
         if self._replayable:
-            self.history.record(
-                {g.name: experience.get((g.name, keys.ACTION)) for g in self._groups}, ended_here.cpu()
-            )
+            self.history.record({g.name: experience.get((g.name, keys.ACTION)) for g in self._groups}, ended_here.cpu())
         first = steps[0][0]
         E, T = self.num_envs, self.rollout_steps
         rows_device = experience.get((self._groups[0].name, keys.VALID)).device

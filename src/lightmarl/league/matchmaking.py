@@ -23,6 +23,15 @@ snapshots loaded stay the only ones played. Copies whose episodes end at the sam
 released together before any is seated again (:meth:`Matchmaker.episodes_ended`), for the same
 reason.
 
+Under ``lightmarl fit`` the league decides between rollouts, not at every env step
+(:meth:`Matchmaker.rollout_ended`): every copy holds, besides its current seating, one *on deck*
+(drawn at the last rollout boundary, its snapshot already loaded). Where a copy's episode ends
+during a rollout, the copy starts its on-deck seating at once, with no word from the league; a
+copy that ends further episodes in the same rollout plays that seating's game again (a job of
+several games). After the rollout, the league records every episode in the order they ended
+(step, then copy), finishes the jobs that copies left, and draws the next on-deck seatings. So
+processes exchange results once per rollout, and 1 and N processes record the same games.
+
 Pure Python: the Lightning side (:mod:`lightmarl.training.league`) turns :class:`Seating` into
 binding maps and weight loads.
 """
@@ -136,6 +145,10 @@ class Matchmaker:
         self.max_redraws = max_redraws
         self.launcher = [active[g % len(active)] for g in range(num_copies)]
         self.seatings: list[Seating | None] = [None] * num_copies
+        #: what each copy plays after its current episode (:meth:`rollout_ended`'s protocol).
+        self.on_deck: list[Seating | None] = [None] * num_copies
+        #: results of the games each copy played in its current job, until the copy leaves the job.
+        self.games: list[list[EpisodeResult]] = [[] for _ in range(num_copies)]
         self.jobs_started = [0] * num_copies
         self.slots: list[str | None] = [None] * len(slot_bindings)  # historical player id per slot
         self._slot_used = [0] * len(slot_bindings)  # a clock value per slot: least recently used first
@@ -153,6 +166,65 @@ class Matchmaker:
     def start(self) -> list[Seating]:
         """A seating for every copy that has none (all of them at the start of a run)."""
         return [self._next(g) for g in range(self.num_copies) if self.seatings[g] is None]
+
+    def fill_on_deck(self) -> list[Seating]:
+        """An on-deck seating for every copy that has none (in copy order); returns them."""
+        return [self._next(g, on_deck=True) for g in range(self.num_copies) if self.on_deck[g] is None]
+
+    def playing_after(self, copy: int, ends: int) -> Seating:
+        """What copy ``copy`` plays after ``ends`` episode ends since the last :meth:`rollout_ended` (no change made)."""
+        seating = self.on_deck[copy] if ends > 0 and self.on_deck[copy] is not None else self.seatings[copy]
+        if seating is None:
+            raise ValueError(f"env copy {copy} has no job: call start() first")
+        return seating
+
+    def rollout_ended(self, ended: Sequence[tuple[int, Sequence[float]]]) -> list[tuple[Seating, EpisodeResult | None]]:
+        """Record the episodes that ended during one rollout; copies that ended one start their on-deck seating.
+
+        Each copy's first episode end of the rollout finishes its job (with the results of all
+        its games) and makes its on-deck seating the current one, as the copy did when it
+        happened; later ends are further games of that seating. Draw the next on-deck
+        seatings with :meth:`fill_on_deck` afterwards.
+
+        Args:
+            ended: ``(copy, seat_returns)`` per episode, in the order they ended (step, then copy).
+
+        Returns:
+            Per episode, the seating it was played under and its result (``None`` for an
+            unrecorded fallback game).
+        """
+        played: list[tuple[Seating, EpisodeResult | None]] = []
+        for copy, seat_returns in ended:
+            seating = self.seatings[copy]
+            if seating is None:
+                raise ValueError(f"env copy {copy} has no job: call start() first")
+            result = self._result(seating, seat_returns)
+            if result is not None:
+                self.games[copy].append(result)
+            played.append((seating, result))
+            if self.on_deck[copy] is not None:  # the copy left its job at this episode end
+                self._finish(copy)
+                self.seatings[copy], self.on_deck[copy] = self.on_deck[copy], None
+        return played
+
+    def advance(self, copies: Sequence[int]) -> None:
+        """Mirror :meth:`rollout_ended`'s switches without recording: ``copies`` ended an episode in the rollout.
+
+        For a process that mirrors the seatings of the league it does not hold (a DDP rank other than 0).
+        """
+        for copy in copies:
+            if self.on_deck[copy] is not None:
+                self.seatings[copy], self.on_deck[copy] = self.on_deck[copy], None
+                self.games[copy] = []
+
+    def _finish(self, copy: int) -> None:
+        """Finish the copy's current job with the results of its games (none for a fallback game)."""
+        seating = self.seatings[copy]
+        assert seating is not None
+        if seating.job_id >= 0:
+            self.manager.finish_job(seating.job_id, self.games[copy])
+        self.games[copy] = []
+        self.seatings[copy] = None
 
     def episode_ended(self, copy: int, seat_returns: Sequence[float]) -> tuple[EpisodeResult | None, Seating]:
         """Record the episode copy ``copy`` just finished and give it the next seating.
@@ -184,22 +256,26 @@ class Matchmaker:
         seating = self.seatings[copy]
         if seating is None:
             raise ValueError(f"env copy {copy} has no job: call start() first")
-        result: EpisodeResult | None = None
-        if self.solo:
-            result = float(seat_returns[0])
-            self.manager.finish_job(seating.job_id, [result])
-        elif seating.job_id >= 0:
-            own, other = seat_returns[seating.seat], seat_returns[1 - seating.seat]
-            outcome = self.outcome(float(own), float(other))
-            if outcome not in RESULTS:
-                raise ValueError(f"league.outcome returned {outcome!r}; expected one of {list(RESULTS)}")
-            self.manager.finish_job(seating.job_id, [outcome])
-            self.seat_results[seating.player_id][seating.seat][outcome] += 1
-            result = cast(Result, outcome)
+        result = self._result(seating, seat_returns)
+        if self.solo or seating.job_id >= 0:
+            self.manager.finish_job(seating.job_id, [] if result is None else [result])
         self.seatings[copy] = None
         return result
 
-    def _next(self, copy: int) -> Seating:
+    def _result(self, seating: Seating, seat_returns: Sequence[float]) -> EpisodeResult | None:
+        """One game's result from the player's side (counted per seat); ``None`` for a fallback game."""
+        if self.solo:
+            return float(seat_returns[0])
+        if seating.job_id < 0:
+            return None
+        own, other = seat_returns[seating.seat], seat_returns[1 - seating.seat]
+        outcome = self.outcome(float(own), float(other))
+        if outcome not in RESULTS:
+            raise ValueError(f"league.outcome returned {outcome!r}; expected one of {list(RESULTS)}")
+        self.seat_results[seating.player_id][seating.seat][outcome] += 1
+        return cast(Result, outcome)
+
+    def _next(self, copy: int, on_deck: bool = False) -> Seating:
         player_id = self.launcher[copy]
         seat = 0 if self.solo else (copy + self.jobs_started[copy]) % 2
         self.jobs_started[copy] += 1
@@ -218,7 +294,10 @@ class Matchmaker:
             branch = FALLBACK
         counts = self.jobs_by_branch[player_id]
         counts[branch] = counts.get(branch, 0) + 1
-        self.seatings[copy] = seating
+        if on_deck:
+            self.on_deck[copy] = seating
+        else:
+            self.seatings[copy] = seating
         return seating
 
     def _seat(self, copy: int, job: Job, seat: int) -> Seating | None:
@@ -255,7 +334,7 @@ class Matchmaker:
                 return None, None
             self._slot_used[slot] = self._clock
             return slot, None
-        busy = {s.opponent_binding for s in self.seatings if s is not None}
+        busy = {s.opponent_binding for s in [*self.seatings, *self.on_deck] if s is not None}
         free = [k for k, binding in enumerate(self.slot_bindings) if binding not in busy]
         if not free:
             if not self._draining:
@@ -284,6 +363,11 @@ class Matchmaker:
                 None if s is None else {**asdict(s), "load": s.load and self.manager.state_path(s.load)}
                 for s in self.seatings
             ],
+            "on_deck": [
+                None if s is None else {**asdict(s), "load": s.load and self.manager.state_path(s.load)}
+                for s in self.on_deck
+            ],
+            "games": [list(g) for g in self.games],
             "jobs_started": list(self.jobs_started),
             "slots": list(self.slots),
             "slot_used": list(self._slot_used),
@@ -303,12 +387,16 @@ class Matchmaker:
             )
         self.manager.load_state_dict(state["manager"])
         relative = state["manager"].get("paths") == "relative to snapshot_dir"
-        self.seatings = [
-            None
-            if s is None
-            else Seating(**{**s, "load": s["load"] and self.manager.restored_path(s["load"], relative)})
-            for s in state["seatings"]
-        ]
+        self.seatings, self.on_deck = (
+            [
+                None
+                if s is None
+                else Seating(**{**s, "load": s["load"] and self.manager.restored_path(s["load"], relative)})
+                for s in saved
+            ]
+            for saved in (state["seatings"], state.get("on_deck", [None] * self.num_copies))
+        )
+        self.games = [list(g) for g in state.get("games", [[] for _ in range(self.num_copies)])]
         self.jobs_started = [int(n) for n in state["jobs_started"]]
         self.slots = list(state["slots"])
         self._slot_used = [int(n) for n in state["slot_used"]]

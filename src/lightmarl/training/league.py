@@ -7,16 +7,18 @@
   player's binding spec) and reserves them in the binding table, so their policies exist from
   the start; historical players act through them with weights loaded from snapshot files;
 - during a rollout (the collector's step hook) it adds up each env copy's return per seat and,
-  where a copy's episode ended, records the result and installs the copy's next seating
+  where a copy's episode ended, keeps the seat returns and installs the copy's on-deck seating
   (:class:`~lightmarl.league.matchmaking.Matchmaker`) before that copy acts again;
-- between iterations it counts each player's trained agent steps, snapshots and resets
-  players (resetting their optimizer state too) and logs ``league/<player>/...`` metrics;
+- between iterations it records the rollout's finished episodes in the order they ended, counts
+  each player's trained agent steps, snapshots and resets players (resetting their optimizer
+  state too), draws the next on-deck seatings and logs ``league/<player>/...`` metrics;
 - at epoch ends rank 0 writes a payoff heatmap PNG next to the logs;
 - its state (league, seatings, slots) goes into the Lightning checkpoint.
 
-Under DDP the league lives on rank 0: each rank's finished episodes are gathered with
-``all_gather`` (every step, one small tensor), rank 0 decides, and the new seatings and
-snapshot events are broadcast, so 1 and N processes follow one protocol. Snapshot files are
+Under DDP the league lives on rank 0: once per rollout, each rank's finished episodes and
+agent steps are gathered (one ``all_gather`` through the Lightning strategy), rank 0 decides,
+and the on-deck seatings, snapshot events and metrics are broadcast (one broadcast), so 1 and N
+processes follow one protocol and record the same games in the same order. Snapshot files are
 read by every rank: the snapshot directory must be visible to all of them (one machine, or a
 shared filesystem).
 """
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
-import torch.distributed as dist
+from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.utilities import rank_zero_info
 
 from lightmarl import keys
@@ -46,6 +48,7 @@ from lightmarl.league.payoff import BattleSharedPayoff
 from lightmarl.league.player import ActivePlayer, HistoricalPlayer
 from lightmarl.population import PolicyBindingConfig
 from lightmarl.population.bindings import as_binding
+from lightmarl.training import collectives
 
 if TYPE_CHECKING:
     from lightmarl.algorithms.marl_trainer import MARLTrainer
@@ -194,6 +197,10 @@ class LeagueTraining:
         self.module: LeagueHost | None = None
         self.collector: RolloutCollector | None = None
         self._returns = torch.zeros(0, len(self.seats), dtype=torch.float64)
+        self._rollout_ends: list[torch.Tensor] = []  # per step of the rollout: [copies, 1 + seats] (ended, returns)
+        self._lane_steps: dict[int, int] = {}  # steps each lane took in this rollout
+        self._lanes: dict[int, slice] = {}  # each lane's env copies
+        self._ends = torch.zeros(0, dtype=torch.int64)  # episode ends of each of this process's copies this rollout
         self._iteration_results: dict[str, list[Any]] = {}
         #: player id -> weight loads after its snapshots (resets, or a PBT copy of another player).
         self._resets: dict[str, int] = {}
@@ -241,8 +248,9 @@ class LeagueTraining:
             pretrained=self.config.pretrained,
             payoff=self.config.payoff,
             ratings=self.config.ratings,
-            # Every copy of a player's jobs runs at once: copy g launches for player g mod players.
-            max_active_player_job=-(-module.env_config.num_envs * trainer.world_size // len(self.config.roles)),
+            # Every copy of a player's jobs runs at once (its current one and the one on deck):
+            # copy g launches for player g mod players.
+            max_active_player_job=2 * -(-module.env_config.num_envs * trainer.world_size // len(self.config.roles)),
             snapshot_dir=folder,
             seed=seed,
             save_checkpoint_fn=self._save_snapshot,
@@ -258,6 +266,7 @@ class LeagueTraining:
             max_redraws=self.config.max_redraws,
         )
         self._returns = torch.zeros(module.env_config.num_envs, len(self.seats), dtype=torch.float64)
+        self._ends = torch.zeros(module.env_config.num_envs, dtype=torch.int64)
         for player in manager.historical_players:  # pretrained opponents: a bad file fails before the first step
             template = self.slot_ids[0] if self.slot_ids else self.player_binding_ids[0]
             self._set_weights_check(template, player.checkpoint_path, f"league.pretrained ({player.player_id!r})")
@@ -272,6 +281,13 @@ class LeagueTraining:
         finally:
             self.module.set_weights(binding, weights)
 
+    def _strategy(self) -> Strategy | None:
+        """The run's Lightning strategy: every exchange between processes goes through it."""
+        return None if self.module is None else self.module.trainer.strategy
+
+    def _rank(self) -> int:
+        return collectives.rank(self._strategy())
+
     @property
     def manager(self) -> LeagueManager:
         assert self.matchmaker is not None, "the league is built in setup('fit')"
@@ -285,7 +301,7 @@ class LeagueTraining:
         """At fit start (after a restore): save initial weights, seat every copy, install the maps."""
         assert self.matchmaker is not None and self.module is not None
         self.collector = collector
-        if _rank() == 0:
+        if self._rank() == 0:
             for player in self.manager.active_players:
                 if not os.path.exists(player.initial_checkpoint_path):
                     binding = self.binding_of(player.player_id)
@@ -294,57 +310,59 @@ class LeagueTraining:
                         self.module.get_weights(binding),
                         {**self.module.snapshot_description(binding), "player": player.player_id},
                     )
-        fresh = self.matchmaker.start() if _rank() == 0 else []
-        self._apply(_broadcast(fresh))
+        # Every copy's current seating and the one on deck (a resumed run has them from its checkpoint).
+        fresh = (self.matchmaker.start(), self.matchmaker.fill_on_deck()) if self._rank() == 0 else ([], [])
+        current, on_deck = collectives.broadcast(self._strategy(), fresh)
+        self._apply(current)
+        self._apply(on_deck, on_deck=True)
         self._install_map()
         collector.keep_recurrent_states()
 
     # -- during a rollout -----------------------------------------------------------------
     def on_step(self, step: RolloutStep) -> None:
-        """The collector's step hook: seat returns, finished episodes, next seatings."""
+        """The collector's step hook: seat returns; a copy whose episode ended starts its on-deck seating.
+
+        Nothing is exchanged between processes here: the ended episodes wait for
+        :meth:`after_iteration`.
+        """
         nxt = step.next[self.group]
         rewards = nxt.get(keys.ENV_REWARD, nxt[keys.REWARD])
         self._returns[step.envs] += rewards.to(torch.float64) @ self.seat_matrix
-        ended = step.ended.to(torch.float64).unsqueeze(-1)
-        local = torch.cat([ended, self._returns[step.envs]], dim=-1)  # [lane copies, 1 + seats]
-        self._returns[step.envs] *= 1.0 - ended  # a new episode starts from 0
-        gathered = _all_gather(
-            local, self.module.device if self.module is not None else None
-        )  # [ranks, copies, 1 + seats]
-        if not bool(gathered[..., 0].any()):
+        t = self._lane_steps.get(step.lane, 0)
+        self._lane_steps[step.lane] = t + 1
+        self._lanes[step.lane] = step.envs
+        if t == len(self._rollout_ends):
+            self._rollout_ends.append(torch.zeros(self._returns.shape[0], 1 + len(self.seats), dtype=torch.float64))
+        ended = step.ended.cpu()
+        if not bool(ended.any()):
             return
-        assert self.module is not None
-        num_envs = self.module.env_config.num_envs
-        seatings: list[Seating] = []
-        if _rank() == 0:
-            assert self.matchmaker is not None
-            finished: list[tuple[int, list[float]]] = []
-            for rank, i in gathered[..., 0].nonzero().tolist():
-                finished.append((rank * num_envs + step.envs.start + i, gathered[rank, i, 1:].tolist()))
-            players = [self.matchmaker.seatings[copy] for copy, _ in finished]
-            for before, (result, following) in zip(players, self.matchmaker.episodes_ended(finished)):
-                if result is not None and before is not None:
-                    self._iteration_results.setdefault(before.player_id, []).append(result)
-                seatings.append(following)
-        self._apply(_broadcast(seatings))
-        self._install_map()
+        row = self._rollout_ends[t]
+        row[step.envs, 0] = ended.to(torch.float64)
+        row[step.envs, 1:] = self._returns[step.envs]
+        self._returns[step.envs] *= 1.0 - ended.to(torch.float64).unsqueeze(-1)  # a new episode starts from 0
+        first = self._ends[step.envs] == 0
+        self._ends[step.envs] += ended.to(torch.int64)
+        if bool((ended & first).any()):  # these copies start their on-deck seating now
+            self._install_map()
 
-    def _apply(self, seatings: list[Seating]) -> None:
-        """Load snapshots into slots and mirror the seatings (every rank)."""
+    def _apply(self, seatings: list[Seating], on_deck: bool = False) -> None:
+        """Load snapshots into slots and mirror the seatings, current or on deck (every rank)."""
         assert self.matchmaker is not None and self.module is not None
         for seating in seatings:
             if seating.load is not None:
                 self._set_weights(seating.opponent_binding, seating.load)
-            self.matchmaker.seatings[seating.copy] = seating
+            if on_deck:
+                self.matchmaker.on_deck[seating.copy] = seating
+            else:
+                self.matchmaker.seatings[seating.copy] = seating
 
     def _install_map(self) -> None:
         assert self.matchmaker is not None and self.module is not None
         num_envs = self.module.env_config.num_envs
-        first = _rank() * num_envs
+        first = self._rank() * num_envs
         per_env: dict[int, list[str]] = {}
         for i in range(num_envs):
-            seating = self.matchmaker.seatings[first + i]
-            assert seating is not None
+            seating = self.matchmaker.playing_after(first + i, int(self._ends[i]))
             seat_of_player = self.seats[seating.seat]
             per_env[i] = [
                 seating.player_binding if agent in seat_of_player else seating.opponent_binding for agent in self.agents
@@ -391,30 +409,50 @@ class LeagueTraining:
 
     # -- between iterations ---------------------------------------------------------------
     def after_iteration(self, experience: Any) -> dict[str, float]:
-        """Count agent steps, snapshot / reset due players; returns ``league/...`` metrics (every rank)."""
+        """Record the rollout's episodes, count agent steps, snapshot / reset due players, draw the next
+        on-deck seatings; returns ``league/...`` metrics (every rank: one all-gather and one broadcast).
+        """
         assert self.matchmaker is not None and self.module is not None
         table = self.module.table
         rows = experience.get(self.group)
         valid = rows.get(keys.VALID)
         binding = rows.get(keys.BINDING_ID)
-        steps = torch.stack([(valid & (binding == table.index[b])).sum() for b in self.player_binding_ids]).to(
-            torch.float64
-        )
-        steps = _all_reduce(steps, self.module.device)
+        steps = torch.stack([(valid & (binding == table.index[b])).sum() for b in self.player_binding_ids])
+        num_envs, width = self._returns.shape[0], 1 + len(self.seats)
+        ends = torch.stack(self._rollout_ends) if self._rollout_ends else torch.zeros(0, num_envs, width)
+        gathered = collectives.all_gather(
+            self._strategy(), torch.cat([steps.to(torch.float64).cpu(), ends.to(torch.float64).reshape(-1)])
+        )  # [ranks, players + steps * copies * (1 + seats)]
+        players = len(self.player_binding_ids)
+        steps = gathered[:, :players].sum(0)
+        ends = gathered[:, players:].reshape(gathered.shape[0], -1, num_envs, width)  # [ranks, steps, copies, ...]
+        # In the order the episodes ended: step, lane, rank, copy (as one process steps the copies).
+        lane_of = {i: lane for lane, envs in self._lanes.items() for i in range(envs.start, envs.stop)}
+        where = sorted((ends[..., 0] > 0).nonzero().tolist(), key=lambda r: (r[1], lane_of[r[2]], r[0], r[2]))
+        ended = [(rank * num_envs + i, ends[rank, t, i, 1:].tolist()) for rank, t, i in where]
         events: list[tuple[str, str | None]] = []
         metrics: dict[str, float] = {}
-        if _rank() == 0:
+        on_deck: list[Seating] = []
+        if self._rank() == 0:
+            for seating, result in self.matchmaker.rollout_ended(ended):
+                if result is not None:
+                    self._iteration_results.setdefault(seating.player_id, []).append(result)
             for player, count in zip(self.manager.active_players, steps.tolist()):
                 self.manager.update_active_player(player.player_id, int(count))
             events = [(e.player_id, e.reset_to) for e in self.manager.snapshot_due_players()]
             for player_id, reset_to in events:
                 self._resets[player_id] = self._resets.get(player_id, 0) + (reset_to is not None)
+            on_deck = self.matchmaker.fill_on_deck()  # new snapshots are candidates at once
             metrics = self.metrics()
-        events, metrics = _broadcast((events, metrics))
-        if _rank() != 0:
+        events, metrics, on_deck = collectives.broadcast(self._strategy(), (events, metrics, on_deck))
+        if self._rank() != 0:
+            self.matchmaker.advance(sorted({copy for copy, _ in ended}))
             for player_id, reset_to in events:
                 if reset_to is not None:
                     self._load_live(player_id, reset_to)
+        self._apply(on_deck, on_deck=True)
+        self._rollout_ends, self._lane_steps = [], {}
+        self._ends.zero_()
         return metrics
 
     def _save_snapshot(self, player: ActivePlayer, snapshot: HistoricalPlayer) -> None:
@@ -484,7 +522,7 @@ class LeagueTraining:
     # -- epoch ends -----------------------------------------------------------------------
     def on_epoch_end(self, log_dir: str, epoch: int) -> str | None:
         """Rank 0 writes the payoff heatmap; returns its path (``None`` on other ranks or with ``heatmap: false``)."""
-        if _rank() != 0 or not self.config.heatmap or self.matchmaker is None or self.solo:
+        if self._rank() != 0 or not self.config.heatmap or self.matchmaker is None or self.solo:
             return None
         path = os.path.join(log_dir, "league", f"payoff_epoch{epoch}.png")
         payoff = self.manager.payoff
@@ -547,40 +585,3 @@ def write_payoff_heatmap(payoff: BattleSharedPayoff, players: list[str], path: s
     games = np.rint(decayed).astype(np.int64)
     score[games == 0] = np.nan  # a pair below half a (decayed) game shows as unplayed
     return str(plot_score_heatmap(shown, score, games, path, title="league payoff (decayed)"))
-
-
-# -- collectives (no-ops in one process) ----------------------------------------------------
-def _distributed() -> bool:
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-
-
-def _rank() -> int:
-    return dist.get_rank() if _distributed() else 0
-
-
-def _all_gather(tensor: torch.Tensor, device: torch.device | None) -> torch.Tensor:
-    """``[ranks, *tensor.shape]`` on the CPU: every rank's ``tensor`` (sent from ``device``: NCCL needs GPU tensors)."""
-    if not _distributed():
-        return tensor.unsqueeze(0)
-    sent = tensor.to(device).contiguous()
-    parts = [torch.empty_like(sent) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, sent)
-    return torch.stack(parts).cpu()
-
-
-def _all_reduce(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """The sum of ``tensor`` over ranks, on the CPU."""
-    if not _distributed():
-        return tensor.cpu()
-    summed = tensor.to(device)
-    dist.all_reduce(summed)
-    return summed.cpu()
-
-
-def _broadcast(value: Any) -> Any:
-    """Rank 0's ``value`` on every rank."""
-    if not _distributed():
-        return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]

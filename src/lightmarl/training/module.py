@@ -611,7 +611,7 @@ class MARLModule(LightningModule):
             checkpoint[LEAGUE_CHECKPOINT_KEY] = self.league.state_dict()
         if self._collector is not None:  # fit: every process's RNG streams, env copies and replay buffers
             checkpoint[RESUME_CHECKPOINT_KEY] = self._resume.save(
-                self._collector, self.marl_trainer, self.league, self.device
+                self._collector, self.marl_trainer, self.league, self.device, self.trainer.strategy
             )
 
     def check_checkpoint_fits(self, state_dict: Any, *, field: str) -> None:

@@ -19,9 +19,10 @@ from types import FrameType
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info
+
+from lightmarl.training import collectives
 
 #: exit code of a preempted run, by the signal that stopped it (128 + signal number, as shells report).
 PREEMPTED_EXIT_CODES = {"SIGTERM": 128 + signal.SIGTERM, "SIGINT": 128 + signal.SIGINT}
@@ -58,10 +59,8 @@ class Preemption(Callback):
     ) -> None:
         names = list(PREEMPTED_EXIT_CODES)
         request = torch.tensor([float(self._received == name) for name in names])
-        if dist.is_available() and dist.is_initialized() and trainer.world_size > 1:
-            # Every rank must stop at the same iteration, whichever rank got the signal.
-            request = request.to(pl_module.device)
-            dist.all_reduce(request, op=dist.ReduceOp.MAX)
+        # Every rank must stop at the same iteration, whichever rank got the signal.
+        request = collectives.all_reduce(trainer.strategy, request, "max")
         if bool(request.any()):
             self.stopped_by = names[int(request.argmax())]
             if not trainer.should_stop:

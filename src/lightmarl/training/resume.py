@@ -41,11 +41,12 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
+from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.utilities import rank_zero_info
 
 from lightmarl.algorithms import MARLTrainer
 from lightmarl.data.collector import RolloutCollector
+from lightmarl.training import collectives
 from lightmarl.training.league import LeagueTraining
 
 #: where a Lightning checkpoint keeps the per-rank resume state.
@@ -81,15 +82,6 @@ def restore_rng(state: dict[str, Any], device: torch.device) -> None:
     random.setstate((python["version"], tuple(python["internal"].tolist()), python["gauss_next"]))
 
 
-def _gather(state: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every rank's ``state``, in rank order (a collective: every rank calls it)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return [state]
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, state)
-    return gathered
-
-
 class RunResume:
     """Saves every rank's resume state into checkpoints and puts it back in a resumed run (see the module doc).
 
@@ -107,15 +99,16 @@ class RunResume:
         trainer: MARLTrainer | None,
         league: LeagueTraining | None,
         device: torch.device,
+        strategy: Strategy | None,
     ) -> dict[str, Any]:
-        """Every rank's state (all ranks call it: under DDP it gathers them)."""
+        """Every rank's state (all ranks call it: under DDP ``strategy``'s ranks gather theirs)."""
         state = {
             "rng": capture_rng(device),
             "collector": collector.state_dict(),
             "replay": trainer.replay_state_dict() if trainer is not None and self.checkpoint_replay else {},
             "league": league.rank_state_dict() if league is not None and league.matchmaker is not None else None,
         }
-        ranks = _gather(state)
+        ranks = collectives.all_gather_objects(strategy, state)
         return {"world_size": len(ranks), "ranks": ranks}
 
     def load(self, saved: dict[str, Any] | None, rank: int, world_size: int, trainer: MARLTrainer | None) -> None:

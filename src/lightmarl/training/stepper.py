@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 
 import torch
-import torch.distributed as dist
 from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from lightmarl.algorithms.base import step_finite
+from lightmarl.training import collectives
 
 
 class LightningStepper:
@@ -26,6 +26,8 @@ class LightningStepper:
 
     def __init__(self, module: LightningModule) -> None:
         self.module = module
+        trainer = module._trainer
+        self.strategy = trainer.strategy if trainer is not None else None
 
     def _ddp_model(self) -> DistributedDataParallel | None:
         trainer = self.module._trainer
@@ -42,11 +44,9 @@ class LightningStepper:
     def step(
         self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None
     ) -> float:
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        if collectives.distributed(self.strategy):
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
-            flat = torch.cat([g.reshape(-1) for g in grads])
-            dist.all_reduce(flat)
-            flat /= dist.get_world_size()
+            flat = collectives.all_reduce(self.strategy, torch.cat([g.reshape(-1) for g in grads]), "mean")
             offset = 0
             for p in parameters:
                 n = p.numel()
@@ -57,11 +57,9 @@ class LightningStepper:
 
     def agree_min(self, value: int) -> int:
         """The smallest ``value`` over every rank (``value`` itself in a single process)."""
-        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        if not collectives.distributed(self.strategy):
             return value
-        reduced = torch.tensor(value, device=self.module.device)
-        dist.all_reduce(reduced, op=dist.ReduceOp.MIN)
-        return int(reduced)
+        return int(collectives.all_reduce(self.strategy, torch.tensor(value), "min"))
 
 
 def assert_ranks_in_sync(module: LightningModule, atol: float = 1e-6) -> float:
@@ -71,23 +69,21 @@ def assert_ranks_in_sync(module: LightningModule, atol: float = 1e-6) -> float:
     tiny all-gather: meant for epoch ends, not every step. Returns the largest absolute
     difference between a rank's parameters and rank 0's (0.0 in a single process).
     """
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+    strategy = module._trainer.strategy if module._trainer is not None else None
+    if not collectives.distributed(strategy):
         return 0.0
     params = [p.detach().reshape(-1).double() for p in module.parameters()]
     local = torch.cat(params) if params else torch.zeros(0, dtype=torch.float64, device=module.device)
     counters = torch.tensor([float(getattr(module, "iterations", 0)), float(local.numel())], dtype=torch.float64)
-    counters = counters.to(local.device)
-    gathered = [torch.empty_like(counters) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, counters)
+    gathered = collectives.all_gather(strategy, counters)
     iterations = [int(t[0]) for t in gathered]
     sizes = [int(t[1]) for t in gathered]
     max_diff = float("nan")
     if len(set(sizes)) == 1:  # same parameter layout everywhere: compare values with rank 0's
-        reference = local.clone()
-        dist.broadcast(reference, src=0)
+        # Sent from the host: an unpickled tensor would land on rank 0's own GPU.
+        reference = collectives.broadcast(strategy, local.cpu()).to(local.device)
         diff = (local - reference).abs().max() if local.numel() else torch.zeros((), dtype=torch.float64)
-        diff = diff.reshape(1).to(local.device)
-        dist.all_reduce(diff, op=dist.ReduceOp.MAX)
+        diff = collectives.all_reduce(strategy, diff.reshape(1), "max")
         max_diff = float(diff.item())
     if len(set(iterations)) > 1 or not max_diff <= atol:  # also catches NaN
         raise RuntimeError(
