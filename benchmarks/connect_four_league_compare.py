@@ -44,9 +44,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
-import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,7 +54,7 @@ from typing import Any
 
 import yaml
 from league_connect_four import SCORES, MatchResult, Sampled, load_policy, play_match
-from poker_league import lightmarl_command
+from poker_league import lightmarl_command, recorded_command, run_one_thread
 from results import machine, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,12 +111,7 @@ def run_fit(job: tuple[str, int, int | None, str, list[str]]) -> dict[str, Any]:
         *([f"--model.max_frames={frames}"] if frames is not None else []),
         *extra,
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=workdir)
-    took = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{method} seed {seed} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    took = run_one_thread(command, workdir, f"{method} seed {seed}")
     return {"method": method, "seed": seed, "run": str(root), "train_s": took, **logged_curves(root)}
 
 
@@ -283,9 +275,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workdir", default=None, help="where the runs write (default: a temporary folder)")
     parser.add_argument("overrides", nargs="*", help="after --: extra `lightmarl fit` arguments for every run")
     args = parser.parse_args(argv)
-    command = shlex.join(
-        ["python", "benchmarks/connect_four_league_compare.py", *(sys.argv[1:] if argv is None else argv)]
-    )
+    command = recorded_command("benchmarks/connect_four_league_compare.py", sys.argv[1:] if argv is None else argv)
     out = Path(args.out or ROOT / "benchmarks" / "results" / "connect_four_league_compare.json")
     if out.suffix != ".json" or not all(c.isalnum() or c in "_-" for c in out.stem):
         parser.error(f"--out {args.out}: give a .json path whose name is letters, digits, '_' or '-'")

@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddp_speed import frames_per_process
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_EXTRA = [
     "--model.env.num_envs=8",
@@ -72,7 +74,7 @@ def fit(code: str, source: Path, recipe: Path, iterations: int, warmup: int, ext
             _lightmarl(), "fit", "--config", str(recipe), "--config", str(overrides),
             "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu", "--trainer.devices", "2",
             f"--model.iterations_per_epoch={iterations}", *extra,
-            f"--model.max_frames={iterations * 2 * _frames_per_process(recipe, extra)}",
+            f"--model.max_frames={iterations * 2 * frames_per_process(recipe, extra)}",
         ]  # fmt: skip
         path = os.pathsep.join([str(source / "src"), str(source / "examples"), os.environ.get("PYTHONPATH", "")])
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
@@ -97,20 +99,6 @@ def _children_cpu() -> float:
     """User + system CPU seconds of this process's finished children (and theirs: the DDP ranks)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def _frames_per_process(recipe: Path, extra: list[str]) -> int:
-    """``env.num_envs x rollout_steps`` of the recipe (with command-line overrides of the two)."""
-    import yaml
-
-    model = yaml.safe_load(recipe.read_text())["model"]
-    num_envs, steps = model["env"].get("num_envs", 16), model.get("rollout_steps", 25)
-    for arg in extra:
-        if arg.startswith("--model.env.num_envs="):
-            num_envs = int(arg.split("=", 1)[1])
-        elif arg.startswith("--model.rollout_steps="):
-            steps = int(arg.split("=", 1)[1])
-    return num_envs * steps
 
 
 def main() -> None:

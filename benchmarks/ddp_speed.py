@@ -67,7 +67,7 @@ def fit(recipe: Path, processes: int, iterations: int, warmup: int, extra: list[
             f"trainer:\n  enable_progress_bar: false\n  enable_checkpointing: false\n  limit_val_batches: 0\n"
             f"  logger:\n    class_path: lightning.pytorch.loggers.CSVLogger\n    init_args: {{save_dir: {tmp}}}\n"
         )
-        frames = f"--model.max_frames={iterations * processes * _frames_per_process(recipe, extra)}"
+        frames = f"--model.max_frames={iterations * processes * frames_per_process(recipe, extra)}"
         cmd = [_lightmarl(), "fit", "--config", str(recipe), "--config", str(overrides), frames,
                f"--model.iterations_per_epoch={iterations}", *(ddp if processes > 1 else one), *extra]  # fmt: skip
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -90,7 +90,7 @@ def fit(recipe: Path, processes: int, iterations: int, warmup: int, extra: list[
         return Run(processes, median("time/fps"), median("time/collect_s"), median("time/update_s"), load, busy_cores)
 
 
-def _frames_per_process(recipe: Path, extra: list[str]) -> int:
+def frames_per_process(recipe: Path, extra: list[str]) -> int:
     """``env.num_envs x rollout_steps`` of the recipe (with command-line overrides of the two)."""
     import yaml
 

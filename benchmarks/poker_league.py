@@ -100,6 +100,30 @@ def hms(seconds: float) -> str:
     return f"00:{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
+def recorded_command(script: str, given: list[str]) -> str:
+    """The command that reproduces a result: ``python <script>`` and its arguments, less
+    ``--workdir`` (a folder of the machine it ran on, not part of what it measured)."""
+    given = list(given)
+    if "--workdir" in given:
+        del given[given.index("--workdir") : given.index("--workdir") + 2]
+    return shlex.join(["python", script, *given])
+
+
+def run_one_thread(command: list[str], workdir: str, label: str) -> float:
+    """Run ``command`` (a ``lightmarl`` call) in ``workdir`` with one thread; its wall seconds.
+
+    Raises:
+        RuntimeError: naming ``label``, with the end of its stderr, when it fails.
+    """
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=workdir)
+    took = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{label} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return took
+
+
 def run_lightmarl(game: str, method: str, seed: int, wall_s: float, workdir: str, extra: list[str]) -> dict[str, Any]:
     """One ``lightmarl fit`` of the method's recipe for ``wall_s`` seconds; its exploitability curve."""
     root = Path(workdir) / f"{method}_seed{seed}"
@@ -115,12 +139,7 @@ def run_lightmarl(game: str, method: str, seed: int, wall_s: float, workdir: str
         "--trainer.enable_model_summary=false",
         *extra,
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=workdir)
-    took = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{method} seed {seed} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    took = run_one_thread(command, workdir, f"{method} seed {seed}")
     metrics = next(root.rglob("metrics.csv"))
     curve, frames = [], 0.0
     for row in csv.DictReader(metrics.open()):
@@ -265,10 +284,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "overrides", nargs="*", help="after --: extra `lightmarl fit` arguments for both lightmarl methods"
     )
     args = parser.parse_args(argv)
-    given = list(sys.argv[1:] if argv is None else argv)
-    if "--workdir" in given:  # a folder of this machine: not part of what reproduces the result
-        del given[given.index("--workdir") : given.index("--workdir") + 2]
-    command = shlex.join(["python", "benchmarks/poker_league.py", *given])
+    command = recorded_command("benchmarks/poker_league.py", sys.argv[1:] if argv is None else argv)
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"poker_league_{args.game}.json")
     if out.suffix != ".json" or not all(c.isalnum() or c in "_-" for c in out.stem):
         parser.error(f"--out {args.out}: give a .json path whose name is letters, digits, '_' or '-'")
