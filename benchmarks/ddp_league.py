@@ -21,7 +21,6 @@ The result is a Markdown table on stdout; ``--write-result`` also writes
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import os
 import resource
@@ -34,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddp_speed import frames_per_process
+from ddp_speed import frames_per_process, logged_medians
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_EXTRA = [
@@ -84,15 +83,8 @@ def fit(code: str, source: Path, recipe: Path, iterations: int, warmup: int, ext
         wall, cpu = time.monotonic() - started, _children_cpu() - cpu
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
-        (metrics,) = Path(tmp).rglob("metrics.csv")
-        rows = [r for r in csv.DictReader(metrics.open()) if r.get("time/fps")][warmup:]
-        if not rows:
-            raise SystemExit(f"no iteration after the {warmup} warm-up ones in {metrics}")
-
-        def median(key: str) -> float:
-            return statistics.median(float(r[key]) for r in rows)
-
-        return Run(code, median("time/fps"), median("time/collect_s"), median("time/update_s"), wall, cpu, load)
+        fps, collect_s, update_s = logged_medians(Path(tmp), warmup)
+        return Run(code, fps, collect_s, update_s, wall, cpu, load)
 
 
 def _children_cpu() -> float:

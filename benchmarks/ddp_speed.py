@@ -79,15 +79,20 @@ def fit(recipe: Path, processes: int, iterations: int, warmup: int, extra: list[
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
         busy_cores = (_cpu_busy() - busy) / wall
-        (metrics,) = Path(tmp).rglob("metrics.csv")
-        rows = [r for r in csv.DictReader(metrics.open()) if r.get("time/fps")][warmup:]
-        if not rows:
-            raise SystemExit(f"no iteration after the {warmup} warm-up ones in {metrics}")
+        fps, collect_s, update_s = logged_medians(Path(tmp), warmup)
+        return Run(processes, fps, collect_s, update_s, load, busy_cores)
 
-        def median(key: str) -> float:
-            return statistics.median(float(r[key]) for r in rows)
 
-        return Run(processes, median("time/fps"), median("time/collect_s"), median("time/update_s"), load, busy_cores)
+def logged_medians(run_dir: Path, warmup: int) -> tuple[float, float, float]:
+    """Rank 0's median ``time/fps``, ``time/collect_s`` and ``time/update_s`` over the iterations
+    after the first ``warmup`` ones, from the run's ``metrics.csv``."""
+    (metrics,) = run_dir.rglob("metrics.csv")
+    rows = [r for r in csv.DictReader(metrics.open()) if r.get("time/fps")][warmup:]
+    if not rows:
+        raise SystemExit(f"no iteration after the {warmup} warm-up ones in {metrics}")
+    return tuple(
+        statistics.median(float(r[key]) for r in rows) for key in ("time/fps", "time/collect_s", "time/update_s")
+    )  # type: ignore[return-value]
 
 
 def frames_per_process(recipe: Path, extra: list[str]) -> int:
