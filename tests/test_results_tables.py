@@ -125,33 +125,21 @@ def test_scaling_tables_are_what_their_scripts_make_of_the_per_run_numbers():
     # format) must show the table their script would write from the same per-run numbers.
     from benchmark_scripts import load_benchmark
 
-    vmas_speed = load_benchmark("vmas_speed.py")
-    worker_scaling = load_benchmark("worker_scaling.py")
-    time_to_return = load_benchmark("time_to_return.py")
-    poker_league = load_benchmark("poker_league.py")
-    ddp_league = load_benchmark("ddp_league.py")
-
+    # result file pattern -> the table its script writes from the file's per-run numbers
+    tables = {
+        "vmas_speed_*.json": lambda r: load_benchmark("vmas_speed.py").result_rows(r["per_seed"]),
+        "worker_scaling_*.json": lambda r: load_benchmark("worker_scaling.py").result_rows(r["per_seed"]),
+        "time_to_return_*.json": lambda r: load_benchmark("time_to_return.py").result_rows(
+            r["table"]["rows"][0][0], r["per_seed"]["run"]
+        ),
+        "poker_league_*.json": lambda r: load_benchmark("poker_league.py").result_rows(r["per_seed"]),
+        "ddp_league*.json": lambda r: load_benchmark("ddp_league.py").result_rows(r["per_seed"]),
+    }
     directory = ROOT / "benchmarks" / "results"
     checked = 0
-    for path in sorted(directory.glob("vmas_speed_*.json")):
-        result = json.loads(path.read_text())
-        assert result["table"]["rows"] == vmas_speed.result_rows(result["per_seed"]), path.name
-        checked += 1
-    for path in sorted(directory.glob("worker_scaling_*.json")):
-        result = json.loads(path.read_text())
-        assert result["table"]["rows"] == worker_scaling.result_rows(result["per_seed"]), path.name
-        checked += 1
-    for path in sorted(directory.glob("time_to_return_*.json")):
-        result = json.loads(path.read_text())
-        device = result["table"]["rows"][0][0]
-        assert result["table"]["rows"] == time_to_return.result_rows(device, result["per_seed"]["run"]), path.name
-        checked += 1
-    for path in sorted(directory.glob("poker_league_*.json")):
-        result = json.loads(path.read_text())
-        assert result["table"]["rows"] == poker_league.result_rows(result["per_seed"]), path.name
-        checked += 1
-    for path in sorted(directory.glob("ddp_league*.json")):
-        result = json.loads(path.read_text())
-        assert result["table"]["rows"] == ddp_league.result_rows(result["per_seed"]), path.name
-        checked += 1
+    for pattern, rows_of in tables.items():
+        for path in sorted(directory.glob(pattern)):
+            result = json.loads(path.read_text())
+            assert result["table"]["rows"] == rows_of(result), path.name
+            checked += 1
     assert checked >= 11
