@@ -48,9 +48,28 @@ if [ "$DEVICE" = cuda ] || [ -n "${INSTALL:-}" ]; then
         "vmas==1.5.2" "pyglet<=1.5.27" gym==0.26.2 gym-notices pytest pytest-timeout iniconfig pluggy pygments
         hypothesis sortedcontainers)
   START=$(date +%s)
+  # Only what this Python lacks (or holds at another version): the machine's own packages stay, and
+  # the wheel folder need hold just those (the GPU image has lightning, matplotlib, pytest, ...).
+  read -r -a REQS <<<"$("$PYTHON" - "${REQS[@]}" <<'PY'
+import sys
+from importlib import metadata
+from packaging.requirements import Requirement
+missing = []
+for text in sys.argv[1:]:
+    req = Requirement(text)
+    try:
+        if req.specifier.contains(metadata.version(req.name), prereleases=True):
+            continue
+    except metadata.PackageNotFoundError:
+        pass
+    missing.append(text)
+print(" ".join(missing))
+PY
+)"
+  note "to install: ${REQS[*]:-nothing}"
   # One pip call for everything (a call per package costs seconds each); one by one, with the
   # package index as a fallback, only if it fails.
-  if ! timeout 180 "$PYTHON" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" --target "$SITE" \
+  if [ ${#REQS[@]} -gt 0 ] && ! timeout 180 "$PYTHON" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" --target "$SITE" \
       "${REQS[@]}" >>"$OUT/install.log" 2>&1; then
     for req in "${REQS[@]}"; do
       timeout 60 "$PYTHON" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" --target "$SITE" "$req" \
@@ -137,7 +156,7 @@ part recipe_cpu $((CAP + 10)) "$PY" benchmarks/time_to_return.py --recipe recipe
 # WORKER_COUNTS="1 4 8" and WORKER_FLAGS="--pin" shorten it where device time is short.
 read -r -a WORKER_COUNTS <<<"${WORKER_COUNTS:-0 ${WORKERS[*]}}"
 read -r -a WORKER_FLAGS <<<"${WORKER_FLAGS:---pin --raw}"
-part worker_scaling 170 "$PY" benchmarks/worker_scaling.py --workers "${WORKER_COUNTS[@]}" --num-envs "$WENVS" \
+part worker_scaling 240 "$PY" benchmarks/worker_scaling.py --workers "${WORKER_COUNTS[@]}" --num-envs "$WENVS" \
   --seconds "$WSEC" --repeats 1 "${WORKER_FLAGS[@]}" --json "$OUT/worker_scaling_$TAG.json"
 
 note "done; JSON in $FINAL/results.tar.gz: $(cd "$OUT" && ls *.json 2>/dev/null | tr '\n' ' ')"
