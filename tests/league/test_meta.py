@@ -11,6 +11,7 @@ import pytest
 from lightmarl.league import (
     BattleSharedPayoff,
     LeagueManager,
+    LinearMetaSolver,
     MetaStrategyPlayer,
     MetaStrategySettings,
     NashMetaSolver,
@@ -36,6 +37,7 @@ def test_solvers_weigh_the_snapshots():
     assert np.allclose(UniformMetaSolver().weights(RPS, rates), [1 / 3] * 3)
     assert np.allclose(NashMetaSolver().weights(RPS, rates), [1 / 3] * 3, atol=1e-6)
     assert np.allclose(PFSPMetaSolver("squared").weights(RPS, rates), pfsp(rates, "squared"))
+    assert np.allclose(LinearMetaSolver().weights(RPS, rates), [1 / 6, 2 / 6, 3 / 6])
     with pytest.raises(ValueError, match="weighting"):
         PFSPMetaSolver("cubic")
 
@@ -93,6 +95,10 @@ def test_opponents_are_drawn_from_the_mixture_per_job():
     assert all(abs(c / 4000 - 0.25) < 0.03 for c in counts.values())
     windowed, _ = player_with_snapshots({"class_path": "UniformMetaSolver"}, 4, window=2)
     assert [m.player_id for m in windowed.mixture()[0]] == ["p_30", "p_40"]
+    # Linear averaging within the window: the newest member counts most.
+    linear, _ = player_with_snapshots({"class_path": "LinearMetaSolver"}, 4, window=3)
+    members, weights = linear.mixture()
+    assert [m.player_id for m in members] == ["p_20", "p_30", "p_40"] and np.allclose(weights, [1 / 6, 2 / 6, 3 / 6])
 
 
 def test_before_a_snapshot_the_player_plays_and_shows_itself():

@@ -14,6 +14,7 @@ from lightmarl.league.manager import (
     SnapshotEvent,
 )
 from lightmarl.league.meta import (
+    LinearMetaSolver,
     MetaSolver,
     MetaStrategyPlayer,
     MetaStrategySettings,
@@ -61,6 +62,7 @@ __all__ = [
     "LeagueExploiterSettings",
     "LeagueManager",
     "LeagueRole",
+    "LinearMetaSolver",
     "MainExploiter",
     "MainExploiterSettings",
     "MainPlayer",
