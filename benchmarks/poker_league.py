@@ -292,6 +292,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if method != "nfsp" and not recipe_of(args.game, method).exists():
             parser.error(f"--game {args.game}: no recipe {recipe_of(args.game, method)}")
     workdir = args.workdir or tempfile.mkdtemp(prefix="poker_league_")
+    Path(workdir).mkdir(parents=True, exist_ok=True)
     jobs = [
         (args.game, method, seed, args.wall_s, workdir, list(args.overrides), args.nfsp_eval_every)
         for seed in args.seeds
