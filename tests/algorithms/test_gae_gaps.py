@@ -64,6 +64,23 @@ def test_a_hand_computed_sequence_with_gaps():
     assert torch.equal(target.flatten()[~rows], value.flatten()[~rows])
 
 
+
+@pytest.mark.parametrize(("gamma", "lmbda"), [(0.0, 0.95), (0.5, 0.0), (0.0, 0.0)])
+def test_a_zero_decay_gives_the_one_step_td_error(gamma, lmbda):
+    # TorchRL's vectorized estimator fails when gamma * lmbda is 0 (contextual bandits, gamma 0;
+    # TD(0) advantages, lmbda 0): each transition's advantage is then its own TD error.
+    valid = column([1, 0, 1, 0, 0, 1, 1, 1], torch.bool).squeeze(-1)
+    value = column([1.0, 0, 2.0, 0, 0, 3.0, 4.0, 5.0])
+    next_value = column([0, 6.0, 0, 99.0, 0, 7.5, 7.0, 8.0])
+    reward = column([0.5, 1.0, 0, -2.0, 100.0, 0.25, 0, 1.0])
+    done = column([0, 0, 0, 1, 0, 0, 0, 0], torch.bool)
+    advantage, target = valid_row_gae(gamma, lmbda, value, next_value, reward, done, done, valid)
+    expected = torch.tensor(
+        [1.5 + gamma * 6 - 1, 0, -2 - 2.0, 0, 0, 0.25 + gamma * 7.5 - 3, gamma * 7 - 4, 1 + gamma * 8 - 5]
+    )
+    assert torch.allclose(advantage.flatten(), expected)
+    assert torch.allclose(target.flatten(), torch.where(valid.flatten(), expected + value.flatten(), value.flatten()))
+
 def test_rows_after_an_agent_left_carry_no_signal_and_no_nan():
     # Parallel-env dead agent: valid until it terminates at t = 2, absent until its env copy
     # resets at t = 5. Garbage on the absent rows (NaN, huge values) must change nothing.

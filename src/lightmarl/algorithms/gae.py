@@ -107,16 +107,22 @@ def valid_row_gae(
     # Under mixed precision (bf16-mixed) the estimator's matrix products would run in bf16: discounted
     # sums over a rollout need float32, and the result must match the values' dtype.
     with torch.autocast(device_type=v.device.type, enabled=False):
-        advantage_c, _ = vec_generalized_advantage_estimate(
-            gamma,
-            lmbda,
-            value_c.view(n, width, 1).float(),
-            next_value_c.view(n, width, 1).float(),
-            reward_c.view(n, width, 1).float(),
-            done=done_c.view(n, width, 1),
-            terminated=terminated_c.view(n, width, 1),
-            time_dim=-2,
-        )
+        if gamma * lmbda == 0:
+            # GAE is then the one-step TD error; TorchRL's vectorized estimator fails on a zero
+            # decay (it builds its decay matrix from powers of gamma * lmbda).
+            bootstrap = torch.where(terminated_c, 0.0, gamma * next_value_c.float())
+            advantage_c = reward_c.float() + bootstrap - value_c.float()
+        else:
+            advantage_c, _ = vec_generalized_advantage_estimate(
+                gamma,
+                lmbda,
+                value_c.view(n, width, 1).float(),
+                next_value_c.view(n, width, 1).float(),
+                reward_c.view(n, width, 1).float(),
+                done=done_c.view(n, width, 1),
+                terminated=terminated_c.view(n, width, 1),
+                time_dim=-2,
+            )
     advantage = torch.zeros_like(v)
     advantage[ok] = advantage_c.reshape(-1)[index[ok]].to(v.dtype)
     value_target = advantage + v
