@@ -64,7 +64,6 @@ def test_a_hand_computed_sequence_with_gaps():
     assert torch.equal(target.flatten()[~rows], value.flatten()[~rows])
 
 
-
 @pytest.mark.parametrize(("gamma", "lmbda"), [(0.0, 0.95), (0.5, 0.0), (0.0, 0.0)])
 def test_a_zero_decay_gives_the_one_step_td_error(gamma, lmbda):
     # TorchRL's vectorized estimator fails when gamma * lmbda is 0 (contextual bandits, gamma 0;
@@ -80,6 +79,7 @@ def test_a_zero_decay_gives_the_one_step_td_error(gamma, lmbda):
     )
     assert torch.allclose(advantage.flatten(), expected)
     assert torch.allclose(target.flatten(), torch.where(valid.flatten(), expected + value.flatten(), value.flatten()))
+
 
 def test_rows_after_an_agent_left_carry_no_signal_and_no_nan():
     # Parallel-env dead agent: valid until it terminates at t = 2, absent until its env copy
