@@ -36,6 +36,18 @@ def test_vmas_tasks_give_lightmarl_benchmarls_task_settings(name, capsys):
     assert all(o.startswith("task.") and "=" in o for o in task.benchmarl_overrides())
 
 
+def test_a_changed_task_setting_reaches_both_frameworks(capsys):
+    pytest.importorskip("vmas")
+    task = compare.with_settings(compare.TASKS["vmas_transport"], ["package_mass=5", "max_steps=200"])
+    assert "task.package_mass=5" in task.benchmarl_overrides() and "task.max_steps=200" in task.benchmarl_overrides()
+    env = resolved_env(task, capsys)["init_args"]
+    assert env["scenario_kwargs"]["package_mass"] == 5 and env["max_steps"] == 200
+    assert compare.TASKS["vmas_transport"].settings["package_mass"] == 50  # the table's task is unchanged
+    for wrong in (["package_mass"], ["no_such_key=1"]):
+        with pytest.raises(ValueError, match=r"KEY=VALUE|not one of the task's settings"):
+            compare.with_settings(compare.TASKS["vmas_transport"], wrong)
+
+
 def test_simple_spread_task_gives_lightmarl_benchmarls_task_settings(capsys):
     task = compare.TASKS["simple_spread"]
     env = resolved_env(task, capsys)["init_args"]

@@ -53,7 +53,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +116,24 @@ class Task:
             ]
         kwargs = {**settings, self.max_steps_key: episode, "continuous_actions": True}
         return [f"--model.env.env_kwargs={json.dumps(kwargs)}", *self.extra_lightmarl_args]
+
+
+def with_settings(task: Task, assignments: Sequence[str]) -> Task:
+    """``task`` with ``KEY=VALUE`` assignments applied to its settings (values read as YAML).
+
+    Only settings the task already has can change: BenchMARL's task configs refuse keys they
+    do not declare, so a new key could not reach both frameworks."""
+    import yaml
+
+    settings = dict(task.settings)
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{assignment!r}: write KEY=VALUE")
+        if key not in settings:
+            raise ValueError(f"{key!r} is not one of the task's settings ({', '.join(settings)})")
+        settings[key] = yaml.safe_load(value)
+    return replace(task, settings=settings)
 
 
 def _hydra_value(value: Any) -> str:
@@ -565,6 +583,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "the initial distances alone move a 10-episode mean by about 0.1 on navigation)",
     )
     parser.add_argument("--recipe", help="a lightmarl recipe to use instead of the task's (one task only)")
+    parser.add_argument(
+        "--task-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change one of the task's settings in both frameworks (a YAML value; repeatable; one task only), "
+        "e.g. package_mass=5",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--rerun", action="store_true", help="run again runs that already have results")
     parser.add_argument(
@@ -582,6 +608,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--recipe: name exactly one task with --tasks")
     if args.json and len(args.tasks) != 1:
         parser.error("--json: name exactly one task with --tasks")
+    if args.task_setting:
+        if len(args.tasks) != 1:
+            parser.error("--task-setting: name exactly one task with --tasks")
+        try:
+            TASKS[args.tasks[0]] = with_settings(TASKS[args.tasks[0]], args.task_setting)
+        except ValueError as error:
+            parser.error(f"--task-setting: {error}")
     if "benchmarl" in args.frameworks:
         check_benchmarl(args.benchmarl_python)
     args.out.mkdir(parents=True, exist_ok=True)
