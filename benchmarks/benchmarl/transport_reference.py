@@ -59,14 +59,16 @@ def policies(num_envs: int, num_agents: int) -> dict[str, Policy]:
     }
 
 
-def play(policy: Policy, num_envs: int, episodes: int, seed: int) -> dict[str, float]:
+def play(
+    policy: Policy, num_envs: int, episodes: int, seed: int, package_mass: float = SCENARIO_KWARGS["package_mass"]
+) -> dict[str, float]:
     """``episodes`` episodes of every copy (auto-reset): mean per-agent return, share of episodes with
     any reward, share that ended with the package on the goal."""
     from lightmarl.envs.vmas import VmasEnvConfig
 
     config = VmasEnvConfig(
         scenario="transport",
-        scenario_kwargs=dict(SCENARIO_KWARGS),
+        scenario_kwargs={**SCENARIO_KWARGS, "package_mass": package_mass},
         num_envs=num_envs,
         max_steps=MAX_STEPS,
         continuous_actions=True,
@@ -107,11 +109,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--num-envs", type=int, default=512)
     parser.add_argument("--episodes", type=int, default=2, help="episodes of each copy")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--package-mass",
+        type=float,
+        default=SCENARIO_KWARGS["package_mass"],
+        help="the package's mass (BenchMARL's task: 50); compare.py --task-setting package_mass=M trains on the same",
+    )
     parser.add_argument("--json", metavar="NAME", help="also write benchmarks/results/NAME.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     measured = {
-        name: play(policy, args.num_envs, args.episodes, args.seed)
+        name: play(policy, args.num_envs, args.episodes, args.seed, args.package_mass)
         for name, policy in policies(args.num_envs, SCENARIO_KWARGS["n_agents"]).items()
     }
     for name, numbers in measured.items():
@@ -150,7 +158,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                     for name, n in measured.items()
                 ],
                 notes=(
-                    f"VMAS transport with BenchMARL's task config ({SCENARIO_KWARGS}, {MAX_STEPS}-step episodes), "
+                    f"VMAS transport with BenchMARL's task config "
+                    f"({ {**SCENARIO_KWARGS, 'package_mass': args.package_mass} }, {MAX_STEPS}-step episodes), "
                     f"{args.num_envs} copies x {args.episodes} episodes through lightmarl's VmasVecEnv, seed {args.seed}."
                 ),
             ),
