@@ -24,6 +24,23 @@ def column(values, dtype=torch.float32) -> torch.Tensor:
     return torch.tensor(values, dtype=dtype).view(1, -1, 1, 1)
 
 
+def gapped_sequence() -> tuple[torch.Tensor, ...]:
+    """``valid, value, next_value, reward, done`` of one agent in a turn-based env.
+
+    The agent acts at t = 0, 2, 5, 6, 7. A reward arrives on its gap at t = 1; its episode ends
+    (terminated) on the gap at t = 3, where a reward also arrives; the reward at t = 4 (its next
+    episode, before its first turn there) belongs to no transition of it. t = 7 is the last
+    row: it bootstraps from the value of the agent's next observation there. Transitions (reward,
+    next value): t0 (0.5 + 1, V'1 = 6), t2 (0 - 2, terminated), t5 (0.25, 7.5), t6 (0, 7), t7 (1, 8).
+    """
+    valid = column([1, 0, 1, 0, 0, 1, 1, 1], torch.bool).squeeze(-1)
+    value = column([1.0, 0, 2.0, 0, 0, 3.0, 4.0, 5.0])
+    next_value = column([0, 6.0, 0, 99.0, 0, 7.5, 7.0, 8.0])
+    reward = column([0.5, 1.0, 0, -2.0, 100.0, 0.25, 0, 1.0])
+    done = column([0, 0, 0, 1, 0, 0, 0, 0], torch.bool)
+    return valid, value, next_value, reward, done
+
+
 def test_all_valid_rows_give_torchrls_gae_exactly():
     torch.manual_seed(0)
     shape = (3, 11, 4, 1)  # envs, time, agents, 1
@@ -39,19 +56,9 @@ def test_all_valid_rows_give_torchrls_gae_exactly():
 
 
 def test_a_hand_computed_sequence_with_gaps():
-    # The agent acts at t = 0, 2, 5, 6, 7. A reward arrives on its gap at t = 1; its episode ends
-    # (terminated) on the gap at t = 3, where a reward also arrives; the reward at t = 4 (its next
-    # episode, before its first turn there) belongs to no transition of it. t = 7 is the last
-    # row: it bootstraps from the value of the agent's next observation there.
     gamma, lmbda = 0.5, 0.5
-    valid = column([1, 0, 1, 0, 0, 1, 1, 1], torch.bool).squeeze(-1)
-    value = column([1.0, 0, 2.0, 0, 0, 3.0, 4.0, 5.0])
-    next_value = column([0, 6.0, 0, 99.0, 0, 7.5, 7.0, 8.0])
-    reward = column([0.5, 1.0, 0, -2.0, 100.0, 0.25, 0, 1.0])
-    done = column([0, 0, 0, 1, 0, 0, 0, 0], torch.bool)
+    valid, value, next_value, reward, done = gapped_sequence()
     advantage, target = valid_row_gae(gamma, lmbda, value, next_value, reward, done, done, valid)
-    # Transitions (reward, next value): t0 (0.5 + 1, V'1 = 6), t2 (0 - 2, terminated), t5 (0.25, 7.5),
-    # t6 (0, 7), t7 (1, 8).
     a7 = 1 + gamma * 8 - 5
     a6 = 0 + gamma * 7 - 4 + gamma * lmbda * a7
     a5 = 0.25 + gamma * 7.5 - 3 + gamma * lmbda * a6
@@ -68,11 +75,7 @@ def test_a_hand_computed_sequence_with_gaps():
 def test_a_zero_decay_gives_the_one_step_td_error(gamma, lmbda):
     # TorchRL's vectorized estimator fails when gamma * lmbda is 0 (contextual bandits, gamma 0;
     # TD(0) advantages, lmbda 0): each transition's advantage is then its own TD error.
-    valid = column([1, 0, 1, 0, 0, 1, 1, 1], torch.bool).squeeze(-1)
-    value = column([1.0, 0, 2.0, 0, 0, 3.0, 4.0, 5.0])
-    next_value = column([0, 6.0, 0, 99.0, 0, 7.5, 7.0, 8.0])
-    reward = column([0.5, 1.0, 0, -2.0, 100.0, 0.25, 0, 1.0])
-    done = column([0, 0, 0, 1, 0, 0, 0, 0], torch.bool)
+    valid, value, next_value, reward, done = gapped_sequence()
     advantage, target = valid_row_gae(gamma, lmbda, value, next_value, reward, done, done, valid)
     expected = torch.tensor(
         [1.5 + gamma * 6 - 1, 0, -2 - 2.0, 0, 0, 0.25 + gamma * 7.5 - 3, gamma * 7 - 4, 1 + gamma * 8 - 5]
