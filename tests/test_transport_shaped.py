@@ -12,14 +12,15 @@ vmas = pytest.importorskip("vmas")
 SETTINGS = {"n_agents": 4, "n_packages": 1, "package_width": 0.15, "package_length": 0.15, "package_mass": 5}
 
 
-def test_shaped_transport_adds_a_potential_difference_and_reports_the_task_return():
+@pytest.mark.parametrize("around_package", [False, True])
+def test_shaped_transport_adds_a_potential_difference_and_reports_the_task_return(around_package):
     from vmas.scenarios.transport import Scenario
 
     shaped_module = load_benchmark("benchmarl/transport_shaped.py")
     scenario = shaped_module.ShapedTransport()
     make = dict(num_envs=6, continuous_actions=True, seed=3, max_steps=None)
     # Each reset right after its env is made: VMAS seeds the global generator when it makes one.
-    shaped = vmas.make_env(scenario=scenario, behind_factor=10.0, **make, **SETTINGS)
+    shaped = vmas.make_env(scenario=scenario, behind_factor=10.0, around_package=around_package, **make, **SETTINGS)
     observations = shaped.reset()
     plain = vmas.make_env(scenario=Scenario(), **make, **SETTINGS)
     assert all(torch.equal(a, b) for a, b in zip(observations, plain.reset()))
@@ -38,3 +39,15 @@ def test_shaped_transport_adds_a_potential_difference_and_reports_the_task_retur
     assert plain_sum.abs().max() > 0.1  # the package moved: the task reward was not zero throughout
     end = torch.stack([scenario.behind_distance(a) for a in shaped.agents])
     assert torch.allclose(shaped_sum - plain_sum, 10.0 * (start - end), atol=1e-3)
+
+
+def test_the_path_around_the_package_is_never_shorter_than_the_straight_one():
+    scenario = load_benchmark("benchmarl/transport_shaped.py").ShapedTransport()
+    env = vmas.make_env(
+        scenario=scenario, around_package=True, num_envs=64, continuous_actions=True, seed=0, **SETTINGS
+    )
+    env.reset()
+    routed = torch.stack([scenario.behind_distance(a) for a in env.agents])
+    scenario.around_package = False
+    direct = torch.stack([scenario.behind_distance(a) for a in env.agents])
+    assert (routed >= direct - 1e-6).all() and (routed > direct + 1e-3).any()

@@ -5,7 +5,8 @@ untrained team rarely touches the package. ``ShapedTransport`` adds, per agent a
 ``behind_factor`` x the decrease of the agent's distance to the point just behind the package
 (on the side away from the goal, where VMAS's scripted policy steers first): a potential-based
 term (Ng et al. 1999), so it sums over an episode to the start's potential minus the end's and
-does not change which policies are optimal. Dynamics, observations and the package reward are the
+does not change which policies are optimal. With ``around_package: true`` an agent on the goal's
+side of the package is measured along a path around it instead of straight through. Dynamics, observations and the package reward are the
 scenario's own; ``info()`` reports ``package_return``, the episode's task return so far, which
 lightmarl's evaluation reads at an episode's last step (``env.info_fields``):
 
@@ -25,15 +26,31 @@ class ShapedTransport(Scenario):
 
     def make_world(self, batch_dim: int, device: torch.device, **kwargs):  # type: ignore[no-untyped-def]
         self.behind_factor = float(kwargs.pop("behind_factor", 10.0))
+        self.around_package = bool(kwargs.pop("around_package", False))
         return super().make_world(batch_dim, device, **kwargs)
 
     def behind_distance(self, agent) -> torch.Tensor:  # type: ignore[no-untyped-def]
-        """The agent's distance to the point a package half-width plus an agent radius behind the package."""
+        """The agent's distance to the point a package half-width plus an agent radius behind the package.
+
+        With ``around_package`` an agent on the goal's side of the package is measured along a path
+        around it: to the point beside the package on the agent's side, then to the point behind."""
         package = self.packages[0]
         away = package.state.pos - package.goal.state.pos
         away = away / away.norm(dim=-1, keepdim=True).clamp_min(1e-6)
-        target = package.state.pos + away * (self.package_width / 2 + self.agent_radius)
-        return torch.linalg.vector_norm(agent.state.pos - target, dim=-1)
+        reach = self.package_width / 2 + self.agent_radius
+        target = package.state.pos + away * reach
+        direct = torch.linalg.vector_norm(agent.state.pos - target, dim=-1)
+        if not self.around_package:
+            return direct
+        offset = agent.state.pos - package.state.pos
+        side = torch.stack([-away[:, 1], away[:, 0]], dim=-1)  # perpendicular to the push direction
+        side = side * torch.where((offset * side).sum(-1, keepdim=True) >= 0, 1.0, -1.0)
+        beside = package.state.pos + side * reach * 1.5
+        around = torch.linalg.vector_norm(agent.state.pos - beside, dim=-1) + torch.linalg.vector_norm(
+            beside - target, dim=-1
+        )
+        in_front = (offset * away).sum(-1) < 0
+        return torch.where(in_front, around, direct)
 
     def reset_world_at(self, env_index: int | None = None) -> None:
         super().reset_world_at(env_index)
