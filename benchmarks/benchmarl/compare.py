@@ -478,10 +478,16 @@ def result_rows(runs: dict[str, dict[int, Curve]]) -> list[list[Any]]:
 
 
 def write_json(
-    name: str, task: str, results: dict[str, Any], argv: Sequence[str], directory: Path | None = None
+    name: str,
+    task: str,
+    results: dict[str, Any],
+    argv: Sequence[str],
+    directory: Path | None = None,
+    spec: Task | None = None,
 ) -> Path:
     """``task``'s runs in ``results`` as ``benchmarks/results/<name>.json`` (the docs' table), every
-    run's evaluation curve kept under ``per_seed``."""
+    run's evaluation curve kept under ``per_seed``; ``spec`` is the task as run (default ``TASKS[task]``)."""
+    spec = spec or TASKS[task]
     sys.path.insert(0, str(HERE.parent))  # benchmarks/, where results.py lives
     from results import write_result
 
@@ -515,7 +521,7 @@ def write_json(
         ],
         rows=result_rows(runs),
         notes=(
-            f"{TASKS[task].benchmarl_task} ({', '.join(f'{k} {v}' for k, v in TASKS[task].settings.items())}); "
+            f"{spec.benchmarl_task} ({', '.join(f'{k} {v}' for k, v in spec.settings.items())}); "
             "greedy evaluation return, mean per agent"
             + ("" if random is None else f"; uniformly random actions: {random:.4f}")
             + f"; seeds: {seeds}."
@@ -608,11 +614,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--recipe: name exactly one task with --tasks")
     if args.json and len(args.tasks) != 1:
         parser.error("--json: name exactly one task with --tasks")
+    tasks = dict(TASKS)  # the tasks as this run plays them
     if args.task_setting:
         if len(args.tasks) != 1:
             parser.error("--task-setting: name exactly one task with --tasks")
         try:
-            TASKS[args.tasks[0]] = with_settings(TASKS[args.tasks[0]], args.task_setting)
+            tasks[args.tasks[0]] = with_settings(TASKS[args.tasks[0]], args.task_setting)
         except ValueError as error:
             parser.error(f"--task-setting: {error}")
     if "benchmarl" in args.frameworks:
@@ -622,7 +629,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     results: dict[str, Any] = json.loads(results_path.read_text()) if results_path.exists() else {}
 
     for name in args.tasks:
-        task = TASKS[name]
+        task = tasks[name]
         for seed in args.seeds:
             for framework in args.frameworks:
                 key = f"{name}/{framework}/{seed}"
@@ -645,7 +652,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name in args.tasks:
         key = f"{name}/random"
         if key not in results or args.rerun:
-            results[key] = {"return": run_random(TASKS[name], args.out / name / "random")}
+            results[key] = {"return": run_random(tasks[name], args.out / name / "random")}
             results_path.write_text(json.dumps(results, indent=1))
 
     lines = [f"Machine: {platform.machine()}, {os.cpu_count()} CPUs; load at the end {load_average()}.", ""]
@@ -668,7 +675,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     (args.out / "results.md").write_text("\n".join(lines))
     print("\n".join(lines))
     if args.json:
-        print("wrote", write_json(args.json, args.tasks[0], results, argv if argv is not None else sys.argv[1:]))
+        argv = argv if argv is not None else sys.argv[1:]
+        print("wrote", write_json(args.json, args.tasks[0], results, argv, spec=tasks[args.tasks[0]]))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -60,7 +61,7 @@ def policies(num_envs: int, num_agents: int) -> dict[str, Policy]:
 
 
 def play(
-    policy: Policy, num_envs: int, episodes: int, seed: int, package_mass: float = SCENARIO_KWARGS["package_mass"]
+    policy: Policy, num_envs: int, episodes: int, seed: int, scenario_kwargs: dict[str, Any] = SCENARIO_KWARGS
 ) -> dict[str, float]:
     """``episodes`` episodes of every copy (auto-reset): mean per-agent return, share of episodes with
     any reward, share that ended with the package on the goal."""
@@ -68,7 +69,7 @@ def play(
 
     config = VmasEnvConfig(
         scenario="transport",
-        scenario_kwargs={**SCENARIO_KWARGS, "package_mass": package_mass},
+        scenario_kwargs=dict(scenario_kwargs),
         num_envs=num_envs,
         max_steps=MAX_STEPS,
         continuous_actions=True,
@@ -118,8 +119,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--json", metavar="NAME", help="also write benchmarks/results/NAME.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    scenario_kwargs = {**SCENARIO_KWARGS, "package_mass": args.package_mass}
     measured = {
-        name: play(policy, args.num_envs, args.episodes, args.seed, args.package_mass)
+        name: play(policy, args.num_envs, args.episodes, args.seed, scenario_kwargs)
         for name, policy in policies(args.num_envs, SCENARIO_KWARGS["n_agents"]).items()
     }
     for name, numbers in measured.items():
@@ -158,8 +160,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     for name, n in measured.items()
                 ],
                 notes=(
-                    f"VMAS transport with BenchMARL's task config "
-                    f"({ {**SCENARIO_KWARGS, 'package_mass': args.package_mass} }, {MAX_STEPS}-step episodes), "
+                    f"VMAS transport with BenchMARL's task config ({scenario_kwargs}, {MAX_STEPS}-step episodes), "
                     f"{args.num_envs} copies x {args.episodes} episodes through lightmarl's VmasVecEnv, seed {args.seed}."
                 ),
             ),

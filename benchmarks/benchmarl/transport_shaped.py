@@ -6,9 +6,10 @@ untrained team rarely touches the package. ``ShapedTransport`` adds, per agent a
 (on the side away from the goal, where VMAS's scripted policy steers first): a potential-based
 term (Ng et al. 1999), so it sums over an episode to the start's potential minus the end's and
 does not change which policies are optimal. With ``around_package: true`` an agent on the goal's
-side of the package is measured along a path around it instead of straight through. Dynamics, observations and the package reward are the
-scenario's own; ``info()`` reports ``package_return``, the episode's task return so far, which
-lightmarl's evaluation reads at an episode's last step (``env.info_fields``):
+side of the package is measured along a path around it instead of straight through. Dynamics,
+observations and the package reward are the scenario's own; ``info()`` reports
+``package_return``, the episode's task return so far, which lightmarl's evaluation reads at an
+episode's last step (``env.info_fields``):
 
     PYTHONPATH=benchmarks/benchmarl lightmarl fit --config recipes/vmas_transport.yaml \\
       --model.env.init_args.scenario transport_shaped.ShapedTransport \\
