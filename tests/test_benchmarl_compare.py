@@ -147,3 +147,35 @@ def test_json_needs_exactly_one_task():
 def test_frame_budget_must_be_a_multiple_of_benchmarls_batch():
     with pytest.raises(SystemExit):
         compare.main(["--frames", "1000", "--frameworks", "lightmarl"])
+
+
+def test_several_labelled_recipes_each_get_a_row_next_to_benchmarl(tmp_path):
+    assert compare.lightmarl_variants([]) == {"lightmarl": None}
+    assert compare.lightmarl_variants(["recipes/a.yaml"]) == {"lightmarl": "recipes/a.yaml"}
+    assert compare.lightmarl_variants(["plain=recipes/a.yaml", "taught=recipes/b.yaml"]) == {
+        "lightmarl:plain": "recipes/a.yaml",
+        "lightmarl:taught": "recipes/b.yaml",
+    }
+    for wrong in (["recipes/a.yaml", "recipes/b.yaml"], ["a b=recipes/a.yaml"], ["x=a.yaml", "x=b.yaml"]):
+        with pytest.raises(ValueError, match=r"LABEL=PATH|given twice"):
+            compare.lightmarl_variants(wrong)
+    with pytest.raises(SystemExit):  # the parser names the mistake before anything runs
+        compare.main(["--tasks", "vmas_transport", "--frameworks", "lightmarl", "--recipe", "a.yaml", "--recipe", "b"])
+
+    def curve(returns):
+        frames = [6000.0 * (k + 1) for k in range(len(returns))]
+        return compare.Curve(frames, [10.0 * (k + 1) for k in range(len(returns))], returns, 99.0)
+
+    runs = {
+        "lightmarl:taught": {0: curve([2.0, 4.0]), 1: curve([3.0, 5.0])},
+        "benchmarl": {0: curve([0.0, 0.1]), 1: curve([0.1, 0.0])},
+        "lightmarl:plain": {0: curve([0.0, 0.2]), 1: curve([0.1, 0.1])},
+    }
+    assert [row[1] for row in compare.result_rows(runs)] == ["benchmarl", "lightmarl:plain", "lightmarl:taught"] * 2
+    table = compare.task_table("vmas_transport", runs)
+    assert sum(line.startswith("| 0 | lightmarl:taught |") and "/ 4.00 |" in line for line in table) == 1
+    summaries = "\n".join(compare.seed_mean_tables(runs))
+    assert "**lightmarl:plain**" in summaries and "**lightmarl:taught**" in summaries
+    assert "lightmarl − BenchMARL: +4.450" in summaries  # taught: mean 4.5 against 0.05
+    compare.plot_task("vmas_transport", runs, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").stat().st_size > 0

@@ -53,6 +53,7 @@ TINY_EPISODES = {
     "mettagrid_mines.yaml": ["--model.env.env_kwargs.max_steps=20"],
     "vmas_navigation.yaml": ["--model.env.max_steps=10"],
     "vmas_transport.yaml": ["--model.env.max_steps=10"],
+    "vmas_transport_kickstart.yaml": ["--model.env.max_steps=10"],
     # The GPU-sized recipe simulates on the GPU: here on the CPU (the `gpu` case still trains on the GPU).
     "vmas_navigation_gpu.yaml": ["--model.env.max_steps=10", "--model.env.device=cpu", "--trainer.accelerator=cpu"],
     "mappo_simple_spread_continuous.yaml": ["--model.env.env_kwargs.max_cycles=20"],
@@ -70,6 +71,7 @@ NEEDS = {
     "vmas_navigation.yaml": "vmas",
     "vmas_navigation_gpu.yaml": "vmas",
     "vmas_transport.yaml": "vmas",
+    "vmas_transport_kickstart.yaml": "vmas",
     "mettagrid_mines.yaml": "mettagrid",
     **{
         f"league_{game}.yaml": "pyspiel"

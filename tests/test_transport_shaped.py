@@ -51,3 +51,16 @@ def test_the_path_around_the_package_is_never_shorter_than_the_straight_one():
     scenario.around_package = False
     direct = torch.stack([scenario.behind_distance(a) for a in env.agents])
     assert (routed >= direct - 1e-6).all() and (routed > direct + 1e-3).any()
+
+
+def test_behind_offset_places_the_target_that_far_behind_the_package_centre():
+    scenario = load_benchmark("benchmarl/transport_shaped.py").ShapedTransport()
+    env = vmas.make_env(scenario=scenario, behind_offset=0.0, num_envs=16, continuous_actions=True, seed=0, **SETTINGS)
+    env.reset()
+    package = scenario.packages[0]
+    for agent in env.agents:  # offset 0: the target is the package's centre
+        assert torch.allclose(scenario.behind_distance(agent), (agent.state.pos - package.state.pos).norm(dim=-1))
+    assert scenario.behind_offset == 0.0
+    default = load_benchmark("benchmarl/transport_shaped.py").ShapedTransport()
+    vmas.make_env(scenario=default, num_envs=2, continuous_actions=True, seed=0, **SETTINGS)
+    assert default.behind_offset == pytest.approx(0.15 / 2 + 0.03)  # touching the far face

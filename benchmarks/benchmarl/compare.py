@@ -35,6 +35,13 @@ Usage, from the repository root with lightmarl's virtualenv (the ``vmas`` extra 
     python benchmarks/benchmarl/compare.py --setup          # once: BenchMARL's virtualenv
     python benchmarks/benchmarl/compare.py --tasks vmas_navigation vmas_balance --seeds 0 1
 
+``--recipe`` trains another lightmarl recipe on the task (its settings still forced as above);
+repeated as ``--recipe LABEL=PATH``, each recipe is a row of its own (``lightmarl:LABEL``) in the
+same table, e.g. a control and the variant that differs from it::
+
+    python benchmarks/benchmarl/compare.py --tasks vmas_transport --seeds 0 1 --frames 240000 \
+        --recipe no_teacher=recipes/vmas_transport.yaml --recipe kickstarted=recipes/vmas_transport_kickstart.yaml
+
 ``--setup`` creates ``benchmarks/benchmarl/venv`` (ignored by git) with exactly
 :data:`BENCHMARL_REQUIREMENTS`; ``--benchmarl-python`` uses another interpreter that has them.
 Finished runs are kept under ``--out`` and reused (``--rerun`` runs them again), so a table can
@@ -389,8 +396,8 @@ def task_table(name: str, runs: dict[str, dict[int, Curve]]) -> list[str]:
     for seed in sorted(runs.get("benchmarl", {})):
         reference = runs["benchmarl"][seed]
         target, budget = reference.returns[-1], reference.train_s[-1]
-        for framework in ("benchmarl", "lightmarl"):
-            curve = runs.get(framework, {}).get(seed)
+        for framework in framework_order(runs):
+            curve = runs[framework].get(seed)
             if curve is None:
                 continue
             reached = first_reaching(curve, target)
@@ -401,6 +408,19 @@ def task_table(name: str, runs: dict[str, dict[int, Curve]]) -> list[str]:
                 + ("never" if reached is None else f"{reached[0]:,.0f}, {reached[1]:.0f} s")
                 + f" | {_fmt(value_at(curve, curve.train_s, budget))} |"
             )
+    return lines
+
+
+def seed_mean_tables(runs: dict[str, dict[int, Curve]]) -> list[str]:
+    """:func:`seed_mean_table` of each lightmarl variant against BenchMARL."""
+    lines: list[str] = []
+    for variant in framework_order(runs):
+        if variant != "benchmarl":
+            pair = {"benchmarl": runs.get("benchmarl", {}), "lightmarl": runs[variant]}
+            table = seed_mean_table(pair)
+            if table and variant != "lightmarl":
+                table = [f"**{variant}**", "", *table]
+            lines += [*table, ""] if table else []
     return lines
 
 
@@ -457,8 +477,8 @@ def result_rows(runs: dict[str, dict[int, Curve]]) -> list[list[Any]]:
     rows: list[list[Any]] = []
     seeds = sorted({seed for curves in runs.values() for seed in curves})
     for seed in seeds:
-        for framework in ("benchmarl", "lightmarl"):
-            curve = runs.get(framework, {}).get(seed)
+        for framework in framework_order(runs):
+            curve = runs[framework].get(seed)
             if curve is None:
                 continue
             last = curve.returns[-5:]
@@ -537,7 +557,10 @@ def plot_task(name: str, runs: dict[str, dict[int, Curve]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    colors = {"benchmarl": "tab:orange", "lightmarl": "tab:blue"}
+    palette = iter(["tab:blue", "tab:green", "tab:purple", "tab:red", "tab:brown"])
+    colors = {
+        framework: "tab:orange" if framework == "benchmarl" else next(palette) for framework in framework_order(runs)
+    }
     for framework, curves in runs.items():
         for i, (seed, curve) in enumerate(sorted(curves.items())):
             ax.plot(
@@ -557,6 +580,32 @@ def plot_task(name: str, runs: dict[str, dict[int, Curve]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def framework_order(runs: dict[str, Any]) -> list[str]:
+    """BenchMARL first, then lightmarl and its labelled recipes (``lightmarl:<label>``) by name."""
+    return sorted(runs, key=lambda framework: (framework != "benchmarl", framework))
+
+
+def lightmarl_variants(recipes: Sequence[str]) -> dict[str, str | None]:
+    """``--recipe`` values -> {framework key: recipe (``None``: the task's own)}.
+
+    No value: the task's recipe, as ``lightmarl``. One unlabelled path: that recipe, as
+    ``lightmarl``. ``LABEL=PATH`` values (any number): each recipe as ``lightmarl:LABEL``, so one
+    table holds several lightmarl recipes next to BenchMARL (a control and a variant, say)."""
+    if not recipes:
+        return {"lightmarl": None}
+    if len(recipes) == 1 and "=" not in recipes[0]:
+        return {"lightmarl": recipes[0]}
+    variants: dict[str, str | None] = {}
+    for entry in recipes:
+        label, sep, path = entry.partition("=")
+        if not sep or not label.isidentifier() or not path:
+            raise ValueError(f"{entry!r}: with several recipes, write LABEL=PATH (LABEL a name: letters, digits, _)")
+        if f"lightmarl:{label}" in variants:
+            raise ValueError(f"label {label!r} is given twice")
+        variants[f"lightmarl:{label}"] = path
+    return variants
 
 
 def load_average() -> str:
@@ -588,7 +637,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="episodes of each BenchMARL evaluation (its default is 10, too few to compare policies: "
         "the initial distances alone move a 10-episode mean by about 0.1 on navigation)",
     )
-    parser.add_argument("--recipe", help="a lightmarl recipe to use instead of the task's (one task only)")
+    parser.add_argument(
+        "--recipe",
+        action="append",
+        default=[],
+        metavar="[LABEL=]PATH",
+        help="a lightmarl recipe to use instead of the task's (one task only); repeat with LABEL=PATH to run "
+        "several, each a row of its own (lightmarl:LABEL)",
+    )
     parser.add_argument(
         "--task-setting",
         action="append",
@@ -612,6 +668,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--frames: BenchMARL collects {BENCHMARL_BATCH_FRAMES} frames per batch; give a multiple of it")
     if args.recipe and len(args.tasks) != 1:
         parser.error("--recipe: name exactly one task with --tasks")
+    try:
+        variants = lightmarl_variants(args.recipe)
+    except ValueError as error:
+        parser.error(f"--recipe: {error}")
     if args.json and len(args.tasks) != 1:
         parser.error("--json: name exactly one task with --tasks")
     tasks = dict(TASKS)  # the tasks as this run plays them
@@ -631,17 +691,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name in args.tasks:
         task = tasks[name]
         for seed in args.seeds:
-            for framework in args.frameworks:
+            runs = [(f, None) for f in args.frameworks if f == "benchmarl"]
+            runs += [(f, recipe) for f, recipe in variants.items() if "lightmarl" in args.frameworks]
+            for framework, recipe in runs:
                 key = f"{name}/{framework}/{seed}"
                 if key in results and not args.rerun:
                     continue
-                run_dir = args.out / name / f"{framework}_seed{seed}"
+                run_dir = args.out / name / f"{framework.replace(':', '-')}_seed{seed}"
                 if framework == "benchmarl":
                     curve = run_benchmarl(
                         args.benchmarl_python, task, seed, args.frames, run_dir, args.benchmarl_eval_episodes
                     )
                 else:
-                    curve = run_lightmarl(task, seed, args.lightmarl_frames or args.frames, run_dir, args.recipe)
+                    curve = run_lightmarl(task, seed, args.lightmarl_frames or args.frames, run_dir, recipe)
                 results[key] = {**curve.to_json(), "load": load_average(), "date": time.strftime("%Y-%m-%d %H:%M")}
                 results_path.write_text(json.dumps(results, indent=1))
                 print(
@@ -668,8 +730,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not runs:
             continue
         lines += [*task_table(name, runs), "", f"Uniformly random actions: {_fmt(random_return)}.", ""]
-        if summary := seed_mean_table(runs):
-            lines += [*summary, ""]
+        lines += seed_mean_tables(runs)
         lines += [f"![{name}]({name}.png)", ""]
         plot_task(name, runs, args.out / f"{name}.png")
     (args.out / "results.md").write_text("\n".join(lines))

@@ -6,7 +6,8 @@ untrained team rarely touches the package. ``ShapedTransport`` adds, per agent a
 (on the side away from the goal, where VMAS's scripted policy steers first): a potential-based
 term (Ng et al. 1999), so it sums over an episode to the start's potential minus the end's and
 does not change which policies are optimal. With ``around_package: true`` an agent on the goal's
-side of the package is measured along a path around it instead of straight through. Dynamics,
+side of the package is measured along a path around it instead of straight through;
+``behind_offset`` moves the point (default: where an agent touches the far face). Dynamics,
 observations and the package reward are the scenario's own; ``info()`` reports
 ``package_return``, the episode's task return so far, which lightmarl's evaluation reads at an
 episode's last step (``env.info_fields``):
@@ -28,18 +29,25 @@ class ShapedTransport(Scenario):
     def make_world(self, batch_dim: int, device: torch.device, **kwargs):  # type: ignore[no-untyped-def]
         self.behind_factor = float(kwargs.pop("behind_factor", 10.0))
         self.around_package = bool(kwargs.pop("around_package", False))
-        return super().make_world(batch_dim, device, **kwargs)
+        behind_offset = kwargs.pop("behind_offset", None)
+        world = super().make_world(batch_dim, device, **kwargs)
+        # Default: where an agent just touches the package's far face. VMAS's scripted policy aims
+        # 0.02 inside the face instead (0.055 from the centre of the default package), so that an
+        # agent holding the target keeps pushing.
+        contact = self.package_width / 2 + self.agent_radius
+        self.behind_offset = contact if behind_offset is None else float(behind_offset)
+        return world
 
     def behind_distance(self, agent) -> torch.Tensor:  # type: ignore[no-untyped-def]
-        """The agent's distance to the point a package half-width plus an agent radius behind the package.
+        """The agent's distance to the point ``behind_offset`` behind the package's centre.
 
         With ``around_package`` an agent on the goal's side of the package is measured along a path
         around it: to the point beside the package on the agent's side, then to the point behind."""
         package = self.packages[0]
         away = package.state.pos - package.goal.state.pos
         away = away / away.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+        target = package.state.pos + away * self.behind_offset
         reach = self.package_width / 2 + self.agent_radius
-        target = package.state.pos + away * reach
         direct = torch.linalg.vector_norm(agent.state.pos - target, dim=-1)
         if not self.around_package:
             return direct

@@ -9,8 +9,9 @@ import torch
 from lightmarl.algorithms import PPO, Distillation, IndependentMARLTrainer, KickstarterLoss, PlainStepper
 from lightmarl.cli import main
 from lightmarl.data.collector import RolloutCollector
+from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.errors import ConfigError
-from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, NoOpPolicy
+from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, NoOpPolicy, ScriptedPolicy
 from lightmarl.population import BindingTable, PolicyBinding
 from lightmarl_examples.simple_spread import SpreadToLandmarkPolicy
 
@@ -130,6 +131,74 @@ def test_sliced_clone_reads_only_the_teacher_rows_its_profile_allows(spread_conf
     changed = experience.clone()
     changed["agent", "action"][..., 2] = (changed["agent", "action"][..., 2] + 1) % 5
     assert not torch.allclose(clone_gradient(table, policies, changed)[0], before, atol=1e-6)
+
+
+class FixedForcePolicy(ScriptedPolicy):
+    """A deterministic continuous script: the same action every step, ``fractions`` of the way up each action range."""
+
+    def __init__(self, group, fractions):
+        super().__init__(group)
+        low, high = torch.tensor(group.action_low), torch.tensor(group.action_high)
+        self.action = low + (high - low) * torch.tensor(fractions)
+
+    def act(self, observation, action_mask=None, agent_id=None):
+        batch = observation.shape[: observation.ndim - len(self.group.observation_shape)]
+        return self.action.expand(*batch, -1).clone()
+
+
+@pytest.mark.parametrize("mode", ["kl", "clone"])
+def test_continuous_students_learn_a_deterministic_teachers_actions(mode):
+    config = PettingZooEnvConfig(  # continuous simple_spread: forces in [0, 1]^5
+        env_fn="mpe2.simple_spread_v3.parallel_env",
+        env_kwargs={"N": 3, "max_cycles": 5, "continuous_actions": True},
+        num_envs=4,
+    )
+    spec = config.spec()
+    group = spec.groups["agent"]
+    # kl: the teacher plays no agent (reserved for the student's group, as the LightningModule does
+    # for an idle teacher); clone: it plays agent 0 and its rows teach.
+    agent_map = ["student"] * 3 if mode == "kl" else ["teacher", "student", "student"]
+    table = BindingTable(
+        [
+            PolicyBinding("teacher", class_path="x.y", trainable=False, loss_profile="teacher"),
+            PolicyBinding("student", class_path="x.y", loss_profile="student"),
+        ],
+        spec,
+        agent_map,
+        {"student": ["ppo", "distill"], "teacher": ["clone"]},
+    )
+    if mode == "kl":
+        table.reserve({"teacher": "agent"})
+    teacher = FixedForcePolicy(group, [0.9, 0.1, 0.1, 0.9, 0.5])
+    policies = {"teacher": teacher, "student": MLPActorCritic(group, hidden_sizes=[32])}
+    experience = RolloutCollector(config.make_vector(0), MultiAgentPolicy(policies, table), 10).collect()
+    start = copy.deepcopy(policies["student"].state_dict())
+    rows_name, loss_name = ("distill_rows", "loss_distill") if mode == "kl" else ("clone_rows", "loss_clone")
+    errors = {}
+    for coeff in (0.0, 1.0):
+        policies["student"].load_state_dict(start)
+        torch.manual_seed(0)
+        algorithm = PPO(
+            lr=0.003, minibatch_size=40, epochs=2, distillation=Distillation("teacher", mode=mode, coeff=coeff)
+        )
+        trainer = IndependentMARLTrainer(table, policies, {"student": algorithm})
+        optimizers = trainer.make_optimizers()
+        history = [trainer.update(experience, optimizers, PlainStepper())["student"] for _ in range(20)]
+        assert history[0][rows_name] == 4 * 10 * (3 if mode == "kl" else 1)
+        assert "kl_teacher_student" not in history[0]  # a script has no distribution to compare with
+        errors[coeff] = (history[0]["teacher_action_error"], history[-1]["teacher_action_error"])
+    assert errors[1.0][1] < 0.5 * errors[1.0][0], errors
+    assert errors[1.0][1] < 0.5 * errors[0.0][1], errors
+
+    # A teacher on the bounds (a script that clamps its forces): targets are moved just inside, where a
+    # squashed Gaussian has a density, so the loss stays finite.
+    loss = trainer.unit_trainers["student"].distill_loss
+    teacher.action = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0])
+    if mode == "clone":
+        experience["agent", "action"][..., 0, :] = teacher.action
+    data = experience.reshape(-1)
+    data.set(loss.tensor_keys.mask, torch.ones(data.shape[0], 3, dtype=torch.bool))
+    assert torch.isfinite(loss(data)[loss_name])
 
 
 def test_teacher_mistakes_fail_at_setup_and_say_what_to_do(spread_config):

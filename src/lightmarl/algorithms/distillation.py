@@ -10,8 +10,11 @@ took on those agents' rows, while PPO runs on the student's own rows.
 
 The teacher is any binding of the population: a scripted policy with
 :meth:`~lightmarl.policies.ScriptedPolicy.action_logits`, or a (usually frozen) neural policy,
-e.g. loaded from a checkpoint with ``policy_uri``. :class:`Distillation` is the config that
-:class:`~lightmarl.algorithms.PPO` takes; :class:`KickstarterLoss` and
+e.g. loaded from a checkpoint with ``policy_uri``. With continuous actions the teacher teaches by
+its deterministic action: the cross-entropy becomes ``-log student(teacher's action)``, maximum-
+likelihood behaviour cloning, so a deterministic script can teach. A ``kl`` teacher need not
+play: one that controls no agent is built for the student's group. :class:`Distillation` is the
+config that :class:`~lightmarl.algorithms.PPO` takes; :class:`KickstarterLoss` and
 :class:`SlicedClonerLoss` are the TorchRL losses it builds.
 """
 
@@ -31,7 +34,7 @@ from torchrl.objectives import LossModule
 from lightmarl import keys
 from lightmarl.errors import ConfigError
 from lightmarl.policies.base import Policy, ScriptedPolicy, masked_logits
-from lightmarl.policies.contracts import ValueCritic, satisfies
+from lightmarl.policies.contracts import StochasticActor, ValueCritic, satisfies
 from lightmarl.population import BindingTable
 
 #: loss name of the kickstarting KL term (loss profiles refer to it).
@@ -44,8 +47,11 @@ class Distillation:
     """Learn from a teacher binding next to the RL loss (kickstarting or sliced cloning).
 
     ``mode: kl`` (kickstarting, Schmitt et al. 2018): on the student's rows, minimise
-    ``KL(teacher || student)`` of the two policies' action distributions; the teacher must give
-    one (a scripted policy with ``action_logits`` or a neural policy writing ``logits``).
+    ``KL(teacher || student)`` of the two policies' action distributions; with discrete actions
+    the teacher must give one (a scripted policy with ``action_logits`` or a neural policy writing
+    ``logits``). With continuous actions the student maximises the likelihood of the teacher's
+    deterministic action on its rows (the cross-entropy to a point mass), so any teacher works.
+    The teacher need not control an agent: lightmarl builds it for the student's group.
     Loss name ``distill``: the student's loss profile must allow it.
 
     ``mode: clone`` (sliced kickstarter): agents mapped to the teacher binding play; the
@@ -57,8 +63,8 @@ class Distillation:
     updates of the student (``None``: over the whole training budget), then stays there.
 
     Args:
-        teacher: id of the teacher binding. It must control at least one agent of the
-            student's group (lightmarl builds policies only for bindings that play).
+        teacher: id of the teacher binding. It acts in the student's group; in ``clone`` mode it
+            must control at least one agent (its rows are what teaches).
         mode: ``kl`` (kickstarting) or ``clone`` (sliced behaviour cloning).
         coeff: weight of the distillation loss at the first update.
         final_coeff: weight at the end of annealing (``None``: keep ``coeff`` throughout).
@@ -130,10 +136,15 @@ class Distillation:
             raise ConfigError(f"{field}.teacher: {self.teacher!r} is not a binding; bindings are {table.ids}")
         if self.teacher == student_id:
             raise ConfigError(f"{field}.teacher: a binding cannot be its own teacher ({student_id!r})")
-        if student.group.action_kind != "discrete":
+        if student.group.action_kind not in ("discrete", "continuous"):
             raise ConfigError(
-                f"{field}: distillation needs discrete actions; group {student.group.name!r} has "
+                f"{field}: distillation needs discrete or continuous actions; group {student.group.name!r} has "
                 f"{student.group.action_kind} actions"
+            )
+        if student.group.action_kind == "continuous" and not satisfies(student, StochasticActor):
+            raise ConfigError(
+                f"{field}: the student {student_id!r} ({type(student).__name__}) has no stochastic actor whose "
+                "likelihood of the teacher's actions could be maximised"
             )
         if population is None or self.teacher not in population:
             raise ConfigError(
@@ -156,7 +167,7 @@ class Distillation:
         if self.value_coeff > 0 and not satisfies(student, ValueCritic):
             raise ConfigError(f"{field}.value_coeff: the student {student_id!r} has no critic to regress")
         if self.mode == "kl":
-            if not gives_logits(teacher):
+            if student.group.action_kind == "discrete" and not gives_logits(teacher):
                 hint = (
                     " (a ScriptedPolicy teaches only if it defines action_logits)"
                     if isinstance(teacher, ScriptedPolicy)
@@ -236,8 +247,18 @@ class _TeacherLoss(LossModule):
         # Not a sub-module: the teacher's parameters belong to its own binding, never to this loss.
         self._teacher = [teacher] if teacher is not None else []
         self.value_coeff = value_coeff
-        self.teacher_gives_logits = teacher is not None and gives_logits(teacher)
+        self.continuous = student.group.action_kind == "continuous"
+        self.teacher_gives_logits = not self.continuous and teacher is not None and gives_logits(teacher)
         self.register_buffer("coeff", torch.tensor(1.0))
+        if self.continuous:
+            # Targets are kept a thousandth of the range inside the bounds: a script that saturates
+            # (VMAS's clamps its forces to the range) would have infinite -log likelihood under a
+            # squashed Gaussian exactly at a bound.
+            low = torch.tensor(student.group.action_low).view(student.group.action_shape)
+            high = torch.tensor(student.group.action_high).view(student.group.action_shape)
+            margin = (high - low) * 1e-3
+            self.register_buffer("target_low", low + margin)
+            self.register_buffer("target_high", high - margin)
         self.group = student.group.name
         self.set_keys(**{name: (self.group, value) for name, value in vars(self._AcceptedKeys()).items()})
 
@@ -255,7 +276,13 @@ class _TeacherLoss(LossModule):
 
     @property
     def out_keys(self) -> list[str]:
-        return [f"loss_{self.loss_name}", f"loss_{self.loss_name}_value", "kl_teacher_student", "distill_coeff"]
+        return [
+            f"loss_{self.loss_name}",
+            f"loss_{self.loss_name}_value",
+            "kl_teacher_student",
+            "teacher_action_error",
+            "distill_coeff",
+        ]
 
     def _inputs(self, tensordict: TensorDictBase) -> TensorDict:
         """A fresh TensorDict holding only what a policy reads, so its outputs never touch the experience."""
@@ -274,6 +301,24 @@ class _TeacherLoss(LossModule):
             raise RuntimeError(f"{type(policy).__name__} wrote no {keys.LOGITS!r}: it cannot be distilled")
         return F.log_softmax(masked_logits(logits, inputs.get((self.group, keys.ACTION_MASK), None)), dim=-1)
 
+    def _action_log_prob(self, policy: Policy, inputs: TensorDict, action: torch.Tensor) -> torch.Tensor:
+        """Continuous actions: ``log policy(action)`` per row, ``action`` moved just inside the bounds."""
+        dist = cast(StochasticActor, policy).actor.get_dist(inputs.copy())
+        return dist.log_prob(torch.maximum(torch.minimum(action, self.target_high), self.target_low))
+
+    def _mode_action(self, policy: Policy, inputs: TensorDict) -> torch.Tensor:
+        with set_exploration_type(ExplorationType.DETERMINISTIC):
+            return policy(inputs.copy()).get((self.group, keys.ACTION))
+
+    def _continuous_loss(self, tensordict: TensorDictBase, inputs: TensorDict, target: torch.Tensor) -> TensorDict:
+        """``-log student(target)`` on the masked rows, and the mean distance of the student's mode action to ``target``."""
+        out = self._loss(tensordict, inputs, -self._action_log_prob(self.student, inputs, target))
+        mask = tensordict.get(self.tensor_keys.mask)
+        with torch.no_grad():
+            error = torch.linalg.vector_norm(self._mode_action(self.student, inputs) - target, dim=-1)
+        out["teacher_action_error"] = (error * mask).sum() / mask.sum().clamp_min(1)
+        return out
+
     def _value(self, policy: Policy, inputs: TensorDict) -> torch.Tensor:
         critic = cast(ValueCritic, policy).critic
         return critic(inputs.copy()).get((self.group, keys.STATE_VALUE))
@@ -283,7 +328,7 @@ class _TeacherLoss(LossModule):
         tensordict: TensorDictBase,
         inputs: TensorDict,
         objective: torch.Tensor,
-        student_log_probs: torch.Tensor,
+        student_log_probs: torch.Tensor | None = None,
         teacher_log_probs: torch.Tensor | None = None,
     ) -> TensorDict:
         mask = tensordict.get(self.tensor_keys.mask)
@@ -293,7 +338,7 @@ class _TeacherLoss(LossModule):
             "distill_coeff": self.coeff.detach().clone(),
         }
         teacher = self.teacher
-        if teacher is not None and self.teacher_gives_logits:
+        if teacher is not None and self.teacher_gives_logits and student_log_probs is not None:
             with torch.no_grad():
                 if teacher_log_probs is None:
                     teacher_log_probs = self._log_probs(teacher, inputs)
@@ -314,11 +359,13 @@ class KickstarterLoss(_TeacherLoss):
     runs without gradient. With ``value_coeff > 0`` the student's critic also regresses the
     teacher's. Outputs ``loss_distill`` (and ``loss_distill_value``), plus the unweighted mean
     ``kl_teacher_student`` and the current ``distill_coeff``. Set the coefficient with
-    ``loss.coeff = value``.
+    ``loss.coeff = value``. Continuous actions: the objective is ``-log student(a)`` for the
+    teacher's deterministic action ``a`` on the same observation, and ``teacher_action_error``
+    (mean distance from the student's mode action to ``a``) replaces the KL.
 
     Args:
-        student: the learning policy; it must write ``logits``.
-        teacher: the teacher policy; it must write ``logits`` too.
+        student: the learning policy; it must write ``logits`` (discrete) or have a stochastic actor (continuous).
+        teacher: the teacher policy; it must write ``logits`` too (discrete) or any action (continuous).
         value_coeff: weight of the value regression (relative to ``coeff``).
 
     Examples:
@@ -344,6 +391,10 @@ class KickstarterLoss(_TeacherLoss):
         teacher = self.teacher
         assert teacher is not None
         inputs = self._inputs(tensordict)
+        if self.continuous:
+            with torch.no_grad():
+                target = self._mode_action(teacher, inputs).to(self.target_low.dtype)
+            return self._continuous_loss(tensordict, inputs, target)
         with torch.no_grad():
             teacher_log_probs = self._log_probs(teacher, inputs)
         student_log_probs = self._log_probs(self.student, inputs)
@@ -356,11 +407,13 @@ class SlicedClonerLoss(_TeacherLoss):
 
     The rows (the mask) are those the teacher binding played and whose loss profile allows
     ``clone``; the actions are the ones it took during collection. Outputs ``loss_clone`` and
-    ``clone_accuracy`` (how often the student's mode matches), plus ``kl_teacher_student`` when
-    the teacher gives a distribution and ``loss_clone_value`` with ``value_coeff > 0``.
+    ``clone_accuracy`` (how often the student's mode matches; with continuous actions
+    ``teacher_action_error``, the mean distance of the student's mode action to the teacher's),
+    plus ``kl_teacher_student`` when the teacher gives a distribution and ``loss_clone_value``
+    with ``value_coeff > 0``.
 
     Args:
-        student: the learning policy; it must write ``logits``.
+        student: the learning policy; it must write ``logits`` (discrete) or have a stochastic actor (continuous).
         teacher: the teacher policy (for the KL diagnostic and value regression), or ``None``.
         value_coeff: weight of the value regression (relative to ``coeff``).
     """
@@ -373,6 +426,8 @@ class SlicedClonerLoss(_TeacherLoss):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         inputs = self._inputs(tensordict)
+        if self.continuous:
+            return self._continuous_loss(tensordict, inputs, tensordict.get(self.tensor_keys.action))
         student_log_probs = self._log_probs(self.student, inputs)
         action = tensordict.get(self.tensor_keys.action).long()
         nll = -student_log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
