@@ -179,3 +179,14 @@ def test_several_labelled_recipes_each_get_a_row_next_to_benchmarl(tmp_path):
     assert "lightmarl − BenchMARL: +4.450" in summaries  # taught: mean 4.5 against 0.05
     compare.plot_task("vmas_transport", runs, tmp_path / "plot.png")
     assert (tmp_path / "plot.png").stat().st_size > 0
+
+
+def test_benchmarl_is_told_absolute_folders_whatever_out_is(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(compare, "run_logged", lambda command, cwd, log: seen.update(command=command, cwd=cwd) or 1.0)
+    monkeypatch.setattr(compare, "read_benchmarl_curve", lambda run_dir, seconds: run_dir)
+    monkeypatch.chdir(tmp_path)
+    run_dir = compare.run_benchmarl(Path("python"), compare.TASKS["vmas_transport"], 0, 6000, Path("runs/x"), 8)
+    assert run_dir == tmp_path / "runs" / "x" and seen["cwd"] == run_dir
+    folders = [a for a in seen["command"] if a.startswith(("experiment.save_folder=", "hydra.run.dir="))]
+    assert len(folders) == 2 and all(Path(a.partition("=")[2]).is_absolute() for a in folders)

@@ -256,6 +256,8 @@ def run_logged(command: Sequence[str], cwd: Path, log: Path) -> float:
 
 
 def run_benchmarl(python: Path, task: Task, seed: int, frames: int, run_dir: Path, eval_episodes: int) -> Curve:
+    # BenchMARL runs in run_dir and reads its save folder relative to that: give it an absolute one.
+    run_dir = run_dir.resolve()
     command = [
         str(python),
         "-m",
