@@ -181,7 +181,7 @@ def test_several_labelled_recipes_each_get_a_row_next_to_benchmarl(tmp_path):
     assert (tmp_path / "plot.png").stat().st_size > 0
 
 
-def test_benchmarl_is_told_absolute_folders_whatever_out_is(tmp_path, monkeypatch):
+def test_both_frameworks_are_told_absolute_folders_whatever_out_is(tmp_path, monkeypatch):
     seen = {}
     monkeypatch.setattr(compare, "run_logged", lambda command, cwd, log: seen.update(command=command, cwd=cwd) or 1.0)
     monkeypatch.setattr(compare, "read_benchmarl_curve", lambda run_dir, seconds: run_dir)
@@ -190,3 +190,15 @@ def test_benchmarl_is_told_absolute_folders_whatever_out_is(tmp_path, monkeypatc
     assert run_dir == tmp_path / "runs" / "x" and seen["cwd"] == run_dir
     folders = [a for a in seen["command"] if a.startswith(("experiment.save_folder=", "hydra.run.dir="))]
     assert len(folders) == 2 and all(Path(a.partition("=")[2]).is_absolute() for a in folders)
+    # lightmarl too, through main: a relative --out reaches it absolute.
+    commands = []
+    monkeypatch.setattr(compare, "run_logged", lambda command, cwd, log: commands.append(command) or 1.0)
+    monkeypatch.setattr(compare, "read_lightmarl_curve", lambda *a, **k: compare.Curve([6000.0], [1.0], [0.0], 1.0))
+    monkeypatch.setattr(compare, "plot_task", lambda *a: None)
+    compare.main(
+        ["--tasks", "vmas_transport", "--seeds", "0", "--frames", "6000", "--frameworks", "lightmarl", "--out", "out"]
+    )
+    roots = [
+        a.partition("=")[2] for command in commands for a in command if a.startswith("--trainer.default_root_dir=")
+    ]
+    assert len(roots) == 2 and all(Path(root).is_absolute() for root in roots)  # fit, then the random policy

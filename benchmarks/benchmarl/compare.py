@@ -686,6 +686,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             parser.error(f"--task-setting: {error}")
     if "benchmarl" in args.frameworks:
         check_benchmarl(args.benchmarl_python)
+    # Both frameworks run inside their run folders: every folder they are given must be absolute.
+    args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.json"
     results: dict[str, Any] = json.loads(results_path.read_text()) if results_path.exists() else {}
