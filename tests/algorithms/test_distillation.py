@@ -142,6 +142,7 @@ class FixedForcePolicy(ScriptedPolicy):
         self.action = low + (high - low) * torch.tensor(fractions)
 
     def act(self, observation, action_mask=None, agent_id=None):
+        self.calls = getattr(self, "calls", 0) + 1
         batch = observation.shape[: observation.ndim - len(self.group.observation_shape)]
         return self.action.expand(*batch, -1).clone()
 
@@ -189,6 +190,19 @@ def test_continuous_students_learn_a_deterministic_teachers_actions(mode):
         errors[coeff] = (history[0]["teacher_action_error"], history[-1]["teacher_action_error"])
     assert errors[1.0][1] < 0.5 * errors[1.0][0], errors
     assert errors[1.0][1] < 0.5 * errors[0.0][1], errors
+    if mode == "kl":
+        # Asked once per update for the whole batch (20 updates of the coeff-1 run), not once per
+        # minibatch of every pass (3 minibatches x 2 passes); its answers are what the loss reads.
+        teacher.calls = 0
+        trainer.update(experience, optimizers, PlainStepper())
+        assert teacher.calls == 1
+        loss = trainer.unit_trainers["student"].distill_loss
+        rows = experience.reshape(-1)[:40].clone()
+        rows.set(loss.tensor_keys.mask, torch.ones(40, 3, dtype=torch.bool))
+        asked_each_time = loss(rows)["loss_distill"]
+        loss.ask_teacher(rows)
+        assert rows["agent", "teacher_target"].shape == (40, 3, 5)
+        assert torch.allclose(loss(rows)["loss_distill"], asked_each_time)
 
     # A teacher on the bounds (a script that clamps its forces): targets are moved just inside, where a
     # squashed Gaussian has a density, so the loss stays finite.

@@ -229,6 +229,8 @@ class _TeacherLoss(LossModule):
             agent_id: index of each row's agent in ``possible_agents`` (scripted teachers use it).
             action: the actions taken.
             mask: the rows this loss learns from (written by the UnitTrainer from ``loss_row_mask``).
+            teacher_target: the teacher's log-probabilities (discrete) or action (continuous) on each
+                row, when :meth:`KickstarterLoss.ask_teacher` wrote them for the whole batch.
         """
 
         observation: NestedKey = keys.OBSERVATION
@@ -236,6 +238,7 @@ class _TeacherLoss(LossModule):
         agent_id: NestedKey = keys.AGENT_ID
         action: NestedKey = keys.ACTION
         mask: NestedKey = "distill_mask"
+        teacher_target: NestedKey = "teacher_target"
 
     tensor_keys: _AcceptedKeys
     _schedulable_buffers = frozenset({"coeff"})
@@ -301,21 +304,18 @@ class _TeacherLoss(LossModule):
             raise RuntimeError(f"{type(policy).__name__} wrote no {keys.LOGITS!r}: it cannot be distilled")
         return F.log_softmax(masked_logits(logits, inputs.get((self.group, keys.ACTION_MASK), None)), dim=-1)
 
-    def _action_log_prob(self, policy: Policy, inputs: TensorDict, action: torch.Tensor) -> torch.Tensor:
-        """Continuous actions: ``log policy(action)`` per row, ``action`` moved just inside the bounds."""
-        dist = cast(StochasticActor, policy).actor.get_dist(inputs.copy())
-        return dist.log_prob(torch.maximum(torch.minimum(action, self.target_high), self.target_low))
-
     def _mode_action(self, policy: Policy, inputs: TensorDict) -> torch.Tensor:
         with set_exploration_type(ExplorationType.DETERMINISTIC):
             return policy(inputs.copy()).get((self.group, keys.ACTION))
 
     def _continuous_loss(self, tensordict: TensorDictBase, inputs: TensorDict, target: torch.Tensor) -> TensorDict:
         """``-log student(target)`` on the masked rows, and the mean distance of the student's mode action to ``target``."""
-        out = self._loss(tensordict, inputs, -self._action_log_prob(self.student, inputs, target))
+        dist = cast(StochasticActor, self.student).actor.get_dist(inputs.copy())
+        inside = torch.maximum(torch.minimum(target, self.target_high), self.target_low)
+        out = self._loss(tensordict, inputs, -dist.log_prob(inside))
         mask = tensordict.get(self.tensor_keys.mask)
         with torch.no_grad():
-            error = torch.linalg.vector_norm(self._mode_action(self.student, inputs) - target, dim=-1)
+            error = torch.linalg.vector_norm(dist.deterministic_sample - target, dim=-1)
         out["teacher_action_error"] = (error * mask).sum() / mask.sum().clamp_min(1)
         return out
 
@@ -387,16 +387,29 @@ class KickstarterLoss(_TeacherLoss):
     def __init__(self, student: Policy, teacher: Policy, value_coeff: float = 0.0) -> None:
         super().__init__(student, teacher, value_coeff)
 
-    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+    @torch.no_grad()
+    def ask_teacher(self, tensordict: TensorDictBase) -> None:
+        """Write the teacher's targets for every row of ``tensordict`` (a whole batch), so that the
+        minibatches of an update's passes read them instead of running the teacher each time: a
+        frozen teacher gives the same answer on every pass (a script can cost more than the student)."""
+        tensordict.set(self.tensor_keys.teacher_target, self._teacher_target(self._inputs(tensordict)))
+
+    def _teacher_target(self, inputs: TensorDict) -> torch.Tensor:
         teacher = self.teacher
         assert teacher is not None
-        inputs = self._inputs(tensordict)
-        if self.continuous:
-            with torch.no_grad():
-                target = self._mode_action(teacher, inputs).to(self.target_low.dtype)
-            return self._continuous_loss(tensordict, inputs, target)
         with torch.no_grad():
-            teacher_log_probs = self._log_probs(teacher, inputs)
+            if self.continuous:
+                return self._mode_action(teacher, inputs).to(self.target_low.dtype)
+            return self._log_probs(teacher, inputs)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        inputs = self._inputs(tensordict)
+        target = tensordict.get(self.tensor_keys.teacher_target, None)
+        if target is None:
+            target = self._teacher_target(inputs)
+        if self.continuous:
+            return self._continuous_loss(tensordict, inputs, target)
+        teacher_log_probs = target
         student_log_probs = self._log_probs(self.student, inputs)
         objective = _kl(teacher_log_probs, student_log_probs)
         return self._loss(tensordict, inputs, objective, student_log_probs, teacher_log_probs)

@@ -91,6 +91,8 @@ class PPOUnitTrainer(OnPolicyUnitTrainer):
             return {}
         distill_mask = self.distillation_rows(data.get(self.group.name))
         data.set(self.distill_loss.tensor_keys.mask, distill_mask)
+        if isinstance(self.distill_loss, KickstarterLoss):
+            self.distill_loss.ask_teacher(data)  # once per update, not once per minibatch of every pass
         self.distill_loss.coeff = self.distillation_coeff()
         return {f"{self.distill_loss.loss_name}_rows": int(distill_mask.sum())}
 
