@@ -204,15 +204,24 @@ def test_continuous_students_learn_a_deterministic_teachers_actions(mode):
         assert rows["agent", "teacher_target"].shape == (40, 3, 5)
         assert torch.allclose(loss(rows)["loss_distill"], asked_each_time)
 
-    # A teacher on the bounds (a script that clamps its forces): targets are moved just inside, where a
-    # squashed Gaussian has a density, so the loss stays finite.
+    # A teacher on the bounds (a script that clamps its forces) is learned as if it acted a thousandth
+    # of the range inside them: exactly at a bound the squashed Gaussian's -log likelihood is huge and
+    # would drive the student's pre-tanh mean far out, where tanh saturates.
     loss = trainer.unit_trainers["student"].distill_loss
-    teacher.action = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0])
-    if mode == "clone":
-        experience["agent", "action"][..., 0, :] = teacher.action
-    data = experience.reshape(-1)
-    data.set(loss.tensor_keys.mask, torch.ones(data.shape[0], 3, dtype=torch.bool))
-    assert torch.isfinite(loss(data)[loss_name])
+
+    def loss_for(action):
+        teacher.action = torch.tensor(action)
+        data = experience.reshape(-1).clone()
+        data.set(loss.tensor_keys.mask, torch.ones(data.shape[0], 3, dtype=torch.bool))
+        data["agent"].pop("teacher_target", None)  # ask the teacher now
+        if mode == "clone":
+            data["agent", "action"][:, 0] = teacher.action
+        return loss(data)[loss_name]
+
+    on_bounds = loss_for([1.0, 0.0, 0.0, 1.0, 1.0])
+    assert torch.isfinite(on_bounds)
+    assert torch.allclose(on_bounds, loss_for([0.999, 0.001, 0.001, 0.999, 0.999]))
+    assert not torch.allclose(on_bounds, loss_for([0.99, 0.01, 0.01, 0.99, 0.99]))
 
 
 def test_teacher_mistakes_fail_at_setup_and_say_what_to_do(spread_config):
