@@ -25,7 +25,6 @@ Usage, from the repository root with lightmarl's virtualenv (the ``vmas`` extra)
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -157,14 +156,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(" | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row))
     if args.json:
         sys.path.insert(0, str(HERE.parent))  # benchmarks/, where results.py lives
-        from results import write_result
+        from results import command_line, write_result
 
-        command = shlex.join(["python", "benchmarks/benchmarl/transport_positions.py", *(argv or sys.argv[1:])])
         print(
             "wrote",
             write_result(
                 args.json,
-                command=command,
+                command=command_line(),
                 per_seed=measured,
                 columns=[
                     "policy",
