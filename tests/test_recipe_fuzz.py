@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,7 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ["quickstart", "ppo_vs_dqn", "qmix_simple_spread", "connect_four_vs_heuristic"]
 # One rollout of 16 copies x 25 steps: large enough for every recipe's minibatch, a few seconds long.
 ONE_ROLLOUT = [*TINY_CLI_RUN, "--model.env.num_envs=16", "--model.rollout_steps=25", "--model.max_frames=400"]
-OUTCOMES: list[str] = []
 ODD_VALUES = st.sampled_from([None, 0, -1, 1, 2.5, -0.5, "", "x", "main", [], [1], {}, {"class_path": "x.y"}, True])
 
 
@@ -49,32 +47,33 @@ def mutated(model: dict, path: tuple, action: str, value: Any) -> dict:
     return model
 
 
-@settings(max_examples=int(os.environ.get("LIGHTMARL_FUZZ_EXAMPLES", "12")), deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
-@given(data=st.data())
-def test_a_mutated_recipe_runs_or_fails_with_a_user_error(data, tmp_path_factory, monkeypatch, capsys):
-    workdir = tmp_path_factory.mktemp("fuzz")
-    monkeypatch.chdir(workdir)
-    (workdir / "assets").symlink_to(ROOT / "assets")
-    recipe = yaml.safe_load((ROOT / "recipes" / f"{data.draw(st.sampled_from(RECIPES))}.yaml").read_text())
-    paths = leaves(recipe["model"])
-    path = data.draw(st.sampled_from(paths))
-    action = data.draw(st.sampled_from(["set", "set", "delete", "add"]))
-    recipe["model"] = mutated(recipe["model"], path, action, data.draw(ODD_VALUES))
-    recipe["trainer"] = {**recipe.get("trainer", {}), "default_root_dir": str(workdir)}
-    (workdir / "recipe.yaml").write_text(yaml.safe_dump(recipe))
-    capsys.readouterr()
-    try:
-        main(["fit", "--config", "recipe.yaml", *ONE_ROLLOUT])
-        OUTCOMES.append("ran")
-    except SystemExit as stop:
-        errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lightmarl: error: ")]
-        assert stop.code == 2 and len(errors) == 1, (path, action, stop.code, errors)
-        OUTCOMES.append(errors[0])
+def test_mutated_recipes_run_or_fail_with_a_user_error_and_both_happen(tmp_path_factory, monkeypatch, capsys):
+    """A property test over mutated recipes; it means something only if some mutations train and
+    others are refused, so that is checked over the same examples."""
+    outcomes: list[str] = []
 
+    @settings(max_examples=int(os.environ.get("LIGHTMARL_FUZZ_EXAMPLES", "12")), deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+    @given(data=st.data())
+    def a_mutated_recipe_runs_or_fails_with_a_user_error(data):
+        workdir = tmp_path_factory.mktemp("fuzz")
+        monkeypatch.chdir(workdir)
+        (workdir / "assets").symlink_to(ROOT / "assets")
+        recipe = yaml.safe_load((ROOT / "recipes" / f"{data.draw(st.sampled_from(RECIPES))}.yaml").read_text())
+        paths = leaves(recipe["model"])
+        path = data.draw(st.sampled_from(paths))
+        action = data.draw(st.sampled_from(["set", "set", "delete", "add"]))
+        recipe["model"] = mutated(recipe["model"], path, action, data.draw(ODD_VALUES))
+        recipe["trainer"] = {**recipe.get("trainer", {}), "default_root_dir": str(workdir)}
+        (workdir / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+        capsys.readouterr()
+        try:
+            main(["fit", "--config", "recipe.yaml", *ONE_ROLLOUT])
+            outcomes.append("ran")
+        except SystemExit as stop:
+            errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lightmarl: error: ")]
+            assert stop.code == 2 and len(errors) == 1, (path, action, stop.code, errors)
+            outcomes.append(errors[0])
 
-def test_the_mutations_both_run_and_fail():
-    """The property test means something only if some mutations train and others are refused."""
-    if not OUTCOMES:
-        pytest.skip("run together with the property test above")
-    assert "ran" in OUTCOMES and any(o != "ran" for o in OUTCOMES), OUTCOMES
+    a_mutated_recipe_runs_or_fails_with_a_user_error()
+    assert "ran" in outcomes and any(o != "ran" for o in outcomes), outcomes

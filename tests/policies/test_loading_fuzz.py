@@ -1,17 +1,16 @@
-"""Files are data (lightmarl.trust): generated checkpoints, PolicyDict files, exports and league states
+"""Files are data (lightmarl.trust): generated checkpoints, PolicyDict files, exports and league snapshots
 whose strings name importable callables load, or fail with a ValueError, without importing or calling any of them.
 
 Every string a saved population holds (class paths, keyword arguments, group and env fields, the
 env constructor of an old checkpoint, hyper-parameters) is replaced by a payload: ``subprocess.run``,
 ``os.system``, or a module created here whose import, function and class each leave a trace. The
-loaders run through ``policy_uri``, ``PolicyDict.load``, ``--ckpt_path``, ``lightmarl export`` and a
-league state's resume; afterwards nothing may have been recorded.
+loaders run through ``policy_uri``, ``PolicyDict.load``, ``--ckpt_path``, ``lightmarl export`` and the
+league's snapshot store; afterwards nothing may have been recorded.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import os
 import subprocess
@@ -27,7 +26,6 @@ from safetensors.torch import save_file
 
 from lightmarl.cli import main
 from lightmarl.envs import PettingZooEnvConfig
-from lightmarl.league.manager import LeagueManager
 from lightmarl.policies import PolicyDict
 from lightmarl.policies.encoders import MLPEncoder
 from lightmarl.policies.exported import DESCRIPTION_FILE, EXPORT_FORMAT, WEIGHTS_FILE
@@ -288,37 +286,38 @@ def test_poisoned_checkpoints_run_nothing_through_the_cli(payload, tmp_path, mon
     assert traps() == []
 
 
-@settings(max_examples=int(os.environ.get("LIGHTMARL_FUZZ_EXAMPLES", "25")), deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
-@given(data=st.data())
-def test_a_poisoned_league_state_resumes_or_fails_with_a_value_error_and_runs_nothing(data, tmp_path_factory, traps):
-    folder = tmp_path_factory.mktemp("league")
-    roles = [{"class_path": "lightmarl.league.MainPlayer", "binding": "main"}]
-    manager = LeagueManager(roles=roles, snapshot_dir=str(folder), pretrained=[{"checkpoint_path": "p.pt"}])
-    manager.step()
-    state = json.loads(json.dumps(manager.state_dict()))
-    paths = _strings(state)
-    for path in data.draw(st.lists(st.sampled_from(paths), min_size=1, unique=True)):
-        _set(state, path, data.draw(st.sampled_from(PAYLOADS)))
-    resumed = LeagueManager(roles=roles, snapshot_dir=str(folder), pretrained=[{"checkpoint_path": "p.pt"}])
-    try:
-        resumed.load_state_dict(state)
-    except ValueError:
-        pass
+class _Payload:
+    """Unpickling this imports the payload module and calls its ``boom`` (a classic pickle payload)."""
+
+    def __init__(self, boom: Any) -> None:
+        self.boom = boom
+
+    def __reduce__(self):
+        return (self.boom, ())
+
+
+@pytest.mark.parametrize("content", ["payload alone", "payload inside a snapshot", "payload as a weight"])
+def test_a_poisoned_league_snapshot_runs_nothing_and_is_named(content, tmp_path, traps):
+    """The league reads its historical players' weights with ``SnapshotStore.load``: a file whose pickle
+    would import and call code is refused in one ValueError naming the file, and nothing runs."""
+    import importlib
+
+    from lightmarl.keys import SNAPSHOT_FORMAT
+    from lightmarl.league.snapshots import SnapshotStore
+
+    payload = _Payload(importlib.import_module(MODULE).boom)
+    content = {
+        "payload alone": payload,
+        "payload inside a snapshot": {"format": SNAPSHOT_FORMAT, "class_path": payload, "state_dict": {}},
+        "payload as a weight": {"weight": payload},
+    }[content]
+    path = tmp_path / "historical_0.pt"
+    torch.save(content, path)
+    sys.modules.pop(MODULE)  # writing the file imported it: start from a clean trace
+    Path(os.environ["LM_FUZZ_MARKER"]).unlink()
+    with pytest.raises(ValueError, match=rf"league snapshot '{path}' cannot be read"):
+        SnapshotStore().load(path)
     assert traps() == []
-
-
-def test_the_league_fuzz_reaches_player_paths():
-    manager = LeagueManager(
-        roles=[{"class_path": "lightmarl.league.MainPlayer"}], pretrained=[{"checkpoint_path": "p"}]
-    )
-    assert any("checkpoint_path" in path for path in _strings(manager.state_dict()))
-
-
-def test_the_fuzzed_description_has_what_the_loaders_read():
-    assert dataclasses.asdict(GROUP)["name"] == DESCRIPTION["groups"]["agent"]["name"]
-    assert DESCRIPTION["shared_modules"]["enc"]["class_path"].startswith("lightmarl.policies")
-    assert DESCRIPTION["bindings"]["b"]["policy_kwargs"]["encoder"]["class_path"].startswith("lightmarl.policies")
 
 
 def test_resolve_class_is_the_allow_list_resolver_for_file_names(traps):

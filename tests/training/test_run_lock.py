@@ -74,4 +74,8 @@ def test_a_stale_lock_of_a_dead_or_reused_pid_is_taken_over(tmp_path, live_pid):
 def test_other_ranks_take_no_lock(tmp_path, live_pid, monkeypatch):
     _hold(tmp_path, live_pid)
     monkeypatch.setenv("LOCAL_RANK", "1")
-    RunLock(tmp_path).acquire()  # a DDP child process of the run that holds it
+    lock = RunLock(tmp_path)
+    lock.acquire()  # a DDP child process of the run that holds it: neither refused nor taking over
+    assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == live_pid
+    lock.release()  # and its release leaves rank 0's lock in place
+    assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == live_pid
