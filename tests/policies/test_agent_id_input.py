@@ -15,7 +15,7 @@ from lightmarl.algorithms import PPO, IndependentMARLTrainer, PlainStepper
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.policies import MLPActorCritic, MultiAgentPolicy
 from lightmarl.policies.mlp import AgentIdInput
-from lightmarl.policies.multi_agent import _StackedMLPActors
+from lightmarl.policies.multi_agent import _StackedActors
 from lightmarl.policies.registry import PolicyRegistry, build_policy, load_policy_from_uri
 from lightmarl.population import BindingTable, PolicyBinding
 from lightmarl.training import MARLModule
@@ -84,11 +84,11 @@ def test_stacked_forward_is_not_used_for_agent_id_policies(spread_config):
     group = spec.groups["agent"]
     plain = [MLPActorCritic(group, hidden_sizes=[16]) for _ in range(2)]
     with_id = [MLPActorCritic(group, hidden_sizes=[16], agent_id_input=True) for _ in range(2)]
-    assert _StackedMLPActors.signature(plain[0]) is not None
-    assert _StackedMLPActors.build(plain) is not None
-    assert _StackedMLPActors.signature(with_id[0]) is None
-    assert _StackedMLPActors.build(with_id) is None
-    assert _StackedMLPActors.build([plain[0], with_id[0]]) is None
+    assert _StackedActors.signature(plain[0]) is not None
+    assert _StackedActors.build(plain) is not None
+    assert _StackedActors.signature(with_id[0]) is None
+    assert _StackedActors.build(with_id) is None
+    assert _StackedActors.build([plain[0], with_id[0]]) is None
     # Through the population: each binding acts on its own rows with their agent ids.
     table = BindingTable(
         [PolicyBinding("a", class_path="x.y"), PolicyBinding("b", class_path="x.y")], spec, ["a", "b", "a"]

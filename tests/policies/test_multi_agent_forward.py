@@ -7,7 +7,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, ScriptedPolicy
+from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, Policy, ScriptedPolicy, StackableActor
 from lightmarl.population import BindingTable, GroupBindingIndex, PolicyBinding
 
 CONSTANTS = {"one": 1, "two": 2, "three": 3}
@@ -131,6 +131,50 @@ def test_stacked_forward_matches_separate_forwards(spread_config, agent_map):
     torch.testing.assert_close(a["agent", "action_log_prob"], b["agent", "action_log_prob"])
 
 
+class LinearSoftmaxPolicy(Policy):
+    """Not an MLPActorCritic: a policy of its own that offers its logits layers for stacking."""
+
+    def __init__(self, group, offer: bool = True) -> None:
+        super().__init__(group)
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(group.observation_shape[-1], 8), torch.nn.ReLU(), torch.nn.Linear(8, group.num_actions)
+        )
+        self.offer = offer
+        self.forwards = 0
+
+    def stackable_actor(self):
+        return (
+            StackableActor(layers=tuple(self.net), default_mode=ExplorationType.DETERMINISTIC) if self.offer else None
+        )
+
+    def forward(self, td):
+        self.forwards += 1
+        log_p = self.net(td[self.key("observation")]).log_softmax(-1)
+        action = log_p.argmax(-1)
+        td.set(self.key("action"), action)
+        td.set(self.key("action_log_prob"), log_p.gather(-1, action.unsqueeze(-1)).squeeze(-1))
+        return td
+
+
+@pytest.mark.parametrize("offer", [True, False])
+def test_any_policy_that_offers_a_stackable_actor_is_stacked(spread_config, offer):
+    """MultiAgentPolicy knows no concrete policy class: the protocol decides, and the stacked
+    forward acts as the policies' own forwards do."""
+    group = spread_config.spec().groups["agent"]
+    torch.manual_seed(3)
+    policies = {b: LinearSoftmaxPolicy(group, offer) for b in CONSTANTS}
+    agent_map = {"default": ["one", "two", "three"], "per_env": {1: ["two", "two", "one"]}}
+    stacked, _ = population(spread_config, agent_map, policies)
+    separate, _ = population(spread_config, agent_map, {b: p for b, p in policies.items()})
+    separate.stack_same_shape = False
+    td = obs_td(group, (4,))
+    a = stacked(td.clone())
+    assert sum(p.forwards for p in policies.values()) == (0 if offer else 3)
+    b = separate(td.clone())
+    assert torch.equal(a["agent", "action"], b["agent", "action"])
+    torch.testing.assert_close(a["agent", "action_log_prob"], b["agent", "action_log_prob"])
+
+
 def test_stacked_sampling_reports_the_log_prob_of_the_owning_binding(spread_config):
     agent_map = {"default": ["one", "two", "three"], "per_env": {0: ["two", "two", "two"]}}
     stacked, group = mlp_population(spread_config, agent_map, stack=True)
@@ -190,10 +234,10 @@ def test_one_mlp_binding_samples_from_the_actors_distribution(spread_config):
 
 
 def test_lean_sampling_never_draws_an_action_of_probability_zero(spread_config):
-    from lightmarl.policies.multi_agent import _StackedMLPActors
+    from lightmarl.policies.multi_agent import _StackedActors
 
     lean, _ = mlp_population(spread_config, ["two", "two", "two"], stack=True)
-    stack = _StackedMLPActors.build([lean.policies["two"]])
+    stack = _StackedActors.build([lean.policies["two"]])
     # exp(-1e4) underflows to 0: actions 1 and 3 are impossible, action 4 is the last one.
     logits = torch.tensor([0.0, -1e4, 1.0, -1e4, 2.0]).expand(50000, 5)
     with set_exploration_type(ExplorationType.RANDOM):

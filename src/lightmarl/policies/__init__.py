@@ -1,6 +1,6 @@
 """How the population acts: the policy contract, neural and scripted policies."""
 
-from lightmarl.policies.base import NoOpPolicy, Policy, ScriptedPolicy, UniformRandomPolicy
+from lightmarl.policies.base import NoOpPolicy, Policy, ScriptedPolicy, StackableActor, UniformRandomPolicy
 from lightmarl.policies.continuous import DeterministicActorCritic, SACActorCritic
 from lightmarl.policies.distributions import MultiCategorical
 from lightmarl.policies.encoders import CNNEncoder, FlattenEncoder, ImpalaCNNEncoder, MLPEncoder
@@ -29,5 +29,6 @@ __all__ = [
     "RecurrentActorCritic",
     "SACActorCritic",
     "ScriptedPolicy",
+    "StackableActor",
     "UniformRandomPolicy",
 ]

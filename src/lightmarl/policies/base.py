@@ -6,7 +6,8 @@ import contextlib
 import inspect
 import math
 from abc import abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,6 +18,26 @@ from torchrl.envs.utils import ExplorationType, exploration_type
 
 from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
+
+
+@dataclass(frozen=True)
+class StackableActor:
+    """A discrete actor that several bindings can run as one batched forward.
+
+    ``MultiAgentPolicy`` stacks the weights of bindings whose actors
+    have the same layer shapes and runs them with one batched matrix product per layer, instead of
+    one forward per binding. A policy offers this through ``Policy.stackable_actor()`` only when
+    these layers *are* its action rule.
+
+    Attributes:
+        layers: observation -> logits: ``nn.Linear`` layers with a bias and parameter-free
+            activations (``Tanh``, ``ReLU``, ``ELU``, ``GELU``), applied in order to the float
+            observation vector as stored.
+        default_mode: the exploration type the actor acts with when none is set.
+    """
+
+    layers: Sequence[nn.Module]
+    default_mode: ExplorationType
 
 
 class Policy(nn.Module):
@@ -66,6 +87,11 @@ class Policy(nn.Module):
                 f"({theirs.num_actions or theirs.action_shape})"
             )
         self.group = group
+
+    def stackable_actor(self) -> StackableActor | None:
+        """This policy's action rule as plain layers a batched forward can stack, or ``None``
+        (the default: the policy's own ``forward`` acts)."""
+        return None
 
     @abstractmethod
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase: ...

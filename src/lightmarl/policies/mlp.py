@@ -10,17 +10,19 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import AddStateIndependentNormalScale, TensorDictModule
 from torch import nn
+from torch.distributions import Categorical
 from torch.nn import functional as F
 from torchrl.modules import MLP, MultiAgentMLP, ProbabilisticActor, TanhNormal
 from torchrl.modules.distributions import NormalParamExtractor
 
 from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
-from lightmarl.policies.base import Policy
+from lightmarl.policies.base import Policy, StackableActor
 from lightmarl.policies.distributions import discrete_distribution
 from lightmarl.policies.encoders import (
     ACTIVATIONS,
     Encoded,
+    FlattenEncoder,
     activation_class,
     build_encoder,
     hidden_widths,
@@ -195,6 +197,22 @@ class MLPActorCritic(Policy):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         return self.actor(tensordict)
+
+    def stackable_actor(self) -> StackableActor | None:
+        """The plain case only: discrete actions from vector observations straight into the actor's MLP
+        (no agent one-hot, no learnt encoder, a categorical without extra arguments)."""
+        if type(self).forward is not MLPActorCritic.forward or self.group.action_kind != "discrete":
+            return None
+        if len(self.actor.module) != 2:
+            return None
+        encoded, dist = self.actor.module[0].module, self.actor.module[1]
+        if not isinstance(encoded, Encoded) or type(encoded.encoder) is not FlattenEncoder:
+            return None
+        if dist.distribution_class is not Categorical or dist.distribution_kwargs:
+            return None
+        if not isinstance(encoded.net, nn.Sequential):
+            return None
+        return StackableActor(layers=tuple(encoded.net), default_mode=dist.default_interaction_type)
 
 
 class AgentIdInput(nn.Module):

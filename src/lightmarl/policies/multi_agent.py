@@ -7,15 +7,12 @@ from collections.abc import Hashable
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
-from torch.distributions import Categorical
 from torch.nn import functional as F
 from torchrl.envs.utils import ExplorationType, exploration_type
 
 from lightmarl import keys
 from lightmarl.envs.spec import EnvSpec
-from lightmarl.policies.base import Policy
-from lightmarl.policies.encoders import Encoded, FlattenEncoder
-from lightmarl.policies.mlp import MLPActorCritic
+from lightmarl.policies.base import Policy, StackableActor
 from lightmarl.population import BindingTable
 from lightmarl.population.bindings import GroupBindingIndex
 
@@ -31,8 +28,9 @@ class MultiAgentPolicy(nn.Module):
       actions / log-probs are copied back in place (``index_copy_``) into outputs allocated
       once per group. With the same map in every env copy rows are selected along the agent
       dim; with a per-env map they are flat positions over ``[*batch, agents]``.
-    - when every binding of the group is a discrete :class:`MLPActorCritic` of the same
-      shape (and ``stack_same_shape``), their actors run as one stacked forward instead:
+    - when every binding of the group offers a ``StackableActor`` of the same shape
+      (``Policy.stackable_actor()``; a discrete ``MLPActorCritic`` does) and
+      ``stack_same_shape`` is on, their actors run as one stacked forward instead:
       rows padded to ``[bindings, rows]``, one ``baddbmm`` per layer with the bindings'
       weights stacked, one categorical sample. Per-call overhead of a TorchRL actor is far
       above the cost of a few hundred rows, so B separate forwards cost about B times one;
@@ -41,7 +39,7 @@ class MultiAgentPolicy(nn.Module):
     Args:
         policies: binding id -> policy.
         table: the population's binding table.
-        stack_same_shape: run same-shaped discrete ``MLPActorCritic`` actors as one stacked
+        stack_same_shape: run same-shaped stackable actors as one stacked
             forward (same distribution of outputs; ``False`` forwards each policy on its own).
     """
 
@@ -53,7 +51,7 @@ class MultiAgentPolicy(nn.Module):
         self.policies = nn.ModuleDict(policies)
         self.table = table
         self.stack_same_shape = stack_same_shape
-        self._stacks: dict[tuple[int, ...], _StackedMLPActors | None] = {}
+        self._stacks: dict[tuple[int, ...], _StackedActors | None] = {}
         self._table_version = -1
         self._check_table()
 
@@ -140,12 +138,12 @@ class MultiAgentPolicy(nn.Module):
         for binding_id, device in self.binding_devices.items():
             self.policies[binding_id].to(device)
 
-    def _stack_for(self, bindings: tuple[int, ...]) -> _StackedMLPActors | None:
+    def _stack_for(self, bindings: tuple[int, ...]) -> _StackedActors | None:
         policies = [self._policy(b) for b in bindings]
         # Keyed by the policy objects too, so a policy swapped into ``policies`` is picked up.
         key = tuple(id(p) for p in policies)
         if key not in self._stacks:
-            self._stacks[key] = _StackedMLPActors.build(policies)
+            self._stacks[key] = _StackedActors.build(policies)
         return self._stacks[key]
 
     def _grouped_forward(
@@ -184,8 +182,8 @@ class MultiAgentPolicy(nn.Module):
             )
 
 
-class _StackedMLPActors:
-    """The actors of same-shaped discrete :class:`MLPActorCritic` bindings as one batched forward.
+class _StackedActors:
+    """The actors of same-shaped bindings (each a :class:`StackableActor`) as one batched forward.
 
     Weights are stacked ``[bindings, ...]`` (re-stacked when a parameter changes in place, as
     an optimizer step does; every call when gradients are on, so they flow to each binding).
@@ -193,59 +191,48 @@ class _StackedMLPActors:
     ``DETERMINISTIC`` / ``MODE`` or when no exploration type is set.
     """
 
-    def __init__(self, policies: list[MLPActorCritic], nets: list[nn.Sequential]) -> None:
-        self.group = policies[0].group
-        self.linears = [[m for m in net if isinstance(m, nn.Linear)] for net in nets]
+    def __init__(self, actors: list[StackableActor]) -> None:
+        self.linears = [[m for m in actor.layers if isinstance(m, nn.Linear)] for actor in actors]
         # Parameter-free layers (activations) are shared: each is applied to all bindings at once.
         self.layers: list[nn.Module | int] = []
         count = 0
-        for module in nets[0]:
+        for module in actors[0].layers:
             if isinstance(module, nn.Linear):
                 self.layers.append(count)
                 count += 1
             else:
                 self.layers.append(module)
-        self.default_mode = policies[0].actor.module[1].default_interaction_type
-        self._params = [p for net in nets for p in net.parameters()]
+        self.default_mode = actors[0].default_mode
+        self._params = [p for linears in self.linears for m in linears for p in m.parameters()]
         self._key: tuple[tuple[int, int], ...] | None = None
         self._weights: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     @staticmethod
     def signature(policy: nn.Module) -> tuple[Hashable, ...] | None:
         """What must match for two policies to share a stacked forward; ``None``: cannot be stacked."""
-        if type(policy).forward is not MLPActorCritic.forward or not isinstance(policy, MLPActorCritic):
+        if not isinstance(policy, Policy) or (actor := policy.stackable_actor()) is None:
             return None
         if policy._forward_pre_hooks or policy._forward_hooks:
             return None  # e.g. a loaded NPC's own input normalization: its forward must run
-        actor = policy.actor
-        if policy.group.action_kind != "discrete" or len(actor.module) != 2:
-            return None
-        encoded, dist = actor.module[0].module, actor.module[1]
-        # Only the plain case: vector observations straight into an MLP (no agent one-hot, no learnt encoder).
-        if not isinstance(encoded, Encoded) or type(encoded.encoder) is not FlattenEncoder:
-            return None
-        if len(policy.group.observation_shape) != 1 or policy.group.observation_dtype == "uint8":
+        group = policy.group
+        if len(group.observation_shape) != 1 or group.observation_dtype == "uint8":
             return None  # the stacked forward multiplies the observations as they are stored: float only
-        net = encoded.net
-        if dist.distribution_class is not Categorical or dist.distribution_kwargs or not isinstance(net, nn.Sequential):
-            return None
         layers: list[Hashable] = []
-        for m in net:
+        for m in actor.layers:
             if isinstance(m, nn.Linear) and m.bias is not None:
                 layers.append(("linear", m.in_features, m.out_features, m.weight.dtype, m.weight.device))
             elif isinstance(m, (nn.Tanh, nn.ReLU, nn.ELU, nn.GELU)):
                 layers.append((type(m), repr(m)))
             else:
                 return None
-        return (policy.group.name, tuple(layers), dist.default_interaction_type)
+        return (group.name, tuple(layers), actor.default_mode)
 
     @classmethod
-    def build(cls, policies: list[nn.Module]) -> _StackedMLPActors | None:
+    def build(cls, policies: list[nn.Module]) -> _StackedActors | None:
         signatures = [cls.signature(p) for p in policies]
         if signatures[0] is None or any(s != signatures[0] for s in signatures):
             return None
-        mlps = [p for p in policies if isinstance(p, MLPActorCritic)]
-        return cls(mlps, [p.actor.module[0].module.net for p in mlps])
+        return cls([p.stackable_actor() for p in policies if isinstance(p, Policy)])  # type: ignore[misc]
 
     def mode(self) -> str | None:
         """``"sample"``, ``"argmax"``, or ``None`` for a rule the stacked forward does not implement."""
