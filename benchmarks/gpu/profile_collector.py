@@ -1,9 +1,10 @@
-"""Where a VMAS rollout's time goes on a device: the step loop, the per-rollout assembly, the buffers.
+"""Where a VMAS rollout's time goes on a device: the step loop, the per-rollout assembly, a rollout buffer.
 
 Builds the collector of ``vmas_speed.py`` (navigation, 3 agents, ``MLPActorCritic`` (64, 64))
 at ``--num-envs`` copies on ``--device``, runs one warm-up rollout, then times one rollout in its
 parts (each ended with ``torch.cuda.synchronize()`` on a GPU): the step loop (policy, env step,
-recording), ``_assemble`` (stacking, episode ids and statistics), and the buffers' ``add_rollout``;
+recording), ``_assemble`` (stacking, episode ids and statistics), and what keeping the rollout in a
+``MultiAgentRolloutBuffer`` to trace it would add (``add_rollout``; training keeps none);
 the raw VMAS loop (batched reset) over the same number of steps for scale; and a cProfile of a
 whole ``collect()`` (top functions by own time). Run from the repository root::
 
@@ -29,6 +30,7 @@ from results import command_line, machine, write_result
 from vmas_speed import SCENARIO_KWARGS, gpu_name, make_collector, raw_runner, synchronize
 
 from lightmarl.data.collector import _ExperienceRecorder
+from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
 from lightmarl.envs.vmas import VmasEnvConfig
 
 
@@ -59,9 +61,9 @@ def main() -> None:
     experience = collector._assemble(recorder.steps, recorder.bindings)
     synchronize(args.device)
     t2 = time.perf_counter()
-    for group, buffer in collector.buffers.items():
-        buffer.clear()
-        buffer.add_rollout(experience, group=group)
+    for group in collector.env.spec.groups.values():
+        rows = args.num_envs * args.steps * group.num_agents
+        MultiAgentRolloutBuffer(group.num_agents, max_rows=rows).add_rollout(experience, group=group.name)
     synchronize(args.device)
     t3 = time.perf_counter()
 

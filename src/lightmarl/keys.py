@@ -92,8 +92,8 @@ VALID = "valid"  # the agent was present and acted at this step
 #: ``is_trainable_agent``, plus where the row comes from).
 ANNOTATION_KEYS = (BINDING_ID, LOSS_PROFILE_ID, IS_TRAINABLE_AGENT, AGENT_ID, EPISODE_ID, VALID)
 
-# -- the traceable rollout buffer --------------------------------------------------------------
-#: Env step of the row within its episode (0 at the episode's first step).
+# -- tracing rows to their episode -------------------------------------------------------------
+#: Env step of the row within its episode (0 at the episode's first step), written by the collector.
 TIME_INDEX = "time_index"
 #: Bool entry of padded outputs: True where the position holds a stored row.
 MASK = "mask"

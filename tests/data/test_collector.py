@@ -213,7 +213,7 @@ class UnevenEpisodesEnv:
 
 def test_episode_ids_and_statistics_match_a_step_by_step_reference():
     """Uneven episodes that cross rollout boundaries, an agent that leaves, two bindings: the
-    per-rollout bookkeeping equals a plain loop over steps and copies."""
+    per-rollout bookkeeping (episode ids, time index, statistics) equals a plain loop over steps and copies."""
     config = PettingZooEnvConfig(env_fn=f"{__name__}.UnevenEpisodesEnv", num_envs=5)
     spec = config.spec()
     group = spec.groups["agent"]
@@ -226,6 +226,7 @@ def test_episode_ids_and_statistics_match_a_step_by_step_reference():
     collector = RolloutCollector(config.make_vector(seed=0), population, rollout_steps=4, stats_window=10_000)
     rollouts = [collector.collect() for _ in range(6)]
     ids = torch.cat([r["agent", keys.EPISODE_ID][..., 0] for r in rollouts], dim=1)  # [E, T]
+    time_index = torch.cat([r["agent", keys.TIME_INDEX] for r in rollouts], dim=1)  # [E, T, A]
     obs = torch.cat([r["agent", "observation"][:, :, 0] for r in rollouts], dim=1)  # agent_0 never leaves early
     ended = obs[..., 0] == obs[..., 1] - 1  # the step was the episode's last
     rewards = torch.cat([r["next", "agent", "reward"][..., 0] for r in rollouts], dim=1).double()  # [E, T, A]
@@ -236,12 +237,14 @@ def test_episode_ids_and_statistics_match_a_step_by_step_reference():
     E, T = ended.shape
     bindings = table.bindings_of_envs("agent", E)
     running_return, running_length = torch.zeros(E, 3, dtype=torch.float64), torch.zeros(E, 3)
-    current, next_id = torch.arange(E), E
+    current, next_id, clock = torch.arange(E), E, torch.zeros(E, dtype=torch.int64)
     returns: dict[int, list[float]] = {0: [], 1: []}
     lengths: dict[int, list[float]] = {0: [], 1: []}
     for t in range(T):
         for e in range(E):
             assert ids[e, t] == current[e]
+            assert time_index[e, t].eq(clock[e]).all()  # every agent's row, present or not
+            clock[e] += 1
             running_return[e] += rewards[e, t]
             running_length[e] += valid[e, t]
             if not ended[e, t]:
@@ -251,7 +254,7 @@ def test_episode_ids_and_statistics_match_a_step_by_step_reference():
                 if mine.any():
                     returns[b].append(float(running_return[e][mine].mean()))
                     lengths[b].append(float(running_length[e][mine].max()))
-            running_return[e], running_length[e] = 0, 0
+            running_return[e], running_length[e], clock[e] = 0, 0, 0
             current[e], next_id = next_id, next_id + 1
     for b, name in enumerate(("learner", "npc")):
         stats = collector.stats[name]
@@ -262,17 +265,24 @@ def test_episode_ids_and_statistics_match_a_step_by_step_reference():
     assert torch.equal(collector.collect()["agent", keys.EPISODE_ID][:, 0, 0], current)
 
 
-def test_the_collectors_own_buffers_hold_a_rollout_past_the_default_row_limit(spread_config):
-    """16,384 VMAS copies x 100 steps x 3 agents are 4.9M rows: the latest rollout must fit."""
+def test_every_row_carries_its_env_step_within_its_episode_across_rollouts(spread_config):
+    """``time_index``: 0 at an episode's first step, counted on across rollouts (episodes of 5
+    steps, rollouts of 7), written by the collector itself; the collector keeps no buffer."""
+    collector = make_collector(spread_config)
+    assert collector.buffers == {}
+    for rollout in range(3):
+        rows = collector.collect()["agent"]
+        expected = (torch.arange(7) + 7 * rollout) % 5
+        assert torch.equal(rows[keys.TIME_INDEX], expected.view(1, 7, 1).expand(4, 7, 3))
+
+
+def test_a_buffer_handed_over_mid_episode_keeps_the_collectors_time_index(spread_config):
     from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
 
-    default = MultiAgentRolloutBuffer(3).max_rows
-    steps = default // (spread_config.num_envs * 3) + 1  # one step more than the default holds
-    vec = spread_config.make_vector(seed=0)
-    table = BindingTable([PolicyBinding("main", class_path="x.y")], vec.spec)
-    policy = MultiAgentPolicy({"main": MLPActorCritic(vec.spec.groups["agent"])}, table)
-    collector = RolloutCollector(vec, policy, rollout_steps=steps)
-    try:
-        assert collector.buffers["agent"].max_rows == spread_config.num_envs * steps * 3 > default
-    finally:
-        collector.close()
+    collector = make_collector(spread_config)
+    collector.collect()  # 7 steps: every copy is 2 steps into its second episode
+    collector.buffers = {"agent": MultiAgentRolloutBuffer(3)}
+    rows = collector.collect()["agent"]
+    assert rows[keys.TIME_INDEX][0, :, 0].tolist() == [2, 3, 4, 0, 1, 2, 3]
+    episode = int(rows[keys.EPISODE_ID][0, 0, 0])
+    assert collector.buffers["agent"].trajectory(episode, 0)[keys.TIME_INDEX].reshape(-1).tolist()[:3] == [2, 3, 4]

@@ -570,9 +570,9 @@ def test_new_episode_id_closes_an_unfinished_episode() -> None:
     assert buffer.trajectory(9, 1)[keys.TIME_INDEX].tolist() == [0]
 
 
-def test_the_training_path_alone_keeps_locates_and_follows_episodes_across_clears() -> None:
-    # KeptRollouts is what the collector's training path needs (clear, add_rollout, locate): the
-    # same episode table and time indices as the full buffer, an episode spanning a clear included.
+def test_kept_rollouts_alone_keep_locate_and_follow_episodes_across_clears() -> None:
+    # KeptRollouts (clear, add_rollout, locate) gives the same episode table and time indices as
+    # the full buffer, an episode spanning a clear included.
     E, T, A = 2, 3, 2
 
     def rollout(start: int, end_at: int | None) -> TensorDict:

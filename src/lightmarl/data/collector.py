@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -13,13 +13,16 @@ from torchrl.envs.utils import ExplorationType
 
 from lightmarl import keys
 from lightmarl.data.episode_history import EpisodeHistory
+from lightmarl.data.episode_tracking import binding_episodes
 from lightmarl.data.rollout import RolloutLoop, RolloutStep
-from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
 from lightmarl.envs.base import VecEnv
 from lightmarl.envs.layout import ROOT
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.recurrent import RecurrentStates
 from lightmarl.population import BindingTable
+
+if TYPE_CHECKING:  # a caller's buffers only: the training path keeps no rollout store
+    from lightmarl.data.rollout_buffer import MultiAgentRolloutBuffer
 
 
 @dataclass
@@ -117,8 +120,10 @@ class RolloutCollector:
         stats_window: episodes per binding kept for the running means.
         device: where the policy runs; experience is returned there.
         buffers: group name -> a :class:`MultiAgentRolloutBuffer` that keeps every rollout
-            of that group (by reference) until the caller clears it, e.g. to trace many
-            rollouts. Default: one buffer per group that holds the latest rollout only.
+            of that group (by reference) until the caller clears it, to trace trajectories
+            and query episodes over many rollouts. Default: none (training reads the
+            experience :meth:`collect` returns; its rows carry ``episode_id``, ``agent_id``
+            and ``time_index`` already).
         on_step: called with every :class:`~lightmarl.data.rollout.RolloutStep` after it is
             recorded and before that lane's next actions are computed, e.g. to give an env copy
             whose episode just ended another opponent (a league). It may change the table's
@@ -151,6 +156,7 @@ class RolloutCollector:
         self._groups = list(env.spec.groups.values())
         self._episode_id = torch.arange(self.num_envs, dtype=torch.int64)  # each copy's current episode
         self._next_episode_id = self.num_envs
+        self._episode_time = torch.zeros(self.num_envs, dtype=torch.int64)  # env steps of it so far
         # Each copy's current episode so far, per agent (float64: sums over long episodes stay exact).
         self._episode_return = {
             g.name: torch.zeros(self.num_envs, g.num_agents, dtype=torch.float64) for g in self._groups
@@ -159,11 +165,8 @@ class RolloutCollector:
             g.name: torch.zeros(self.num_envs, g.num_agents, dtype=torch.int64) for g in self._groups
         }
         self.frames = 0  # env steps of every copy, summed
-        # The rollouts live in the buffers: collect() hands out the buffers' storage, not a copy.
-        self._own_buffers = buffers is None
-        self.buffers = (
-            {g.name: self._rollout_buffer(g.num_agents) for g in self._groups} if buffers is None else dict(buffers)
-        )
+        # A caller's buffers keep the rollouts by reference: collect() hands out their storage, not a copy.
+        self.buffers = dict(buffers or {})
         unknown = set(self.buffers) - {g.name for g in self._groups}
         if unknown:
             raise ValueError(
@@ -177,13 +180,6 @@ class RolloutCollector:
         # Only vectors that can replay episodes use the history (VMAS cannot): others skip its per-copy loop.
         self._replayable = all(callable(getattr(lane.env, "resume_state", None)) for lane in self.loop.lanes)
 
-    def _rollout_buffer(self, num_agents: int) -> MultiAgentRolloutBuffer:
-        """A buffer for the latest rollout: room for all of its rows (16,384 VMAS copies x 100 steps x 3
-        agents are 4.9M, past the buffer's default limit)."""
-        rows = self.num_envs * self.rollout_steps * num_agents
-        buffer = MultiAgentRolloutBuffer(num_agents)
-        return buffer if buffer.max_rows >= rows else MultiAgentRolloutBuffer(num_agents, max_rows=rows)
-
     @property
     def recurrent(self) -> RecurrentStates:
         """The recurrent bindings' state per (env, agent), stored with each row for sequence training."""
@@ -191,12 +187,12 @@ class RolloutCollector:
 
     @torch.no_grad()
     def collect(self) -> TensorDict:
-        """One rollout of ``rollout_steps`` steps per env copy, kept (not copied) in :attr:`buffers`.
+        """One rollout of ``rollout_steps`` steps per env copy, also kept (not copied) in :attr:`buffers`.
 
         Returns:
-            The experience (see the class docstring): the very TensorDict the buffers keep, so
-            every row a trainer reads is the buffer's row, traceable with
-            ``(episode_id, agent_id, time_index)`` (:meth:`MultiAgentRolloutBuffer.locate`).
+            The experience (see the class docstring). Every row is traceable to
+            ``(episode_id, agent_id, time_index)``; a buffer given to the collector keeps this
+            very TensorDict (:meth:`MultiAgentRolloutBuffer.locate`, ``trajectory``).
         """
         if self.table.version != self._table_version:
             # Another binding controls some agents now: its memory starts from scratch.
@@ -210,8 +206,6 @@ class RolloutCollector:
         self.frames += self.num_envs * self.rollout_steps
         experience = self._assemble(recorder.steps, recorder.bindings)
         for group, buffer in self.buffers.items():
-            if self._own_buffers:
-                buffer.clear()  # on-policy: the buffer holds the rollout being learned from
             buffer.add_rollout(experience, group=group)
         return experience
 
@@ -243,6 +237,20 @@ class RolloutCollector:
         self._episode_id = ids[:, T].cpu()
         return ids[:, :T]
 
+    def _time_index(self, ended: torch.Tensor) -> torch.Tensor:
+        """``[E, T]`` env step of each step within its episode (0 at an episode's first step).
+
+        Episodes run on across rollouts: a copy's first steps continue the episode it was in.
+        """
+        T = ended.shape[1]
+        latest_end, previous_end = _latest_ends(ended)
+        steps = torch.arange(T, device=ended.device)
+        so_far = self._episode_time.to(ended.device)
+        time_index = torch.where(previous_end > 0, steps - previous_end, so_far.unsqueeze(1) + steps)
+        final = latest_end[:, -1]
+        self._episode_time = torch.where(final > 0, T - final, so_far + T).cpu()
+        return time_index
+
     def _track_episodes(
         self,
         rewards: dict[str, torch.Tensor],
@@ -261,9 +269,7 @@ class RolloutCollector:
         E, T = ended.shape
         ended = ended.to(device)
         step, env = torch.nonzero(ended.t(), as_tuple=True)  # ends in (step, copy) order
-        # Per copy and step: 1 + the step of the copy's latest end up to this step (0: none yet).
-        latest_end = torch.where(ended, torch.arange(1, T + 1, device=device), 0).cummax(dim=1).values
-        previous_end = torch.cat([torch.zeros(E, 1, dtype=torch.int64, device=device), latest_end[:, :-1]], dim=1)
+        latest_end, previous_end = _latest_ends(ended)
         for g in self._groups:
             totals = []
             for kept, per_step in (
@@ -284,17 +290,11 @@ class RolloutCollector:
             of_binding = bindings[g.name]
             # [ends, agents]: who played the episode's last step
             binding_of = of_binding[env.to(of_binding.device), step.to(of_binding.device)].cpu()
-            for binding in binding_of.unique().tolist():
-                mine = binding_of == binding
-                played = mine.any(-1)
-                # One sample per (episode, binding): the mean return of the binding's agents in that episode.
-                # masked_fill, not a product: another binding's NaN return must not reach this one (0 x NaN).
-                mean_return = returns.masked_fill(~mine, 0).sum(-1)[played] / mine.sum(-1)[played]
-                length = lengths.masked_fill(~mine, 0).max(-1).values[played]
+            for binding, (mean_return, length) in binding_episodes(returns, lengths, binding_of).items():
                 stats = self.stats[self.table.ids[binding]]
                 stats.returns.extend(mean_return.tolist())
                 stats.lengths.extend(length.tolist())
-                stats.finished += int(played.sum())
+                stats.finished += len(mean_return)
 
     def _assemble(
         self, steps: list[list[_Step]], step_bindings: list[list[dict[str, torch.Tensor]]] | None = None
@@ -316,6 +316,7 @@ class RolloutCollector:
         ended_here = over_time([[s.ended for s in lane] for lane in steps])
         here = ended_here.device
         episode_ids = self._episode_ids(ended_here)
+        time_index = self._time_index(ended_here)
         if self._replayable:
             self.history.record({g.name: experience.get((g.name, keys.ACTION)) for g in self._groups}, ended_here.cpu())
         first = steps[0][0]
@@ -366,6 +367,7 @@ class RolloutCollector:
             rows.set(keys.LOSS_PROFILE_ID, profile)
             rows.set(keys.IS_TRAINABLE_AGENT, trainable)
             rows.set(keys.EPISODE_ID, episode_ids.to(rows_device).unsqueeze(-1).expand(E, T, A))
+            rows.set(keys.TIME_INDEX, time_index.to(rows_device).unsqueeze(-1).expand(E, T, A))
             rows.set(keys.ENV_INDEX, torch.arange(E, device=rows_device).view(E, 1, 1).expand(E, T, A))
             # Episode returns in the env's own rewards, also where a transform rescaled them for learning.
             rewards[name] = stacked.get(keys.ENV_REWARD, stacked[keys.REWARD])
@@ -400,6 +402,7 @@ class RolloutCollector:
             "frames": self.frames,
             "episode_id": self._episode_id.clone(),
             "next_episode_id": self._next_episode_id,
+            "episode_time": self._episode_time.clone(),
             "episode_return": {g: t.clone() for g, t in self._episode_return.items()},
             "episode_steps": {g: t.clone() for g, t in self._episode_steps.items()},
             "stats": {
@@ -412,8 +415,6 @@ class RolloutCollector:
             },
             "recurrent": self.recurrent.state_dict(),
             "history": self.history.state_dict(),
-            # The time index and running returns of episodes in progress (the buffers given by a caller are theirs).
-            "buffers": {g: b.progress_state_dict() for g, b in self.buffers.items()} if self._own_buffers else {},
             "lanes": None if any(r is None for r in resume_state) else resume_state,
         }
 
@@ -432,6 +433,7 @@ class RolloutCollector:
         self.frames = int(state["frames"])
         self._episode_id = state["episode_id"].clone()
         self._next_episode_id = int(state["next_episode_id"])
+        self._episode_time = state["episode_time"].clone()
         self._episode_return = {g: t.clone() for g, t in state["episode_return"].items()}
         self._episode_steps = {g: t.clone() for g, t in state["episode_steps"].items()}
         for binding, saved in state["stats"].items():
@@ -444,9 +446,6 @@ class RolloutCollector:
                 stats.finished = int(saved["finished"])
         self.recurrent.load_state_dict(state["recurrent"])
         self.history.load_state_dict(state["history"])
-        for group, progress in state["buffers"].items():
-            if self._own_buffers and group in self.buffers:
-                self.buffers[group].load_progress_state_dict(progress)
         lanes = state["lanes"]
         resumable = [getattr(lane.env, "resume_state", lambda: None)() is not None for lane in self.loop.lanes]
         if lanes is None or not all(resumable) or len(lanes) != len(self.loop.lanes):
@@ -472,10 +471,18 @@ class RolloutCollector:
             running.zero_()
         self._episode_id = torch.arange(self._next_episode_id, self._next_episode_id + self.num_envs)
         self._next_episode_id += self.num_envs
+        self._episode_time.zero_()
         self.history = EpisodeHistory(self.num_envs)
         self.recurrent.restart_all()
-        if self._own_buffers:
-            self.buffers = {g.name: self._rollout_buffer(g.num_agents) for g in self._groups}
 
     def close(self) -> None:
         self.env.close()
+
+
+def _latest_ends(ended: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[E, T]`` per copy and step: 1 + the step of the copy's latest episode end up to this step,
+    and before it (0: none in this rollout yet)."""
+    E, T = ended.shape
+    latest_end = torch.where(ended, torch.arange(1, T + 1, device=ended.device), 0).cummax(dim=1).values
+    previous_end = torch.cat([torch.zeros(E, 1, dtype=torch.int64, device=ended.device), latest_end[:, :-1]], dim=1)
+    return latest_end, previous_end

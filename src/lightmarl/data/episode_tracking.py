@@ -1,4 +1,5 @@
-"""Episodes in progress per env copy, for :class:`~lightmarl.data.rollout_buffer.MultiAgentRolloutBuffer`.
+"""Episodes in progress per env copy, for :class:`~lightmarl.data.rollout_buffer.MultiAgentRolloutBuffer`,
+and the per-binding summary of completed episodes that the collector and the buffer both report.
 
 One :class:`EpisodeTracker` follows ``num_envs`` env copies step by step: which episode each
 plays, its clock (env steps since its first valid row), the running return and length per
@@ -267,3 +268,33 @@ def episode_record(
         },
         batch_size=[episode_id.numel()],
     )
+
+
+def binding_episodes(
+    returns: torch.Tensor, lengths: torch.Tensor, bindings: torch.Tensor, took_part: torch.Tensor | None = None
+) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """One sample per (episode, binding) of completed episodes: the mean return of the binding's agents
+    in that episode and the longest of their lengths.
+
+    Args:
+        returns: ``[episodes, n_agents]`` each agent's return.
+        lengths: ``[episodes, n_agents]`` each agent's steps acted.
+        bindings: ``[episodes, n_agents]`` the binding id each agent counts for.
+        took_part: ``[episodes, n_agents]`` agents to count; ``None``: every agent (a reward can
+            reach an agent that never acted, e.g. the loser of a turn-based game that ended first).
+
+    Returns:
+        binding id -> ``(mean returns, lengths)``, one entry per episode the binding played.
+    """
+    counted = bindings if took_part is None else bindings[took_part]
+    samples: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    for binding in counted.unique().tolist():
+        mine = bindings == binding
+        if took_part is not None:
+            mine &= took_part
+        played = mine.any(-1)
+        # masked_fill, not a product: another binding's NaN return must not reach this one (0 x NaN).
+        mean_return = returns.masked_fill(~mine, 0).sum(-1)[played] / mine.sum(-1)[played]
+        length = lengths.masked_fill(~mine, 0).max(-1).values[played]
+        samples[binding] = (mean_return, length)
+    return samples

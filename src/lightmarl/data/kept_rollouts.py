@@ -1,16 +1,13 @@
-"""The rollouts training learns from, kept by reference and traceable row by row.
+"""Rollouts kept by reference and traceable row by row: the base of the rollout buffer.
 
-:class:`KeptRollouts` is all that training needs from a rollout store: the collector
-:meth:`~KeptRollouts.clear`\\ s it before each on-policy rollout and :meth:`~KeptRollouts.add_rollout`\\ s
-the rollout (its ``[num_envs, time]`` TensorDict itself, no copy); the store adds each row's
-:data:`~lightmarl.keys.TIME_INDEX`, follows the episodes across rollouts (completed episodes and
-their statistics), and :meth:`~KeptRollouts.locate` finds the row of any ``(episode_id,
-agent_id, time_index)``. Its episodes in progress go into a checkpoint
-(:meth:`~KeptRollouts.progress_state_dict`) for an exact resume.
-
-:class:`~lightmarl.data.rollout_buffer.MultiAgentRolloutBuffer` extends it with copied rows
-(the single-env and vectorized ``add_*`` APIs) and the learning views (``rows``,
-``as_tensordict``, ``sequences``, ``trajectory``).
+:class:`KeptRollouts` keeps whole rollouts as the collector returns them (their ``[num_envs,
+time]`` TensorDicts themselves, no copy), follows their episodes across rollouts (completed
+episodes and their statistics), and :meth:`~KeptRollouts.locate` finds the row of any
+``(episode_id, agent_id, time_index)``. Training keeps no store (its rows carry those three
+entries already); a user hands the collector a
+:class:`~lightmarl.data.rollout_buffer.MultiAgentRolloutBuffer`, which extends this class with
+copied rows (the single-env and vectorized ``add_*`` APIs) and the learning views (``rows``,
+``as_tensordict``, ``sequences``, ``trajectory``), to trace trajectories over many rollouts.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from lightmarl import keys
-from lightmarl.data.episode_tracking import EpisodeTracker, episode_record
+from lightmarl.data.episode_tracking import EpisodeTracker, binding_episodes, episode_record
 
 DEFAULT_MAX_ROWS = 1 << 21
 
@@ -83,23 +80,6 @@ class KeptRollouts:
         """
         self._records = []
         self._rollouts = []
-
-    def progress_state_dict(self) -> dict[str, Any]:
-        """The episodes in progress (what :meth:`clear` keeps), for a resumed run; stored rows are not included."""
-        return {
-            "columns": self._column_agent_ids,
-            "envs": None if self._envs is None else {"num_envs": self._envs.num_envs, **self._envs.state_dict()},
-        }
-
-    def load_progress_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`progress_state_dict`'s output: later rollouts continue the episodes in progress."""
-        self._column_agent_ids = state["columns"]
-        envs = state["envs"]
-        if envs is None:
-            self._envs = None
-            return
-        self._envs = EpisodeTracker(int(envs["num_envs"]), self.n_agents, envs["open"].device)
-        self._envs.load_state_dict(envs)
 
     def __len__(self) -> int:
         """Number of valid rows (agent steps) in the kept rollouts."""
@@ -201,9 +181,11 @@ class KeptRollouts:
                     env_episode[:, t], valid[:, t], reward[:, t], done[:, t], binding[:, t], env_index[:, t, 0]
                 )
                 self._records.extend(step_completed)
-        # The one entry the store adds, in the caller's rows (a trainer reading them sees it too).
+        # The one entry the store adds, in the caller's rows (a trainer reading them sees it too); the
+        # collector's own, which saw every episode from its start, is kept.
         target = rollout if group is None else rollout.get(group)
-        target.set(keys.TIME_INDEX, time_index.to(target.device or cpu).unsqueeze(-1).expand(E, T, A))
+        if keys.TIME_INDEX not in target.keys():
+            target.set(keys.TIME_INDEX, time_index.to(target.device or cpu).unsqueeze(-1).expand(E, T, A))
         self._rollouts.append((rollout, group, count))
 
     @property
@@ -262,8 +244,8 @@ class KeptRollouts:
         """Per-binding summary of the completed episodes held, ready to log as ``collect/<binding>/...``.
 
         One sample per (episode, binding): the mean return of the binding's agents that acted
-        in the episode and the longest of their lengths (the same convention as the
-        collector's running statistics).
+        in the episode and the longest of their lengths (:func:`binding_episodes`, as the
+        collector's running statistics; here only agents that acted count).
 
         Args:
             binding_names: names to key the result by (index = ``binding_id``); default: the
@@ -274,21 +256,17 @@ class KeptRollouts:
             for every binding with at least one completed episode.
         """
         table = self.completed_episodes()
-        present, bindings = table["present"], table[keys.BINDING_ID]
-        stats: dict[Any, dict[str, float]] = {}
-        for b in torch.unique(bindings[present]).tolist():
-            mine = present & (bindings == b)
-            has = mine.any(1)
-            count = mine.sum(1)[has]
-            returns = torch.where(mine, table["episode_return"], 0.0).sum(1)[has] / count
-            lengths = torch.where(mine, table["episode_length"], 0).max(1).values[has]
-            key = binding_names[b] if binding_names is not None else b
-            stats[key] = {
+        samples = binding_episodes(
+            table["episode_return"], table["episode_length"], table[keys.BINDING_ID], table["present"]
+        )
+        return {
+            (binding_names[b] if binding_names is not None else b): {
                 "episode_return": returns.mean().item(),
                 "episode_length": lengths.double().mean().item(),
-                "episodes": float(has.sum()),
+                "episodes": float(len(returns)),
             }
-        return stats
+            for b, (returns, lengths) in samples.items()
+        }
 
     # ------------------------------------------------------------ internals
 

@@ -1,15 +1,15 @@
 """Multi-agent rollout storage: one row per agent step, traceable to its env, episode and agent.
 
-The buffer holds rows in one of two ways: **kept rollouts** (:meth:`MultiAgentRolloutBuffer.add_rollout`,
-the training path: the collector's ``[envs, time]`` rollout TensorDicts themselves, by
-reference, which the trainers then read) or **copied rows** (the single-env API of :meth:`~MultiAgentRolloutBuffer.add_transition` and
+The buffer holds rows in one of two ways: **kept rollouts** (:meth:`MultiAgentRolloutBuffer.add_rollout`:
+the collector's ``[envs, time]`` rollout TensorDicts themselves, by reference, the very rows
+the trainers read) or **copied rows** (the single-env API of :meth:`~MultiAgentRolloutBuffer.add_transition` and
 :meth:`~MultiAgentRolloutBuffer.add_batch`: a flat, preallocated store with batch
 ``[capacity]``). Every row carries the annotations of :mod:`lightmarl.keys` plus
 :data:`~lightmarl.keys.TIME_INDEX`, the env step within its episode, so any
 ``(episode_id, agent_id)`` trajectory can be rebuilt in time order and the rows can be
 re-batched as padded episodes or fixed-length sequences for learning.
 
-Training needs only the kept rollouts, which live in :mod:`lightmarl.data.kept_rollouts`
+The kept rollouts live in :mod:`lightmarl.data.kept_rollouts`
 (:class:`~lightmarl.data.kept_rollouts.KeptRollouts`, this class's base); this module adds the
 copied rows and the learning views, which share the base's episode table and invariants (fixed
 agent columns, unique episode ids, the time index). The per-env episode bookkeeping lives in
