@@ -51,7 +51,7 @@ from lightmarl import keys
 MIN_KEPT_STEPS = 256
 
 #: the row entries (inside the group) that mark the kept tail.
-COUNTED = keys.REWARD_UNCOUNTED  # the row's reward is not yet part of any transition's reward
+REWARD_UNCOUNTED = keys.REWARD_UNCOUNTED  # the row's reward is not yet part of any transition's reward
 LEARNABLE = keys.LEARNABLE  # a transition starting at the row may still enter a loss
 
 
@@ -201,13 +201,13 @@ class OpenTransitions:
     def extend(self, experience: TensorDictBase) -> TensorDictBase:
         """The kept tail followed by ``experience`` along time (``[envs, tail + T]``), marked.
 
-        The group's rows carry :data:`COUNTED` and :data:`LEARNABLE` (True on every new row).
+        The group's rows carry :data:`REWARD_UNCOUNTED` and :data:`LEARNABLE` (True on every new row).
         """
         g = self.group_name
         rows = experience.get(g)
         marks = torch.ones(rows.shape, dtype=torch.bool, device=rows.device)
         data = experience.copy()  # structural copy: the marks stay out of the caller's experience
-        data.set((g, COUNTED), marks)
+        data.set((g, REWARD_UNCOUNTED), marks)
         data.set((g, LEARNABLE), marks.clone())
         if self.tail is None:
             return data
@@ -247,7 +247,7 @@ class OpenTransitions:
             fresh = fresh & ~cut
             learnable = learnable & ~cut
         tail = data[:, first:].clone()
-        tail.set((self.group_name, COUNTED), fresh[:, first:].clone())
+        tail.set((self.group_name, REWARD_UNCOUNTED), fresh[:, first:].clone())
         tail.set((self.group_name, LEARNABLE), learnable[:, first:].clone())
         self.tail = tail
 
@@ -325,12 +325,12 @@ def row_marks(data: TensorDictBase, group_name: str) -> tuple[torch.Tensor, torc
     """``(counted, learnable)`` ``[envs, time, agents]`` of ``data`` from :meth:`OpenTransitions.extend` (all True without)."""
     rows = data.get(group_name)
     ones = torch.ones(rows.shape, dtype=torch.bool, device=rows.device)
-    return rows.get(COUNTED, ones), rows.get(LEARNABLE, ones)
+    return rows.get(REWARD_UNCOUNTED, ones), rows.get(LEARNABLE, ones)
 
 
 __all__ = [
-    "COUNTED",
     "LEARNABLE",
+    "REWARD_UNCOUNTED",
     "AgentTransitions",
     "OpenTransitions",
     "agent_transitions",

@@ -38,10 +38,11 @@ from lightmarl.data.kept_rollouts import (
     rollout_annotation,
 )
 
-__all__ = ["SEED_FIELDS", "MultiAgentRolloutBuffer", "RolloutBufferFullError"]
+__all__ = ["CURRENT_EPISODE_FIELDS", "MultiAgentRolloutBuffer", "RolloutBufferFullError"]
 
-# The single-env API's ``current_episode`` field names -> the TensorDict keys the rows are stored under.
-SEED_FIELDS: dict[str, NestedKey] = {
+# The single-env API's ``current_episode`` field names (those of the rollout-buffer design) -> the
+# TensorDict keys the rows are stored under.
+CURRENT_EPISODE_FIELDS: dict[str, NestedKey] = {
     "states": keys.OBSERVATION,
     "state_values": keys.STATE_VALUE,
     "actions": keys.ACTION,
@@ -286,11 +287,13 @@ class MultiAgentRolloutBuffer(KeptRollouts):
         else:
             lengths = torch.zeros(n, dtype=torch.long)
             rewards = torch.zeros(n, dtype=torch.float64)
-        view: dict[str, Any] = {name: per_agent.get(key, [[] for _ in range(n)]) for name, key in SEED_FIELDS.items()}
+        view: dict[str, Any] = {
+            name: per_agent.get(key, [[] for _ in range(n)]) for name, key in CURRENT_EPISODE_FIELDS.items()
+        }
         view["extras"] = {
             key[1]: seq for key, seq in per_agent.items() if isinstance(key, tuple) and key[0] == keys.EXTRAS
         }
-        view.update(_seed_summary(lengths, rewards, lengths > 0))
+        view.update(_episode_summary(lengths, rewards, lengths > 0))
         return view
 
     def end_episode(self) -> dict[str, Any]:
@@ -723,14 +726,14 @@ class MultiAgentRolloutBuffer(KeptRollouts):
             except KeyError:
                 trajectories.append(None)
         stored = next((list(t.keys(True, True)) for t in trajectories if t is not None), [])
-        for name, key in SEED_FIELDS.items():
+        for name, key in CURRENT_EPISODE_FIELDS.items():
             view[name] = [t.get(key) if t is not None and key in stored else [] for t in trajectories]
         view["extras"] = {
             key[1]: [t.get(key) if t is not None else [] for t in trajectories]
             for key in stored
             if isinstance(key, tuple) and key[0] == keys.EXTRAS
         }
-        view.update(_seed_summary(record["episode_length"], record["episode_return"], record["present"]))
+        view.update(_episode_summary(record["episode_length"], record["episode_return"], record["present"]))
         return view
 
 
@@ -770,7 +773,7 @@ def _zeros_like_rows(rows: TensorDict, batch: tuple[int, ...]) -> TensorDict:
     return rows.apply(lambda x: x.new_zeros((*batch, *x.shape[1:])), batch_size=list(batch))
 
 
-def _seed_summary(lengths: torch.Tensor, returns: torch.Tensor, present: torch.Tensor) -> dict[str, Any]:
+def _episode_summary(lengths: torch.Tensor, returns: torch.Tensor, present: torch.Tensor) -> dict[str, Any]:
     acted = int(present.sum())
     return {
         "episode_length": [int(x) for x in lengths.tolist()],

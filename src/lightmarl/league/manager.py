@@ -366,7 +366,6 @@ class LeagueManager:
             ]
             return {
                 "version": STATE_VERSION,
-                "paths": "relative to snapshot_dir",
                 "rng": [version, list(internal), gauss],
                 "next_job_id": self._next_job_id,
                 "active": {p.player_id: p.state_dict() for p in self.active_players},
@@ -378,16 +377,15 @@ class LeagueManager:
             }
 
     def state_path(self, path: str) -> str:
-        """``path`` as the league state keeps it: relative to ``snapshot_dir`` when it lies inside it."""
+        """``path`` as the league state keeps it: relative to ``snapshot_dir`` when it lies inside it (a run
+        directory moved as a whole still finds its snapshots), absolute otherwise."""
         folder = os.path.abspath(self.snapshot_dir)
         absolute = os.path.abspath(path)
-        return os.path.relpath(absolute, folder) if os.path.commonpath([folder, absolute]) == folder else path
+        return os.path.relpath(absolute, folder) if os.path.commonpath([folder, absolute]) == folder else absolute
 
-    def restored_path(self, path: str, relative_to_folder: bool) -> str:
-        """A path :meth:`state_path` kept, as this manager finds it (``relative_to_folder``: the state says so)."""
-        if relative_to_folder and not os.path.isabs(path):
-            return os.path.join(self.snapshot_dir, path)
-        return path  # a pretrained file outside the folder, or a state written before paths were relative
+    def restored_path(self, path: str) -> str:
+        """A path :meth:`state_path` kept, as this manager finds it."""
+        return path if os.path.isabs(path) else os.path.join(self.snapshot_dir, path)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` into a manager built from the same config.
@@ -403,7 +401,6 @@ class LeagueManager:
     def _load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"league state version {state.get('version')!r} is not {STATE_VERSION}")
-        relative = state.get("paths") == "relative to snapshot_dir"
         with self._lock:
             ids = [p.player_id for p in self.active_players]
             if sorted(state["active"]) != sorted(ids):
@@ -415,7 +412,7 @@ class LeagueManager:
             self.historical_players = [
                 HistoricalPlayer(
                     item["player_id"],
-                    self.restored_path(item["checkpoint_path"], relative),
+                    self.restored_path(item["checkpoint_path"]),
                     item["total_agent_step"],
                     parent_id=item["parent_id"],
                 )  # by name: states saved while players had a category still load

@@ -386,12 +386,9 @@ class Matchmaker:
                 "must match to resume)"
             )
         self.manager.load_state_dict(state["manager"])
-        relative = state["manager"].get("paths") == "relative to snapshot_dir"
         self.seatings, self.on_deck = (
             [
-                None
-                if s is None
-                else Seating(**{**s, "load": s["load"] and self.manager.restored_path(s["load"], relative)})
+                None if s is None else Seating(**{**s, "load": s["load"] and self.manager.restored_path(s["load"])})
                 for s in saved
             ]
             for saved in (state["seatings"], state.get("on_deck", [None] * self.num_copies))
