@@ -1,19 +1,19 @@
-"""The ``lightmarl`` command: LightningCLI over :class:`~lightmarl.training.MARLModule`.
+"""The ``lightmarl`` command: LightningCLI over [`MARLModule`][lightmarl.training.module.MARLModule].
 
 ``lightmarl fit --config recipes/quickstart.yaml`` trains, ``lightmarl validate`` /
 ``lightmarl test`` play evaluation episodes; ``--print_config`` shows the resolved recipe
 and any ``--model.x.y=value`` / ``--trainer.x=value`` overrides it. ``lightmarl export``
-writes a run's policies for inference (:mod:`lightmarl.policies.exported`). A recipe's
-``evaluation:`` section (:class:`~lightmarl.evaluation.scenarios.EvaluationConfig`) names
+writes a run's policies for inference (`lightmarl.policies.exported`). A recipe's
+``evaluation:`` section ([`EvaluationConfig`][lightmarl.evaluation.scenarios.EvaluationConfig]) names
 evaluation scenarios: ``lightmarl evaluate --config recipe.yaml --ckpt_path last`` plays them and
 writes a report, its plots and videos, and ``evaluation.every_n_frames`` makes ``fit`` play them
-periodically (:mod:`lightmarl.training.periodic_evaluation`).
+periodically (`lightmarl.training.periodic_evaluation`).
 
 A recipe carries only what differs from the defaults every run shares: the Trainer settings of
-:data:`TRAINER_DEFAULTS`, and a run directory ``runs/<run_name>`` (:func:`apply_run_defaults`)
+`TRAINER_DEFAULTS`, and a run directory ``runs/<run_name>`` (`apply_run_defaults`)
 holding a CSV and a TensorBoard logger and a ``checkpoints/`` folder with ``last.ckpt``. The run
 name is ``run_name`` where the recipe (or ``--run_name``) sets it, else the recipe file's path under
-``recipes/`` without ``.yaml`` (:func:`run_name_of`).
+``recipes/`` without ``.yaml`` (`run_name_of`).
 
 User errors (a bad recipe, a missing or unreadable checkpoint) end in one line naming the
 field and a non-zero exit; ``LIGHTMARL_DEBUG=1`` shows the full traceback instead.
@@ -68,10 +68,10 @@ RUNS_DIR = "runs"
 CHECKPOINT_CLASS = "lightning.pytorch.callbacks.ModelCheckpoint"
 #: the largest seed NumPy (and so ``seed_everything``) accepts.
 MAX_SEED = 2**32 - 1
-#: run locks this process holds (released when :func:`main` returns or raises).
+#: run locks this process holds (released when `main` returns or raises).
 _RUN_LOCKS: list[RunLock] = []
 #: every command with its one-line summary, as `lightmarl --help` lists them: LightningCLI's
-#: (:data:`TRAINER_COMMANDS`) and those :func:`main` dispatches itself. A new command is one entry here.
+#: (`TRAINER_COMMANDS`) and those `main` dispatches itself. A new command is one entry here.
 COMMANDS: dict[str, str] = {
     "fit": "train a recipe's population until model.max_frames env steps; writes runs/<recipe>/",
     "validate": "play model.eval_episodes seeded episodes with a checkpoint's policies, logged as eval/...",
@@ -115,7 +115,7 @@ def readable(message: str) -> str:
 
 
 def commands_help() -> str:
-    """``lightmarl --help``: every command of :data:`COMMANDS` with its summary."""
+    """``lightmarl --help``: every command of `COMMANDS` with its summary."""
     width = max(len(name) for name in COMMANDS) + 2
     rows = "\n".join(f"  {name:<{width}}{summary}" for name, summary in COMMANDS.items())
     return (
@@ -130,7 +130,7 @@ def commands_help() -> str:
 
 
 def command_parser_kwargs(command: str) -> dict[str, str]:
-    """What the help of a recipe command (:data:`TRAINER_COMMANDS` and ``evaluate``) opens with."""
+    """What the help of a recipe command (`TRAINER_COMMANDS` and ``evaluate``) opens with."""
     extra = " [--out DIR]" if command == "evaluate" else ""
     return {
         "prog": f"lightmarl {command}",
@@ -198,7 +198,7 @@ class LightmarlArgumentParser(LightningArgumentParser):
 
 
 class LightmarlCLI(LightningCLI):
-    """LightningCLI with lightmarl's defaults (:data:`TRAINER_DEFAULTS`) and checked checkpoints.
+    """LightningCLI with lightmarl's defaults (`TRAINER_DEFAULTS`) and checked checkpoints.
 
     Before a subcommand runs, ``--ckpt_path`` is resolved and read weights-only: ``last`` with
     no checkpoint on disk is an error for ``validate`` / ``test`` (they would silently evaluate
@@ -359,7 +359,7 @@ def run_name_of(config_files: Sequence[Any]) -> str:
 
 
 def apply_run_defaults(config: Any, run_name: str) -> None:
-    """Fill what a recipe leaves unset with the run layout every recipe shares (README, "Where runs go").
+    """Fill what a recipe leaves unset with the run layout every recipe shares (docs/getting_started.md, "Where things go").
 
     ``trainer.default_root_dir`` -> ``runs/<run_name>`` (the run directory; a recipe that sets
     it moves the whole run); ``trainer.logger`` unset or ``null`` -> a CSV logger (``csv/``) and a
@@ -372,7 +372,7 @@ def apply_run_defaults(config: Any, run_name: str) -> None:
 
     Args:
         config: the parsed config of one subcommand (a jsonargparse ``Namespace``).
-        run_name: the run's name (:func:`run_name_of`).
+        run_name: the run's name (`run_name_of`).
     """
     from jsonargparse import Namespace
 

@@ -1,14 +1,14 @@
 """The rollouts training learns from, kept by reference and traceable row by row.
 
-:class:`KeptRollouts` is all that training needs from a rollout store: the collector
-:meth:`~KeptRollouts.clear`\\ s it before each on-policy rollout and :meth:`~KeptRollouts.add_rollout`\\ s
+[`KeptRollouts`][lightmarl.data.kept_rollouts.KeptRollouts] is all that training needs from a rollout store: the collector
+[`clear`][lightmarl.data.kept_rollouts.KeptRollouts.clear]\\ s it before each on-policy rollout and [`add_rollout`][lightmarl.data.kept_rollouts.KeptRollouts.add_rollout]\\ s
 the rollout (its ``[num_envs, time]`` TensorDict itself, no copy); the store adds each row's
-:data:`~lightmarl.keys.TIME_INDEX`, follows the episodes across rollouts (completed episodes and
-their statistics), and :meth:`~KeptRollouts.locate` finds the row of any ``(episode_id,
+`TIME_INDEX`, follows the episodes across rollouts (completed episodes and
+their statistics), and [`locate`][lightmarl.data.kept_rollouts.KeptRollouts.locate] finds the row of any ``(episode_id,
 agent_id, time_index)``. Its episodes in progress go into a checkpoint
-(:meth:`~KeptRollouts.progress_state_dict`) for an exact resume.
+([`progress_state_dict`][lightmarl.data.kept_rollouts.KeptRollouts.progress_state_dict]) for an exact resume.
 
-:class:`~lightmarl.data.rollout_buffer.MultiAgentRolloutBuffer` extends it with copied rows
+[`MultiAgentRolloutBuffer`][lightmarl.data.rollout_buffer.MultiAgentRolloutBuffer] extends it with copied rows
 (the single-env and vectorized ``add_*`` APIs) and the learning views (``rows``,
 ``as_tensordict``, ``sequences``, ``trajectory``).
 """
@@ -48,7 +48,7 @@ class KeptRollouts:
         n_agents: agents in the group (the last batch dim of every rollout's rows).
         max_rows: memory bound: the most valid rows the kept rollouts may hold.
         overwrite: past ``max_rows``, drop the oldest rollouts instead of raising
-            :class:`RolloutBufferFullError`.
+            [`RolloutBufferFullError`][lightmarl.data.kept_rollouts.RolloutBufferFullError].
     """
 
     def __init__(self, n_agents: int, max_rows: int = DEFAULT_MAX_ROWS, overwrite: bool = False) -> None:
@@ -85,14 +85,14 @@ class KeptRollouts:
         self._rollouts = []
 
     def progress_state_dict(self) -> dict[str, Any]:
-        """The episodes in progress (what :meth:`clear` keeps), for a resumed run; stored rows are not included."""
+        """The episodes in progress (what [`clear`][lightmarl.data.kept_rollouts.KeptRollouts.clear] keeps), for a resumed run; stored rows are not included."""
         return {
             "columns": self._column_agent_ids,
             "envs": None if self._envs is None else {"num_envs": self._envs.num_envs, **self._envs.state_dict()},
         }
 
     def load_progress_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`progress_state_dict`'s output: later rollouts continue the episodes in progress."""
+        """Restore [`progress_state_dict`][lightmarl.data.kept_rollouts.KeptRollouts.progress_state_dict]'s output: later rollouts continue the episodes in progress."""
         self._column_agent_ids = state["columns"]
         envs = state["envs"]
         if envs is None:
@@ -110,15 +110,15 @@ class KeptRollouts:
     def add_rollout(self, rollout: TensorDictBase, group: str | None = None) -> None:
         """Keep a rollout **by reference**: its rows become the store's rows without a copy.
 
-        The rollout stays where it is and is what :attr:`rollouts` hands out: a trainer that
-        reads it reads the store. The store only adds :data:`~lightmarl.keys.TIME_INDEX`
+        The rollout stays where it is and is what [`rollouts`][lightmarl.data.kept_rollouts.KeptRollouts.rollouts] hands out: a trainer that
+        reads it reads the store. The store only adds `TIME_INDEX`
         (``[num_envs, time, n_agents]``, each row's env step within its episode) to the
         rollout's rows, and follows the episodes (completed episodes, statistics). Queries read
         the kept rollouts; only their answers are copies.
 
         Kept rollouts count against ``max_rows`` with their valid rows; past it the oldest
         rollouts are dropped with ``overwrite=True`` (never the one just added), otherwise
-        :class:`RolloutBufferFullError` is raised. A rollout is never moved to another device.
+        [`RolloutBufferFullError`][lightmarl.data.kept_rollouts.RolloutBufferFullError] is raised. A rollout is never moved to another device.
 
         Args:
             rollout: with ``group=None``, one group's rows ``[num_envs, time, n_agents]`` with
@@ -212,7 +212,7 @@ class KeptRollouts:
         return [rollout for rollout, _, _ in self._rollouts]
 
     def locate(self, episode_id: int, agent_id: int, time_index: int) -> tuple[int, int, int, int]:
-        """Where one kept row is: ``(rollout, env, step, agent)``, indices into :attr:`rollouts`.
+        """Where one kept row is: ``(rollout, env, step, agent)``, indices into [`rollouts`][lightmarl.data.kept_rollouts.KeptRollouts.rollouts].
 
         ``rollouts[r][group][env, step, agent]`` (or ``rollouts[r][env, step, agent]`` for
         rollouts added without a group) is the row of agent ``agent_id`` at time

@@ -23,15 +23,15 @@ from lightmarl.population.bindings import GroupBindingIndex
 class MultiAgentPolicy(nn.Module):
     """Runs every binding's policy once on the rows of the agents it controls.
 
-    Rows are grouped with the index tensors cached in the :class:`BindingTable`
-    (:meth:`BindingTable.row_index`; no per-agent Python loop). For each group:
+    Rows are grouped with the index tensors cached in the [`BindingTable`][lightmarl.population.bindings.BindingTable]
+    ([`BindingTable.row_index`][lightmarl.population.bindings.BindingTable.row_index]; no per-agent Python loop). For each group:
 
     - a binding that controls every row runs on the group as is (no gather / scatter);
     - otherwise each binding gathers its rows with ``index_select``, runs one forward, and its
       actions / log-probs are copied back in place (``index_copy_``) into outputs allocated
       once per group. With the same map in every env copy rows are selected along the agent
       dim; with a per-env map they are flat positions over ``[*batch, agents]``.
-    - when every binding of the group is a discrete :class:`MLPActorCritic` of the same
+    - when every binding of the group is a discrete [`MLPActorCritic`][lightmarl.policies.mlp.MLPActorCritic] of the same
       shape (and ``stack_same_shape``), their actors run as one stacked forward instead:
       rows padded to ``[bindings, rows]``, one ``baddbmm`` per layer with the bindings'
       weights stacked, one categorical sample. Per-call overhead of a TorchRL actor is far
@@ -185,7 +185,7 @@ class MultiAgentPolicy(nn.Module):
 
 
 class _StackedMLPActors:
-    """The actors of same-shaped discrete :class:`MLPActorCritic` bindings as one batched forward.
+    """The actors of same-shaped discrete [`MLPActorCritic`][lightmarl.policies.mlp.MLPActorCritic] bindings as one batched forward.
 
     Weights are stacked ``[bindings, ...]`` (re-stacked when a parameter changes in place, as
     an optimizer step does; every call when gradients are on, so they flow to each binding).
