@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from lightmarl.cli import main
@@ -14,6 +16,8 @@ from lightmarl.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 MULTI_GROUP = ROOT / "docs" / "howto" / "multi_group.md"
+OWN_ENV = ROOT / "docs" / "howto" / "bring_your_env.md"
+SCRIPTED = ROOT / "docs" / "howto" / "scripted_policy.md"
 #: a seconds-long run of a page's recipe: the page's own fields, fewer frames and episodes.
 SHORT = ["--model.max_frames=800", "--model.eval_episodes=2", "--trainer.enable_progress_bar=false"]
 
@@ -25,7 +29,7 @@ def blocks(page: Path, language: str) -> list[str]:
 def commands(block: str) -> list[list[str]]:
     """The ``lightmarl ...`` lines of a bash block (backslash continuations joined), without ``lightmarl``."""
     lines = block.replace("\\\n", " ").strip().splitlines()
-    out = [shlex.split(line, comments=True) for line in lines]
+    out = [shlex.split(line.removeprefix("PYTHONPATH=. "), comments=True) for line in lines]
     assert all(command[0] == "lightmarl" for command in out), lines
     return [command[1:] for command in out]
 
@@ -99,3 +103,45 @@ def test_one_binding_over_two_groups_fails_with_the_message_the_page_shows(tmp_p
     else:
         raise AssertionError("one binding over two groups trained")
     assert capsys.readouterr().err.strip() == message
+
+
+@pytest.fixture
+def own_module(tmp_path, monkeypatch):
+    """Run in ``tmp_path`` as the pages do; what ``PYTHONPATH=.`` does for the CLI, done for this process."""
+    monkeypatch.chdir(tmp_path)
+    modules = set(sys.modules)
+    yield lambda: monkeypatch.syspath_prepend(str(tmp_path))
+    for name in set(sys.modules) - modules:
+        if name in ("my_env", "my_policies"):
+            del sys.modules[name]
+
+
+@pytest.mark.parametrize(
+    ("page", "module", "recipe"), [(OWN_ENV, "my_env", "cue.yaml"), (SCRIPTED, "my_policies", "npc.yaml")]
+)
+def test_a_howto_with_its_own_module_runs_top_to_bottom(page, module, recipe, tmp_path, own_module, capsys):
+    (tmp_path / f"{module}.py").write_text(blocks(page, "python")[0])
+    (recipe_text,) = blocks(page, "yaml")
+    (tmp_path / recipe).write_text(recipe_text)
+    bash = blocks(page, "bash")[0]
+    assert all(line.startswith("PYTHONPATH=. lightmarl ") for line in bash.strip().splitlines())
+    fit, validate = commands(bash)
+    assert fit[:3] == ["fit", "--config", recipe]
+    # Without the directory on the import path the run stops at once, as the scripted-policy page shows.
+    with pytest.raises(SystemExit) as stop:
+        main([*fit, *SHORT])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert f"no module {module!r} is installed" in error
+    if page is SCRIPTED:
+        assert error == blocks(SCRIPTED, "text")[0].strip()
+    own_module()
+    main([*fit, *SHORT])
+    capsys.readouterr()
+    main([*validate, *SHORT])
+    out = capsys.readouterr().out
+    bindings = ["main"] if page is OWN_ENV else ["learner", "npc"]
+    assert all(f"eval/{binding}/episode_return" in out for binding in bindings), out[-2000:]
+    if page is OWN_ENV:  # the page's check of the env passes on it
+        exec(compile(blocks(OWN_ENV, "python")[1], str(OWN_ENV), "exec"), {})
+        assert "VecEnvCheck(" in capsys.readouterr().out
