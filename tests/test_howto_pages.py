@@ -145,3 +145,18 @@ def test_a_howto_with_its_own_module_runs_top_to_bottom(page, module, recipe, tm
     if page is OWN_ENV:  # the page's check of the env passes on it
         exec(compile(blocks(OWN_ENV, "python")[1], str(OWN_ENV), "exec"), {})
         assert "VecEnvCheck(" in capsys.readouterr().out
+
+
+def test_the_league_howto_is_the_shipped_recipe_and_trains(tmp_path, monkeypatch, capsys):
+    page = ROOT / "docs" / "howto" / "league.md"
+    monkeypatch.chdir(tmp_path)
+    (recipe,) = blocks(page, "yaml")
+    assert yaml.safe_load(recipe) == yaml.safe_load((ROOT / "recipes" / "league_rps.yaml").read_text())
+    (tmp_path / "rps.yaml").write_text(recipe)
+    fit, validate = commands(blocks(page, "bash")[0])
+    main([*fit, *SHORT])
+    metrics = (tmp_path / "runs" / "rps" / "csv" / "version_0" / "metrics.csv").read_text().splitlines()[0]
+    assert "league/main/exploitability" in metrics and "league/historical_players" in metrics
+    capsys.readouterr()
+    main([*validate, *SHORT])
+    assert "eval/main/episode_return" in capsys.readouterr().out
