@@ -160,3 +160,20 @@ def test_the_league_howto_is_the_shipped_recipe_and_trains(tmp_path, monkeypatch
     capsys.readouterr()
     main([*validate, *SHORT])
     assert "eval/main/episode_return" in capsys.readouterr().out
+
+
+def test_the_evaluate_howto_is_the_shipped_recipe_and_evaluates(tmp_path, monkeypatch, capsys):
+    page = ROOT / "docs" / "howto" / "evaluate.md"
+    monkeypatch.chdir(tmp_path)
+    (recipe,) = blocks(page, "yaml")
+    assert yaml.safe_load(recipe) == yaml.safe_load((ROOT / "recipes" / "ippo_simple_spread.yaml").read_text())
+    (tmp_path / "ippo.yaml").write_text(recipe)
+    fit, evaluate = commands(blocks(page, "bash")[0])
+    main([*fit, *SHORT, "--evaluation.every_n_frames=null"])
+    main([*evaluate, "--evaluation.every_n_frames=null"])
+    written = {p.name for p in (tmp_path / "runs" / "ippo" / "evaluation").iterdir()}
+    assert {"report.json", "summary.md", "returns.png"} <= written
+    (baseline,) = commands(blocks(page, "bash")[1])
+    capsys.readouterr()
+    main([*baseline, *SHORT])
+    assert "eval/main/episode_return" in capsys.readouterr().out
