@@ -4,7 +4,8 @@
 Every ``<!-- results:NAME -->`` ... ``<!-- /results:NAME -->`` block in ``README.md``,
 ``benchmarks/README.md`` and ``docs/**/*.md`` is replaced by the table of
 ``benchmarks/results/NAME.json`` (written by ``benchmarks/results.py``'s ``write_result``) and a
-line saying how, where and when it was measured. The tables are never edited by hand:
+line with the command, the date, the machine and the commit measured. How the numbers reached the
+file (a ``source`` note) stays in the JSON: the pages show what was measured, not its history. The tables are never edited by hand:
 
     python scripts/render_results.py           # rewrite the tables
     python scripts/render_results.py --check   # exit 1, naming each table that differs from its JSON
@@ -93,8 +94,6 @@ def render(result: Mapping[str, Any]) -> str:
     lines += ["", f"`{result['command']}`", ""]
     detail = f"Measured {result['date'][:10]}" + (f" on {where}" if where else "")
     detail += (f", commit `{commit}`" if commit else "") + (" with uncommitted changes" if result.get("dirty") else "")
-    if result.get("source"):
-        detail += f"; {result['source']}"
     lines.append(detail + f" (`benchmarks/results/{result['name']}.json`).")
     if result.get("notes"):
         lines += ["", result["notes"]]

@@ -95,7 +95,7 @@ def trainable_bindings(recipe: Path) -> list[str]:
 
 
 def test_every_recipe_is_documented_and_every_documented_recipe_exists():
-    docs = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+    docs = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))])
     named = set(re.findall(r"recipes/[\w/]+\.yaml", docs))
     # A README row may name a recipe's siblings by file name: `recipes/two_trainers/ppo_run.yaml` + `dqn_run.yaml`.
     undocumented = [

@@ -58,7 +58,7 @@ def test_recipes_carry_no_trainer_boilerplate(recipe):
 def test_a_recipe_without_a_trainer_section_writes_where_the_readme_says(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     main(["fit", "--config", str(ROOT / "recipes/quickstart.yaml"), *TINY])
-    run = tmp_path / "runs" / "quickstart"  # README, "Where runs go"
+    run = tmp_path / "runs" / "quickstart"  # docs/getting_started.md, "Where things go"
     assert (run / "checkpoints" / "last.ckpt").is_file()
     assert (run / "csv" / "version_0" / "metrics.csv").is_file()
     saved = yaml.safe_load((run / "csv" / "version_0" / "config.yaml").read_text())
@@ -109,8 +109,8 @@ def test_max_time_stops_a_run_on_time_with_a_checkpoint_it_resumes_from(tmp_path
 
 def test_a_best_by_metric_checkpoint_goes_beside_last_in_the_run_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    # The README's snippet itself ("Where things go"), so that it cannot drift from what works.
-    section = (ROOT / "README.md").read_text().split("## Where things go")[1].split("\n## ")[0]
+    # The snippet of docs/getting_started.md itself ("Where things go"), so that it cannot drift from what works.
+    section = (ROOT / "docs/getting_started.md").read_text().split("## Where things go")[1].split("\n## ")[0]
     snippet = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, flags=re.S).group(1))
     best = json.dumps(snippet["trainer"]["callbacks"])
     tiny = [*TINY, "--model.max_frames=60", "--model.eval_episodes=2"]  # 6 epochs, each with an evaluation

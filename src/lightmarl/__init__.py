@@ -2,9 +2,9 @@
 
 A population of policy bindings (trainable and frozen, neural and scripted) acts in
 vectorized PettingZoo envs; each trainable binding learns with its own TorchRL loss inside
-a Lightning ``LightningModule`` (:class:`lightmarl.training.MARLModule`).
+a Lightning ``LightningModule`` ([`lightmarl.training.MARLModule`][lightmarl.training.module.MARLModule]).
 ``lightmarl.load_population(path)`` loads a trained population to act
-(:mod:`lightmarl.inference`).
+([`lightmarl.inference`][lightmarl.inference]).
 """
 
 from typing import Any

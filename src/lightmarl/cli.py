@@ -1,19 +1,19 @@
-"""The ``lightmarl`` command: LightningCLI over :class:`~lightmarl.training.MARLModule`.
+"""The ``lightmarl`` command: LightningCLI over [`MARLModule`][lightmarl.training.module.MARLModule].
 
 ``lightmarl fit --config recipes/quickstart.yaml`` trains, ``lightmarl validate`` /
 ``lightmarl test`` play evaluation episodes; ``--print_config`` shows the resolved recipe
 and any ``--model.x.y=value`` / ``--trainer.x=value`` overrides it. ``lightmarl export``
-writes a run's policies for inference (:mod:`lightmarl.policies.exported`). A recipe's
-``evaluation:`` section (:class:`~lightmarl.evaluation.scenarios.EvaluationConfig`) names
+writes a run's policies for inference (`lightmarl.policies.exported`). A recipe's
+``evaluation:`` section ([`EvaluationConfig`][lightmarl.evaluation.scenarios.EvaluationConfig]) names
 evaluation scenarios: ``lightmarl evaluate --config recipe.yaml --ckpt_path last`` plays them and
 writes a report, its plots and videos, and ``evaluation.every_n_frames`` makes ``fit`` play them
-periodically (:mod:`lightmarl.training.periodic_evaluation`).
+periodically (`lightmarl.training.periodic_evaluation`).
 
 A recipe carries only what differs from the defaults every run shares: the Trainer settings of
-:data:`TRAINER_DEFAULTS`, and a run directory ``runs/<run_name>`` (:func:`apply_run_defaults`)
+`TRAINER_DEFAULTS`, and a run directory ``runs/<run_name>`` (`apply_run_defaults`)
 holding a CSV and a TensorBoard logger and a ``checkpoints/`` folder with ``last.ckpt``. The run
 name is ``run_name`` where the recipe (or ``--run_name``) sets it, else the recipe file's path under
-``recipes/`` without ``.yaml`` (:func:`run_name_of`).
+``recipes/`` without ``.yaml`` (`run_name_of`).
 
 User errors (a bad recipe, a missing or unreadable checkpoint) end in one line naming the
 field and a non-zero exit; ``LIGHTMARL_DEBUG=1`` shows the full traceback instead.
@@ -68,10 +68,21 @@ RUNS_DIR = "runs"
 CHECKPOINT_CLASS = "lightning.pytorch.callbacks.ModelCheckpoint"
 #: the largest seed NumPy (and so ``seed_everything``) accepts.
 MAX_SEED = 2**32 - 1
-#: run locks this process holds (released when :func:`main` returns or raises).
+#: run locks this process holds (released when `main` returns or raises).
 _RUN_LOCKS: list[RunLock] = []
-#: every command, for messages: LightningCLI's and those lightmarl dispatches itself.
-COMMANDS = ("fit", "validate", "test", "predict", "evaluate", "export", "plot")
+#: every command with its one-line summary, as `lightmarl --help` lists them: LightningCLI's
+#: (`TRAINER_COMMANDS`) and those `main` dispatches itself. A new command is one entry here.
+COMMANDS: dict[str, str] = {
+    "fit": "train a recipe's population until model.max_frames env steps; writes runs/<recipe>/",
+    "validate": "play model.eval_episodes seeded episodes with a checkpoint's policies, logged as eval/...",
+    "test": "the same episodes as validate, logged as test/...",
+    "evaluate": "play the recipe's evaluation: scenarios; write report.json, summary.md, plots and videos",
+    "export": "write a run's policies for inference (safetensors or ONNX), without optimizer or trainer state",
+    "plot": "draw learning curves, payoff heatmaps and return distributions from runs and reports",
+}
+#: the commands that run a Lightning ``Trainer`` method through LightningCLI (``predict`` is not one:
+#: a population acts through ``lightmarl.load_population``, docs/howto/export.md).
+TRAINER_COMMANDS = ("fit", "validate", "test")
 COMMANDS_HINT = f"the commands are {', '.join(COMMANDS)} (`lightmarl COMMAND --help` lists its options)"
 #: set to 1 for full tracebacks instead of one-line user errors.
 DEBUG_ENV = "LIGHTMARL_DEBUG"
@@ -103,8 +114,60 @@ def readable(message: str) -> str:
     return " ".join(lines)
 
 
+def commands_help() -> str:
+    """``lightmarl --help``: every command of `COMMANDS` with its summary."""
+    width = max(len(name) for name in COMMANDS) + 2
+    rows = "\n".join(f"  {name:<{width}}{summary}" for name, summary in COMMANDS.items())
+    return (
+        "usage: lightmarl COMMAND [options]\n\n"
+        "Multi-agent RL populations on PyTorch Lightning, TorchRL and TensorDict: train, evaluate and ship\n"
+        "the policies a YAML recipe names.\n\n"
+        f"commands:\n{rows}\n\n"
+        "`lightmarl COMMAND --help` lists a command's options. Example:\n"
+        "  lightmarl fit --config recipes/quickstart.yaml\n"
+        "  lightmarl validate --config recipes/quickstart.yaml --ckpt_path last\n"
+    )
+
+
+def command_parser_kwargs(command: str) -> dict[str, str]:
+    """What the help of a recipe command (`TRAINER_COMMANDS` and ``evaluate``) opens with."""
+    extra = " [--out DIR]" if command == "evaluate" else ""
+    return {
+        "prog": f"lightmarl {command}",
+        "usage": f"lightmarl {command} --config RECIPE [--model.FIELD VALUE ...] [--trainer.FIELD VALUE ...] "
+        f"[--ckpt_path last|FILE]{extra}",
+        "description": f"{COMMANDS[command][0].upper()}{COMMANDS[command][1:]}. lightmarl's own options come first, "
+        "then the model's (a recipe's model: section), then Lightning's Trainer (its trainer: section).",
+    }
+
+
 class LightmarlArgumentParser(LightningArgumentParser):
-    """Parse errors as one line (``lightmarl: error: ...``) instead of the whole usage, exit code 2."""
+    """Parse errors as one line (``lightmarl: error: ...``) instead of the whole usage, exit code 2;
+    help lists lightmarl's own options and the model's before Lightning's Trainer flags."""
+
+    def format_help(self, formatter: argparse.HelpFormatter | None = None) -> str:
+        groups = self._action_groups
+
+        def lightning(group: Any) -> bool:
+            dests = [action.dest for action in group._group_actions]
+            return bool(dests) and all(d.split(".")[0] in ("trainer", "data") for d in dests)
+
+        titles = {id(g): g.title for g in groups}
+        for group in groups:
+            dests = {action.dest.split(".")[0] for action in group._group_actions}
+            if dests == {"trainer"}:
+                group.title = "Lightning's Trainer (a recipe's trainer: section; lightmarl fills in its defaults)"
+            elif dests == {"data"}:
+                group.title = "Lightning's DataModule (unused: lightmarl collects its own rollouts)"
+            elif "ckpt_path" in dests and dests <= {"ckpt_path", "weights_only"}:
+                group.title = "The checkpoint"
+        self._action_groups = [g for g in groups if not lightning(g)] + [g for g in groups if lightning(g)]
+        try:
+            return super().format_help(formatter)
+        finally:
+            self._action_groups = groups
+            for group in groups:
+                group.title = titles[id(group)]
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error or os.environ.get(DEBUG_ENV):
@@ -135,13 +198,17 @@ class LightmarlArgumentParser(LightningArgumentParser):
 
 
 class LightmarlCLI(LightningCLI):
-    """LightningCLI with lightmarl's defaults (:data:`TRAINER_DEFAULTS`) and checked checkpoints.
+    """LightningCLI with lightmarl's defaults (`TRAINER_DEFAULTS`) and checked checkpoints.
 
     Before a subcommand runs, ``--ckpt_path`` is resolved and read weights-only: ``last`` with
     no checkpoint on disk is an error for ``validate`` / ``test`` (they would silently evaluate
     an untrained model) and a logged fresh start for ``fit``; a missing, truncated or crafted
     file is a one-line error. Lightning then loads the checkpoint weights-only too.
     """
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        return {name: skip for name, skip in LightningCLI.subcommands().items() if name in TRAINER_COMMANDS}
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         # Algorithms declare their hyper-parameters as dataclass fields with docstrings: show those in --help.
@@ -292,7 +359,7 @@ def run_name_of(config_files: Sequence[Any]) -> str:
 
 
 def apply_run_defaults(config: Any, run_name: str) -> None:
-    """Fill what a recipe leaves unset with the run layout every recipe shares (README, "Where runs go").
+    """Fill what a recipe leaves unset with the run layout every recipe shares (docs/getting_started.md, "Where things go").
 
     ``trainer.default_root_dir`` -> ``runs/<run_name>`` (the run directory; a recipe that sets
     it moves the whole run); ``trainer.logger`` unset or ``null`` -> a CSV logger (``csv/``) and a
@@ -305,7 +372,7 @@ def apply_run_defaults(config: Any, run_name: str) -> None:
 
     Args:
         config: the parsed config of one subcommand (a jsonargparse ``Namespace``).
-        run_name: the run's name (:func:`run_name_of`).
+        run_name: the run's name (`run_name_of`).
     """
     from jsonargparse import Namespace
 
@@ -530,7 +597,7 @@ def export_main(args: list[str]) -> None:
         action="store_true",
         help="build any class the file names (importing it runs its code): only for files you trust",
     )
-    parser.add_argument("--no-snapshots", action="store_true", help="leave the league's snapshots out")
+    parser.add_argument("--no_snapshots", action="store_true", help="leave the league's snapshots out")
     options = parser.parse_args(args)
     out_path = Path(options.out)
     if out_path.exists() and not out_path.is_dir():
@@ -562,6 +629,9 @@ def _one_line(err: BaseException) -> str:
 
 def main(args: list[str] | None = None) -> None:
     argv = sys.argv[1:] if args is None else args
+    if argv[:1] in (["-h"], ["--help"]):
+        print(commands_help(), end="")  # noqa: T201 - the command's output
+        return
     if argv[:1] == ["plot"]:
         # LightningCLI's subcommands are fixed: `lightmarl plot` is dispatched before it.
         plot_cli.main(argv[1:])
@@ -593,6 +663,7 @@ def _main(argv: list[str], args: list[str] | None, preemption: Preemption) -> No
                     seed_everything_default=0,
                     auto_configure_optimizers=False,
                     parser_class=LightmarlArgumentParser,
+                    parser_kwargs=command_parser_kwargs("evaluate"),
                     args=argv[1:],
                     run=False,
                 )
@@ -600,7 +671,10 @@ def _main(argv: list[str], args: list[str] | None, preemption: Preemption) -> No
             return
         LightmarlCLI(
             MARLModule,
-            parser_kwargs={"description": f"Multi-agent RL with lightmarl; {COMMANDS_HINT}."},
+            parser_kwargs={
+                "description": f"Multi-agent RL with lightmarl; {COMMANDS_HINT}.",
+                **{command: command_parser_kwargs(command) for command in TRAINER_COMMANDS},
+            },
             trainer_defaults={**TRAINER_DEFAULTS, "callbacks": [preemption]},
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},

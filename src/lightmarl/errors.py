@@ -24,11 +24,11 @@ class TrainingFault(RuntimeError):
 
     Raised during ``fit`` (never at set-up): a non-finite loss or gradient, or a diverging binding,
     under a ``stop`` policy, or an env worker that hung or died under ``worker_failure: stop``.
-    The CLI prints it as one line and exits with :data:`TRAINING_FAULT_EXIT_CODE`.
+    The CLI prints it as one line and exits with `TRAINING_FAULT_EXIT_CODE`.
     """
 
 
-#: exit code of a run stopped by a :class:`TrainingFault` (config errors exit with 2, preemption with 128 + signal).
+#: exit code of a run stopped by a [`TrainingFault`][lightmarl.errors.TrainingFault] (config errors exit with 2, preemption with 128 + signal).
 TRAINING_FAULT_EXIT_CODE = 3
 
 

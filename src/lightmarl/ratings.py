@@ -152,7 +152,7 @@ def rate_teams(
         teams: per team, the ``(mu, sigma)`` of each member; a 1v1 game is two teams of one.
         ranks: finishing place per team, lower is better; equal ranks are a draw.
         scores: points per team, higher is better (give ``ranks`` or ``scores``, not both).
-        model: an openskill model (see :func:`openskill_model`); default Plackett-Luce.
+        model: an openskill model (see [`openskill_model`][lightmarl.ratings.openskill_model]); default Plackett-Luce.
     """
     if (ranks is None) == (scores is None):
         raise ValueError("rate_teams needs exactly one of ranks= or scores=")
@@ -176,7 +176,7 @@ class SkillRatings:
     """A table of openskill ``(mu, sigma)`` ratings, one per player id.
 
     Args:
-        model: openskill model name (:data:`OpenSkillModelName`).
+        model: openskill model name (`OpenSkillModelName`).
         mu: prior mean of a new player.
         sigma: prior standard deviation of a new player.
     """
@@ -213,7 +213,7 @@ class SkillRatings:
         self.update([[home], [away]], ranks=[1.0 - home_score, home_score])
 
     def ordinal(self, player_id: str, z: float = 3.0) -> float:
-        """Conservative skill of ``player_id`` (see :func:`ordinal`)."""
+        """Conservative skill of ``player_id`` (see [`ordinal`][lightmarl.ratings.ordinal])."""
         return ordinal(*self[player_id], z=z)
 
     def state_dict(self) -> dict[str, Any]:

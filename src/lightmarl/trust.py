@@ -4,8 +4,8 @@ Checkpoints, ``PolicyDict`` files, exported populations and league snapshots des
 by name (a policy class, its keyword arguments, an encoder's or a shared module's
 ``class_path``). Importing a module runs its top-level code and calling a class runs its
 constructor, so a name taken from a file is code chosen by whoever wrote the file. While a file
-is being turned into policies (inside :func:`loading_file`), every import that
-:func:`lightmarl._imports.import_object` would make is checked here **before** the import:
+is being turned into policies (inside [`loading_file`][lightmarl.trust.loading_file]), every import that
+`lightmarl._imports.import_object` would make is checked here **before** the import:
 
 * a class defined in ``lightmarl.policies`` (the package's own policy, encoder and network
   classes) or ``lightmarl.envs.transforms`` (its env transforms) is allowed: the allow-list is built from the package, not from the file;
@@ -16,11 +16,11 @@ is being turned into policies (inside :func:`loading_file`), every import that
   ``PolicyDict.load(..., trust_code=True)`` or ``lightmarl export --trust_code``.
 
 Group specs (the agents' spaces) come from the file's own data or from the recipe's env, never
-from an env constructor named only in the file. Outside :func:`loading_file` (a recipe being
+from an env constructor named only in the file. Outside [`loading_file`][lightmarl.trust.loading_file] (a recipe being
 built) imports are not restricted: a recipe is code its user chose to run.
 
 This module imports nothing of lightmarl (the import helper below every package calls it);
-:func:`lightmarl.policies.loading.resolve_class` is the resolver for class names read from files.
+`lightmarl.policies.loading.resolve_class` is the resolver for class names read from files.
 """
 
 from __future__ import annotations
@@ -65,12 +65,12 @@ _scope: ContextVar[LoadScope | None] = ContextVar("lightmarl_load_scope", defaul
 
 @contextlib.contextmanager
 def loading_file(source: Any, *, field: str, allowed: Iterable[str] = (), trust_code: bool = False) -> Iterator[None]:
-    """Apply the loading rule to every import made inside the block (see the module doc).
+    """Apply the loading rule to every import made inside the block (see [`trust`][lightmarl.trust]).
 
     Args:
         source: the file or directory being loaded.
         field: what asked for it, leading every error message.
-        allowed: class paths the recipe names (see :func:`recipe_class_paths`).
+        allowed: class paths the recipe names (see [`recipe_class_paths`][lightmarl.trust.recipe_class_paths]).
         trust_code: import whatever the file names (the user trusts its author).
     """
     if trust_code:
@@ -104,7 +104,7 @@ def _refuse(scope: LoadScope, path: str, field: str, why: str) -> UntrustedCodeE
 def check_import(path: str, *, field: str) -> None:
     """Refuse, before importing anything, a name that a file being loaded may not make lightmarl import.
 
-    A no-op outside :func:`loading_file`. Called by :func:`lightmarl._imports.import_object`.
+    A no-op outside [`loading_file`][lightmarl.trust.loading_file]. Called by `lightmarl._imports.import_object`.
 
     Raises:
         UntrustedCodeError: naming the file, ``field`` and ``path``.
@@ -121,7 +121,7 @@ def check_imported(path: str, obj: Any, *, field: str) -> None:
     """After the import of an allowed ``lightmarl.policies...`` path: it must be a class defined there.
 
     (``lightmarl.policies.mlp.torch.load`` imports only lightmarl's own module, but names torch's
-    function through it.) A no-op outside :func:`loading_file` and for recipe-named or trusted paths.
+    function through it.) A no-op outside [`loading_file`][lightmarl.trust.loading_file] and for recipe-named or trusted paths.
 
     Raises:
         UntrustedCodeError: naming the file, ``field`` and ``path``.

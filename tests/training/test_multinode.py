@@ -6,7 +6,7 @@ on rank 1 (reset seeds 4..7) pay ``red`` NaN rewards. Rank 0's ``red`` losses ar
 the agreement (``GradientStepper.agree_min``) keeps it from stepping while rank 1 skips; the
 epoch-end ``assert_ranks_in_sync`` fails the run if the ranks' weights differ by one bit.
 
-The multi-node launch is the documented one (README, "Several machines"): each node runs
+The multi-node launch is the documented one (docs/howto/production.md, "Several machines"): each node runs
 ``lightmarl fit ... --trainer.num_nodes 2 --trainer.devices 1`` with ``MASTER_ADDR``,
 ``MASTER_PORT``, ``WORLD_SIZE`` and its own ``NODE_RANK``; here both "nodes" are processes of this
 machine talking over gloo on 127.0.0.1.

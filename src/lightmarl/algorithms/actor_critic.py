@@ -38,7 +38,7 @@ class OffPolicyActorCriticAlgorithm(OffPolicyAlgorithm):
 
 
 class OffPolicyActorCriticUnitTrainer(OffPolicyUnitTrainer):
-    """An off-policy learner of an actor and Q critics; subclasses name the two (:meth:`networks`)."""
+    """An off-policy learner of an actor and Q critics; subclasses name the two (`networks`)."""
 
     action_kinds = ("continuous",)
     whole_group_reason = (

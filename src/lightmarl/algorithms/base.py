@@ -1,14 +1,14 @@
-"""The learner contract: an :class:`Algorithm` (config) builds one :class:`UnitTrainer` per binding.
+"""The learner contract: an [`Algorithm`][lightmarl.algorithms.base.Algorithm] (config) builds one [`UnitTrainer`][lightmarl.algorithms.base.UnitTrainer] per binding.
 
 This layer knows nothing of Lightning nor of ``torch.distributed``. Gradient steps and the
-few decisions every process must take together go through a :class:`GradientStepper`, so
+few decisions every process must take together go through a [`GradientStepper`][lightmarl.algorithms.base.GradientStepper], so
 that the LightningModule can route ``backward`` through ``manual_backward`` and all-reduce
-under DDP, while plain Python scripts use :class:`PlainStepper`.
+under DDP, while plain Python scripts use [`PlainStepper`][lightmarl.algorithms.base.PlainStepper].
 
 An algorithm is a dataclass: its fields are its hyper-parameters (the YAML schema of
 ``class_path: lightmarl.algorithms.PPO`` + ``init_args``, with each field's docstring as its
-``--help``), checked in ``__post_init__``. Its :attr:`Algorithm.trainer_class` declares, in
-``requires``, the policy contracts (:mod:`lightmarl.policies.contracts`) it reads.
+``--help``), checked in ``__post_init__``. Its `Algorithm.trainer_class` declares, in
+``requires``, the policy contracts ([`lightmarl.policies.contracts`][lightmarl.policies.contracts]) it reads.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class GradientStepper(Protocol):
 
         The norm is taken over ``parameters`` after synchronising and before clipping. A
         non-finite norm means the step was not taken (gradients zeroed, optimizer untouched):
-        see :func:`step_finite`.
+        see `step_finite`.
         """
         ...
 
@@ -102,7 +102,7 @@ def optimize(
 
     Other entries (diagnostics such as ``entropy`` or ``ESS``) are left out of the sum; DQN's
     loss names its only term ``loss``, the others ``loss_<part>``. The binding's ``guard``
-    (:class:`~lightmarl.algorithms.faults.NonFiniteGuard`, ``UnitTrainer.guard``) skips the step,
+    (`NonFiniteGuard`, ``UnitTrainer.guard``) skips the step,
     or stops the run, when a term or the gradient is not finite; returns whether the step was taken.
     """
     losses = {name: value for name, value in terms.items() if name.startswith("loss")}
@@ -118,7 +118,7 @@ def optimize(
 
 
 class MetricMeans:
-    """Means of per-step metrics over an update: each :meth:`add` is one step.
+    """Means of per-step metrics over an update: each `add` is one step.
 
     Tensors are reduced to their mean (multi-agent diagnostics can be non-scalar); empty and
     integer tensors are skipped. Non-finite values are kept: a NaN loss shows in the logs as NaN.
@@ -157,7 +157,7 @@ def loss_row_mask(
     losses, it was produced by a trainable binding.
 
     Args:
-        rows: a group's rows (``[..., agents]``) carrying the annotations of :mod:`lightmarl.keys`.
+        rows: a group's rows (``[..., agents]``) carrying the annotations of [`lightmarl.keys`][lightmarl.keys].
         table: the population.
         loss_name: the loss asking.
         binding_id: restrict to this binding's rows, or ``None``.
@@ -181,9 +181,9 @@ def loss_row_mask(
 class UnitTrainer(ABC):
     """The learner of one trainable binding: its losses, optimizer and data path.
 
-    Subclasses declare what they read from the policy (:attr:`requires`, :attr:`action_kinds`)
-    and which parameters they step at which learning rate (:meth:`parameter_groups`); the
-    :class:`Algorithm` checks the first before building the trainer.
+    Subclasses declare what they read from the policy (`requires`, `action_kinds`)
+    and which parameters they step at which learning rate ([`parameter_groups`][lightmarl.algorithms.base.UnitTrainer.parameter_groups]); the
+    [`Algorithm`][lightmarl.algorithms.base.Algorithm] checks the first before building the trainer.
 
     Args:
         binding_id: the binding it trains.
@@ -194,11 +194,11 @@ class UnitTrainer(ABC):
             another binding's policy, e.g. a distillation teacher, needs it).
     """
 
-    #: the policy contracts (:mod:`lightmarl.policies.contracts`) this trainer reads.
+    #: the policy contracts ([`lightmarl.policies.contracts`][lightmarl.policies.contracts]) this trainer reads.
     requires: ClassVar[tuple[type, ...]] = ()
     #: the action kinds it can learn (``None``: any).
     action_kinds: ClassVar[tuple[str, ...] | None] = None
-    #: a policy class that satisfies :attr:`requires`, named in the error when a policy does not.
+    #: a policy class that satisfies `requires`, named in the error when a policy does not.
     suggested_policy: ClassVar[str] = "a policy that provides them"
     #: names of the losses this trainer runs; loss profiles refer to them (checked at build time).
     loss_names: tuple[str, ...] = ()
@@ -227,7 +227,7 @@ class UnitTrainer(ABC):
         #: skips (or stops on) non-finite losses and gradients of this binding's steps.
         self.guard = NonFiniteGuard(binding_id, getattr(config, "on_nonfinite", "skip"))
         self._build()
-        #: warns (or stops) when this binding's update metrics stay beyond :meth:`divergence_limits`.
+        #: warns (or stops) when this binding's update metrics stay beyond [`divergence_limits`][lightmarl.algorithms.base.UnitTrainer.divergence_limits].
         self.divergence = DivergenceWatch(
             binding_id,
             self.divergence_limits(),
@@ -241,7 +241,7 @@ class UnitTrainer(ABC):
 
     @abstractmethod
     def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
-        """``(parameters, learning rate)`` pairs its optimizer steps; build each with :meth:`own_parameters`."""
+        """``(parameters, learning rate)`` pairs its optimizer steps; build each with [`own_parameters`][lightmarl.algorithms.base.UnitTrainer.own_parameters]."""
 
     def parameters(self) -> list[nn.Parameter]:
         """Every parameter its optimizer steps."""
@@ -256,7 +256,7 @@ class UnitTrainer(ABC):
         return [p for p in unique_parameters(modules) if id(p) not in self.shared_parameter_ids]
 
     def make_optimizer(self) -> torch.optim.Optimizer:
-        """One Adam with a parameter group per entry of :meth:`parameter_groups` (empty ones left out)."""
+        """One Adam with a parameter group per entry of [`parameter_groups`][lightmarl.algorithms.base.UnitTrainer.parameter_groups] (empty ones left out)."""
         return torch.optim.Adam([{"params": params, "lr": lr} for params, lr in self.parameter_groups() if params])
 
     @abstractmethod
@@ -268,9 +268,9 @@ class UnitTrainer(ABC):
     def learn(
         self, experience: TensorDictBase, optimizer: torch.optim.Optimizer, stepper: GradientStepper
     ) -> dict[str, float]:
-        """:meth:`update`, watched: adds ``skipped_steps`` (non-finite steps skipped) and ``diverging`` to its metrics.
+        """[`update`][lightmarl.algorithms.base.UnitTrainer.update], watched: adds ``skipped_steps`` (non-finite steps skipped) and ``diverging`` to its metrics.
 
-        The MARLTrainer calls this; :meth:`update` is what a subclass implements.
+        The MARLTrainer calls this; [`update`][lightmarl.algorithms.base.UnitTrainer.update] is what a subclass implements.
         """
         self.guard.begin_update()
         metrics = self.update(experience, optimizer, stepper)
@@ -281,7 +281,7 @@ class UnitTrainer(ABC):
         return metrics
 
     def divergence_limits(self) -> dict[str, float]:
-        """Metric name -> largest healthy value, for :class:`~lightmarl.algorithms.faults.DivergenceWatch` (default: none)."""
+        """Metric name -> largest healthy value, for `DivergenceWatch` (default: none)."""
         return {}
 
     def set_progress(self, optimizer: torch.optim.Optimizer, fraction_done: float) -> None:
@@ -309,7 +309,7 @@ class UnitTrainer(ABC):
     def replay_state_dict(self) -> dict:
         """Experience kept across iterations (a replay buffer) that a resumed run needs; ``{}``: none.
 
-        Kept apart from :meth:`state_dict`: it is per process under DDP, large, and optional
+        Kept apart from [`state_dict`][lightmarl.algorithms.base.UnitTrainer.state_dict]: it is per process under DDP, large, and optional
         (``model.checkpoint_replay``).
         """
         return {}
@@ -320,14 +320,14 @@ class UnitTrainer(ABC):
 
 @dataclass(kw_only=True)
 class Algorithm(ABC):
-    """Configuration of a learning algorithm; builds the :class:`UnitTrainer` of a binding.
+    """Configuration of a learning algorithm; builds the [`UnitTrainer`][lightmarl.algorithms.base.UnitTrainer] of a binding.
 
     Subclasses are dataclasses: each field is a hyper-parameter with a default and a docstring,
     which makes the ``__init__`` signature the YAML schema (``class_path:
-    lightmarl.algorithms.PPO`` + ``init_args``). :meth:`hyperparameter_checks` lists the checks
+    lightmarl.algorithms.PPO`` + ``init_args``). [`hyperparameter_checks`][lightmarl.algorithms.base.Algorithm.hyperparameter_checks] lists the checks
     ``__post_init__`` runs, so a bad recipe fails before training starts. The fields below,
     shared by every algorithm, say what happens when learning goes wrong
-    (:mod:`lightmarl.algorithms.faults`).
+    (`lightmarl.algorithms.faults`).
     """
 
     #: the learner this algorithm builds; its ``requires`` is the policy contract.

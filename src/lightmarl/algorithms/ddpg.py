@@ -2,9 +2,9 @@
 
 Lillicrap et al. 2016 (DDPG: a deterministic actor trained through a Q critic, target actor
 and critic); Lowe et al. 2017 (MADDPG: decentralised actors, a critic that reads every agent's
-observation and action). The loss is TorchRL's :class:`~torchrl.objectives.DDPGLoss` with a
-TD(0) target; both target networks follow TorchRL's :class:`~torchrl.objectives.SoftUpdate`.
-The data path is the shared off-policy one (:mod:`lightmarl.algorithms.off_policy`).
+observation and action). The loss is TorchRL's `DDPGLoss` with a
+TD(0) target; both target networks follow TorchRL's `SoftUpdate`.
+The data path is the shared off-policy one (`lightmarl.algorithms.off_policy`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from lightmarl.policies.contracts import DeterministicActor, QCritic
 
 
 class DDPGUnitTrainer(OffPolicyActorCriticUnitTrainer):
-    """Runs :class:`DDPG` for one binding: replay buffer, ``DDPGLoss``, target actor and critic, noise schedule."""
+    """Runs [`DDPG`][lightmarl.algorithms.ddpg.DDPG] for one binding: replay buffer, ``DDPGLoss``, target actor and critic, noise schedule."""
 
     requires = (DeterministicActor, QCritic)
     suggested_policy = "lightmarl.policies.DeterministicActorCritic"
@@ -52,9 +52,9 @@ class DDPGUnitTrainer(OffPolicyActorCriticUnitTrainer):
 class DDPG(OffPolicyActorCriticAlgorithm):
     """Deep deterministic policy gradient on the binding's rows, through its own replay buffer.
 
-    Needs a deterministic actor and a Q critic (:class:`~lightmarl.policies.contracts.DeterministicActor`,
-    :class:`~lightmarl.policies.contracts.QCritic`) for continuous actions:
-    :class:`lightmarl.policies.DeterministicActorCritic`. Its critic decides the flavour: ``local``
+    Needs a deterministic actor and a Q critic ([`DeterministicActor`][lightmarl.policies.contracts.DeterministicActor],
+    [`QCritic`][lightmarl.policies.contracts.QCritic]) for continuous actions:
+    [`lightmarl.policies.DeterministicActorCritic`][lightmarl.policies.continuous.DeterministicActorCritic]. Its critic decides the flavour: ``local``
     trains IDDPG, ``centralized`` MADDPG (the binding must then control every agent of its
     group). Loss name for ``loss_profiles``: ``ddpg``.
     """

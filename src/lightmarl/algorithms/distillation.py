@@ -9,13 +9,13 @@ by the teacher binding and the student learns, by maximum likelihood, the action
 took on those agents' rows, while PPO runs on the student's own rows.
 
 The teacher is any binding of the population: a scripted policy with
-:meth:`~lightmarl.policies.ScriptedPolicy.action_logits`, or a (usually frozen) neural policy,
+[`action_logits`][lightmarl.policies.base.ScriptedPolicy.action_logits], or a (usually frozen) neural policy,
 e.g. loaded from a checkpoint with ``policy_uri``. With continuous actions the teacher teaches by
 its deterministic action: the cross-entropy becomes ``-log student(teacher's action)``, maximum-
 likelihood behaviour cloning, so a deterministic script can teach. A ``kl`` teacher need not
-play: one that controls no agent is built for the student's group. :class:`Distillation` is the
-config that :class:`~lightmarl.algorithms.PPO` takes; :class:`KickstarterLoss` and
-:class:`SlicedClonerLoss` are the TorchRL losses it builds.
+play: one that controls no agent is built for the student's group. [`Distillation`][lightmarl.algorithms.distillation.Distillation] is the
+config that [`PPO`][lightmarl.algorithms.ppo.PPO] takes; [`KickstarterLoss`][lightmarl.algorithms.distillation.KickstarterLoss] and
+[`SlicedClonerLoss`][lightmarl.algorithms.distillation.SlicedClonerLoss] are the TorchRL losses it builds.
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ class _TeacherLoss(LossModule):
             action: the actions taken.
             mask: the rows this loss learns from (written by the UnitTrainer from ``loss_row_mask``).
             teacher_target: the teacher's log-probabilities (discrete) or action (continuous) on each
-                row, when :meth:`KickstarterLoss.ask_teacher` wrote them for the whole batch.
+                row, when [`KickstarterLoss.ask_teacher`][lightmarl.algorithms.distillation.KickstarterLoss.ask_teacher] wrote them for the whole batch.
         """
 
         observation: NestedKey = keys.OBSERVATION

@@ -2,12 +2,12 @@
 
 Mnih et al. 2015 (DQN: experience replay and a delayed target network); van Hasselt et al.
 2016 (double DQN: the online network picks the next action, the target network values it).
-The loss is TorchRL's :class:`~torchrl.objectives.DQNLoss` with a TD(0) target; the target
-network follows TorchRL's :class:`~torchrl.objectives.SoftUpdate` or
-:class:`~torchrl.objectives.HardUpdate`; transitions live in a TorchRL
-:class:`~torchrl.data.ReplayBuffer` over a :class:`~torchrl.data.LazyTensorStorage`.
+The loss is TorchRL's `DQNLoss` with a TD(0) target; the target
+network follows TorchRL's `SoftUpdate` or
+`HardUpdate`; transitions live in a TorchRL
+`ReplayBuffer` over a `LazyTensorStorage`.
 
-The data path is the shared off-policy one (:mod:`lightmarl.algorithms.off_policy`): each
+The data path is the shared off-policy one (`lightmarl.algorithms.off_policy`): each
 update, the binding's trainable rows of the rollout (``loss_row_mask(..., "dqn", binding_id=...)``)
 become one transition each and are added to the binding's own replay buffer; then
 ``updates_per_iteration`` batches of ``batch_size`` transitions are sampled from it and trained on.
@@ -32,7 +32,7 @@ from lightmarl.policies.contracts import QValues
 
 
 class DQNUnitTrainer(OffPolicyUnitTrainer):
-    """Runs :class:`DQN` for one binding: its replay buffer, loss, target network and epsilon schedule."""
+    """Runs [`DQN`][lightmarl.algorithms.dqn.DQN] for one binding: its replay buffer, loss, target network and epsilon schedule."""
 
     requires = (QValues,)
     action_kinds = ("discrete",)
@@ -86,10 +86,10 @@ class DQNUnitTrainer(OffPolicyUnitTrainer):
 class DQN(OffPolicyAlgorithm):
     """Deep Q-learning on the binding's rows, through its own replay buffer.
 
-    Needs a policy with action values (:class:`~lightmarl.policies.contracts.QValues`): a
+    Needs a policy with action values ([`QValues`][lightmarl.policies.contracts.QValues]): a
     ``qvalue`` TensorDictModule writing ``(group, "action_value")`` and the greedy
     ``(group, "action")``, and an ``epsilon`` buffer for exploration, as
-    :class:`lightmarl.policies.qnet.QNetworkPolicy` has. Loss name for ``loss_profiles``: ``dqn``.
+    [`lightmarl.policies.qnet.QNetworkPolicy`][lightmarl.policies.qnet.QNetworkPolicy] has. Loss name for ``loss_profiles``: ``dqn``.
     """
 
     trainer_class = DQNUnitTrainer

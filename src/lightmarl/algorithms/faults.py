@@ -1,10 +1,10 @@
 """What a UnitTrainer does when learning goes wrong: non-finite losses or gradients, and divergence.
 
-Every trainable binding has a :class:`NonFiniteGuard` and a :class:`DivergenceWatch`, set by its
+Every trainable binding has a `NonFiniteGuard` and a `DivergenceWatch`, set by its
 algorithm's ``on_nonfinite``, ``on_divergence``, ``divergence_patience`` and ``max_loss_growth``
 (and PPO's ``max_kl``).
 
-* **Non-finite values.** :func:`~lightmarl.algorithms.base.optimize` asks the guard about the
+* **Non-finite values.** [`optimize`][lightmarl.algorithms.base.optimize] asks the guard about the
   loss terms before ``backward``: a NaN or an infinity in any ``loss*`` term (on any process:
   the processes agree through ``GradientStepper.agree_min``) means no backward and no optimizer
   step. Gradients are checked by the stepper after DDP averaged them (so every process sees the
@@ -12,17 +12,17 @@ algorithm's ``on_nonfinite``, ``on_divergence``, ``divergence_patience`` and ``m
   The binding's weights and its optimizer's state (Adam's moments and step count) are then
   exactly what they were; other bindings learn on. ``skip`` counts the skipped gradient steps
   (logged as ``train/<binding>/skipped_steps``) and warns once per update, naming the binding and
-  the terms; ``stop`` raises :class:`~lightmarl.errors.TrainingFault` at the first one. The
+  the terms; ``stop`` raises [`TrainingFault`][lightmarl.errors.TrainingFault] at the first one. The
   update's loss metrics keep the non-finite values, so they show in the logs.
 * **Non-finite transitions.** An off-policy learner hands each rollout's transitions to the
-  guard before they enter its replay buffer (:meth:`NonFiniteGuard.finite_transitions`): one
+  guard before they enter its replay buffer (`NonFiniteGuard.finite_transitions`): one
   with a NaN or an infinity in any floating entry (a reward, an observation) would be sampled
   again and again and make every later loss non-finite. ``skip`` drops such transitions (counted
   as ``train/<binding>/dropped_transitions``, warned once per update); ``stop`` raises
-  :class:`~lightmarl.errors.TrainingFault`. On-policy rollouts are used once: their non-finite
+  [`TrainingFault`][lightmarl.errors.TrainingFault]. On-policy rollouts are used once: their non-finite
   values show up as a non-finite loss, handled above.
 * **Divergence.** After each update the watch compares the binding's metrics with limits: PPO's
-  approximate KL above ``max_kl``, or a critic loss (:data:`~lightmarl.keys.CRITIC_LOSS_TERMS`)
+  approximate KL above ``max_kl``, or a critic loss (`CRITIC_LOSS_TERMS`)
   above ``max_loss_growth`` times its mean over the binding's first learning updates. When that
   holds for ``divergence_patience`` updates in a row it warns naming the binding, the metric and
   the limit (``on_divergence: warn``, the default) or stops the run (``stop``).
@@ -57,7 +57,7 @@ REPEAT_WARNING_EVERY = 50
 
 
 class NonFiniteGuard:
-    """Catches non-finite loss terms and gradients of one binding's gradient steps (see the module doc).
+    """Catches non-finite loss terms and gradients of one binding's gradient steps.
 
     Args:
         binding_id: the binding, named in warnings and errors.
@@ -172,7 +172,7 @@ def _describe(value: torch.Tensor) -> str:
 
 
 class DivergenceWatch:
-    """Warns (or stops) when one binding's update metrics stay beyond their limits (see the module doc).
+    """Warns (or stops) when one binding's update metrics stay beyond their limits.
 
     Args:
         binding_id: the binding, named in warnings and errors.

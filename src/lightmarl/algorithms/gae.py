@@ -1,8 +1,8 @@
 """Generalized advantage estimation over each agent's own valid rows.
 
-Schulman et al. 2016 (GAE). TorchRL's :func:`~torchrl.objectives.value.functional.vec_generalized_advantage_estimate`
-does the recursion; :func:`valid_row_gae` first compacts each (env, agent) sequence into the
-agent's transitions (:mod:`lightmarl.algorithms.open_transitions`), so turn-based envs and agents
+Schulman et al. 2016 (GAE). TorchRL's `vec_generalized_advantage_estimate`
+does the recursion; `valid_row_gae` first compacts each (env, agent) sequence into the
+agent's transitions (`lightmarl.algorithms.open_transitions`), so turn-based envs and agents
 that leave mid-episode get the right credit.
 """
 
@@ -34,7 +34,7 @@ def valid_row_gae(
     False), and rewards or the episode's end can arrive on those; in parallel envs an agent
     that left mid-episode has invalid rows until the reset. Each sequence (one env and agent,
     along ``time_dim``) is *compacted* into the agent's transitions
-    (:func:`~lightmarl.algorithms.open_transitions.agent_transitions`): valid row ``t`` becomes
+    (`agent_transitions`): valid row ``t`` becomes
     one transition whose
 
     * reward is the sum of the rewards of its rows (undiscounted: they arrive within one of the
@@ -46,12 +46,12 @@ def valid_row_gae(
       critic's value of the agent's observation after row ``e``: in turn-based envs, what it
       sees at its next turn),
 
-    then TorchRL's :func:`~torchrl.objectives.value.functional.vec_generalized_advantage_estimate`
+    then TorchRL's `vec_generalized_advantage_estimate`
     runs on the compacted sequences and the results go back to the valid rows. With every row
     valid, each transition is its own row and this is TorchRL's GAE. A transition still open at
     the last row (turn-based) bootstraps from that row's next value here; the on-policy learner
     keeps it out of the loss and closes it with the next rollout
-    (:class:`~lightmarl.algorithms.open_transitions.OpenTransitions`).
+    (`OpenTransitions`).
 
     Args:
         gamma: discount factor.
@@ -64,7 +64,7 @@ def valid_row_gae(
         valid: the rows' ``valid`` flags, ``value``'s shape or without its trailing feature dims.
         time_dim: the time dimension.
         turn_based: rows where the agent did not act carry its rewards (see
-            :func:`~lightmarl.algorithms.open_transitions.agent_transitions`).
+            `agent_transitions`).
         counted: rows whose reward counts (``valid``'s shape; default all): rows of a kept tail
             whose reward is already in an earlier update's transition do not.
         transitions: the sequences' transitions, when the caller already grouped them.

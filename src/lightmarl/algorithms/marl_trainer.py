@@ -1,7 +1,7 @@
 """The MARLTrainer: coordinates one UnitTrainer per trainable binding, fed by one rollout stream.
 
-:class:`MARLTrainer` is the base a recipe can replace (``model.marl_trainer: {class_path:
-my_package.MyMARLTrainer, init_args: {...}}``); :class:`IndependentMARLTrainer` is the default.
+[`MARLTrainer`][lightmarl.algorithms.marl_trainer.MARLTrainer] is the base a recipe can replace (``model.marl_trainer: {class_path:
+my_package.MyMARLTrainer, init_args: {...}}``); [`IndependentMARLTrainer`][lightmarl.algorithms.marl_trainer.IndependentMARLTrainer] is the default.
 The LightningModule builds it in ``setup`` with ``(table, policies, algorithms, shared)`` plus
 the recipe's ``init_args``, creates its optimizers in ``configure_optimizers`` and matches them
 to bindings by name.
@@ -34,17 +34,17 @@ class MARLTrainer:
 
     The constructor builds one UnitTrainer per trainable binding that controls an agent (its
     algorithm checks the binding's policy first). The base behaviour is independent learning
-    (:class:`IndependentMARLTrainer` names it for recipes): each trainable binding's rows go to its
+    ([`IndependentMARLTrainer`][lightmarl.algorithms.marl_trainer.IndependentMARLTrainer] names it for recipes): each trainable binding's rows go to its
     own UnitTrainer and optimizer. Frozen bindings have no UnitTrainer: they act, their rows are
     annotated ``is_trainable_agent=False``, and nothing steps their parameters.
 
-    Shared modules (:mod:`lightmarl.policies.shared_modules`) are stepped exactly once per iteration:
+    Shared modules (`lightmarl.policies.shared_modules`) are stepped exactly once per iteration:
     no UnitTrainer steps them; every loss that reaches them adds to their gradient, and after
     the UnitTrainers have learnt, the MARLTrainer's own optimizer (``_shared`` in
-    :meth:`make_optimizers`) steps them on the summed gradient.
+    [`make_optimizers`][lightmarl.algorithms.marl_trainer.MARLTrainer.make_optimizers]) steps them on the summed gradient.
 
-    A subclass (e.g. a centralized learner) overrides :meth:`make_optimizers` and
-    :meth:`update`; its constructor takes ``(table, policies, algorithms, shared=None)`` first
+    A subclass (e.g. a centralized learner) overrides [`make_optimizers`][lightmarl.algorithms.marl_trainer.MARLTrainer.make_optimizers] and
+    [`update`][lightmarl.algorithms.marl_trainer.MARLTrainer.update]; its constructor takes ``(table, policies, algorithms, shared=None)`` first
     (the LightningModule passes them), then any keyword knobs a recipe sets in ``init_args``.
 
     Args:
@@ -164,7 +164,7 @@ class MARLTrainer:
                 unit.load_state_dict(state[b])
 
     def replay_state_dict(self) -> dict:
-        """The UnitTrainers' replay buffers by binding (:meth:`UnitTrainer.replay_state_dict`), those that keep one."""
+        """The UnitTrainers' replay buffers by binding ([`UnitTrainer.replay_state_dict`][lightmarl.algorithms.base.UnitTrainer.replay_state_dict]), those that keep one."""
         saved = {b: unit.replay_state_dict() for b, unit in self.unit_trainers.items()}
         return {b: state for b, state in saved.items() if state}
 
@@ -212,5 +212,5 @@ MARLTrainerFactory = Callable[
 class IndependentMARLTrainer(MARLTrainer):
     """Independent learning, the default ``model.marl_trainer``: each trainable binding learns on its own rows.
 
-    Exactly :class:`MARLTrainer`'s behaviour, under the name recipes choose it by.
+    Exactly [`MARLTrainer`][lightmarl.algorithms.marl_trainer.MARLTrainer]'s behaviour, under the name recipes choose it by.
     """

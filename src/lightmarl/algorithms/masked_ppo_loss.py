@@ -20,7 +20,7 @@ from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
 
 class _MaskedDiagnostics:
-    """Mixin for a TorchRL clipped-PPO loss: diagnostics as masked means (see the module doc)."""
+    """Mixin for a TorchRL clipped-PPO loss: diagnostics as masked means."""
 
     _clip_bounds: tuple[float, float]
 
@@ -91,8 +91,8 @@ def _rows(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 class MaskedMAPPOLoss(_MaskedDiagnostics, MAPPOLoss):
-    """TorchRL's :class:`~torchrl.objectives.multiagent.MAPPOLoss`, diagnostics over the loss mask's rows."""
+    """TorchRL's `MAPPOLoss`, diagnostics over the loss mask's rows."""
 
 
 class MaskedIPPOLoss(_MaskedDiagnostics, IPPOLoss):
-    """TorchRL's :class:`~torchrl.objectives.multiagent.IPPOLoss`, diagnostics over the loss mask's rows."""
+    """TorchRL's `IPPOLoss`, diagnostics over the loss mask's rows."""

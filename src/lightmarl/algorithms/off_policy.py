@@ -1,20 +1,20 @@
 """The off-policy learner shared by DQN, DDPG, SAC and QMIX/VDN: rows -> transitions -> replay -> sampled updates.
 
 Each update, an off-policy UnitTrainer selects its binding's rows of the rollout with the shared
-loss filter (:func:`~lightmarl.algorithms.base.loss_row_mask`), turns them into transitions
+loss filter ([`loss_row_mask`][lightmarl.algorithms.base.loss_row_mask]), turns them into transitions
 (observation, action, reward, next observation, done, terminated, plus the row annotations) and
-adds them to the binding's own TorchRL :class:`~torchrl.data.ReplayBuffer` over a
-:class:`~torchrl.data.LazyTensorStorage`. Once the buffer holds ``learning_starts`` transitions it
+adds them to the binding's own TorchRL `ReplayBuffer` over a
+`LazyTensorStorage`. Once the buffer holds ``learning_starts`` transitions it
 samples ``updates_per_iteration`` batches of ``batch_size``; each is one TorchRL loss call, one
-gradient step through the :class:`~lightmarl.algorithms.base.GradientStepper` and one
+gradient step through the [`GradientStepper`][lightmarl.algorithms.base.GradientStepper] and one
 target-network update. Whether the buffer is full enough is agreed by every process
 (``GradientStepper.agree_min``), so that all DDP ranks step together.
 
 Transitions come in two layouts:
 
-* **per row** (:func:`row_transitions`, ``[N]``): one transition per (env, step, agent) row; what
+* **per row** (`row_transitions`, ``[N]``): one transition per (env, step, agent) row; what
   a decentralised value (DQN's Q-network, a ``local`` SAC/DDPG critic) reads.
-* **joint** (:func:`joint_transitions`, ``[N, agents]``): one transition per (env, step) with every
+* **joint** (`joint_transitions`, ``[N, agents]``): one transition per (env, step) with every
   agent of the group, for a ``centralized`` critic that reads all agents' observations and
   actions (MADDPG, MASAC); ``(group, "loss_mask")`` marks the rows the losses may learn from.
 """
@@ -82,7 +82,7 @@ def closed_transitions(
 ) -> TensorDict:
     """The agent transitions that start on the rows in ``mask`` (``[envs, time, agents]``), as flat ``[N]``.
 
-    For turn-based envs (:mod:`lightmarl.algorithms.open_transitions`): each keeps its start
+    For turn-based envs (`lightmarl.algorithms.open_transitions`): each keeps its start
     row's ``(group, observation/action/action_mask + annotations)``; under ``("next", group)``
     the reward is the sum of the transition's ``counted`` rows' rewards and observation, done,
     terminated and action mask are those of its end row (the agent's next own turn, or its
@@ -224,9 +224,9 @@ class OffPolicyAlgorithm(Algorithm):
 class OffPolicyUnitTrainer(UnitTrainer):
     """The off-policy learner of one binding: replay buffer, sampled updates, target networks, counters.
 
-    Subclasses set :attr:`loss_name` and implement :meth:`_make_loss` (a TorchRL loss with target
-    parameters, finished with :meth:`_td0`); they may override :meth:`exploration` (a schedule the
-    policy explores with), :meth:`_batch_metrics` and :meth:`_make_target_updater`.
+    Subclasses set `loss_name` and implement `_make_loss` (a TorchRL loss with target
+    parameters, finished with `_td0`); they may override [`exploration`][lightmarl.algorithms.off_policy.OffPolicyUnitTrainer.exploration] (a schedule the
+    policy explores with), `_batch_metrics` and `_make_target_updater`.
     """
 
     config: OffPolicyAlgorithm
@@ -234,7 +234,7 @@ class OffPolicyUnitTrainer(UnitTrainer):
     target_updater: SoftUpdate | HardUpdate
     #: the loss name that selects rows (``loss_profiles`` refer to it).
     loss_name: str
-    #: why a learner that reads the whole group (:meth:`reads_whole_group`) must control it, and a hint.
+    #: why a learner that reads the whole group ([`reads_whole_group`][lightmarl.algorithms.off_policy.OffPolicyUnitTrainer.reads_whole_group]) must control it, and a hint.
     whole_group_reason: ClassVar[tuple[str, str]] = ("reads every agent of its group and", "")
 
     def _build(self) -> None:
@@ -342,8 +342,8 @@ class OffPolicyUnitTrainer(UnitTrainer):
     def transitions(self, experience: TensorDictBase) -> TensorDict:
         """This binding's rows of ``experience`` that its loss may learn from, as transitions.
 
-        Rows ``[N]`` (:func:`row_transitions`), or joint ``[N, agents]`` entries
-        (:func:`joint_transitions`) when the trainer's critic is centralized.
+        Rows ``[N]`` (`row_transitions`), or joint ``[N, agents]`` entries
+        (`joint_transitions`) when the trainer's critic is centralized.
         """
         g = self.group.name
         if self.turn_based and not self.joint:
@@ -411,7 +411,7 @@ class OffPolicyUnitTrainer(UnitTrainer):
     saved_networks: tuple[str, ...] = ("target_",)
 
     def state_dict(self) -> dict:
-        """Counters and the loss's networks of :attr:`saved_networks` (the replay buffer is not saved)."""
+        """Counters and the loss's networks of `saved_networks` (the replay buffer is not saved)."""
         networks = {
             k: v.detach().clone() for k, v in self.loss.state_dict().items() if k.startswith(self.saved_networks)
         }

@@ -1,15 +1,15 @@
 """The on-policy learner: a binding's rows of each rollout -> advantages -> epochs x minibatches.
 
 Every update, an on-policy UnitTrainer selects its binding's rows with the shared loss filter
-(:func:`~lightmarl.algorithms.base.loss_row_mask`), values them and their next observations
+([`loss_row_mask`][lightmarl.algorithms.base.loss_row_mask]), values them and their next observations
 with the policy's critic, runs GAE over each (env, agent)'s valid rows
-(:func:`~lightmarl.algorithms.gae.valid_row_gae`), standardises the advantages over the
+(`valid_row_gae`), standardises the advantages over the
 binding's rows, then takes ``epochs`` passes of minibatches, one gradient step each. A recurrent
-policy (:class:`~lightmarl.policies.contracts.Recurrent`) is replayed on whole env sequences.
+policy ([`Recurrent`][lightmarl.policies.contracts.Recurrent]) is replayed on whole env sequences.
 
-A subclass builds its TorchRL loss (:attr:`OnPolicyUnitTrainer.loss`, with ``advantage`` and
-``value_target`` keys) and may add losses that learn in the same steps (:meth:`extra_rows`,
-:meth:`minibatch_losses`), as PPO's distillation does.
+A subclass builds its TorchRL loss (`OnPolicyUnitTrainer.loss`, with ``advantage`` and
+``value_target`` keys) and may add losses that learn in the same steps ([`extra_rows`][lightmarl.algorithms.on_policy.OnPolicyUnitTrainer.extra_rows],
+[`minibatch_losses`][lightmarl.algorithms.on_policy.OnPolicyUnitTrainer.minibatch_losses]), as PPO's distillation does.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class OnPolicyAlgorithm(Algorithm):
 class OnPolicyUnitTrainer(UnitTrainer):
     """The on-policy learner of one binding: row filter, GAE, epochs x minibatches, one optimizer.
 
-    Subclasses set :attr:`loss_name` and build :attr:`loss` in :meth:`_make_loss`.
+    Subclasses set `loss_name` and build `loss` in `_make_loss`.
     """
 
     config: OnPolicyAlgorithm
@@ -230,9 +230,9 @@ class OnPolicyUnitTrainer(UnitTrainer):
         rows.set(keys.LOSS_MASK, mask)
 
     def extra_row_masks(self, data: TensorDictBase) -> list[torch.Tensor]:
-        """The row masks (``[envs, time, agents]``) of the losses next to the main one, written by :meth:`extra_rows`.
+        """The row masks (``[envs, time, agents]``) of the losses next to the main one, written by [`extra_rows`][lightmarl.algorithms.on_policy.OnPolicyUnitTrainer.extra_rows].
 
-        In the order of :meth:`extra_rows`' names; the tensors ``data`` holds (the update edits them in place).
+        In the order of [`extra_rows`][lightmarl.algorithms.on_policy.OnPolicyUnitTrainer.extra_rows]' names; the tensors ``data`` holds (the update edits them in place).
         """
         del data
         return []
@@ -264,7 +264,7 @@ class OnPolicyUnitTrainer(UnitTrainer):
 
         The critic values every row and every next observation as TorchRL's GAE does (same
         call, so recurrent and centralized critics behave as there); the recursion then runs
-        over each (env, agent)'s valid rows only (:func:`valid_row_gae`). With every row valid
+        over each (env, agent)'s valid rows only (`valid_row_gae`). With every row valid
         this is exactly TorchRL's GAE.
         """
         g = self.group.name

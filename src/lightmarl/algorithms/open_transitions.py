@@ -3,10 +3,10 @@
 Every learner reads experience as *agent transitions*: a transition starts on a row where the
 agent acted (``valid``) and runs until its next own turn or its episode's end. This module is
 the one place that decides which rows form a transition; PPO's GAE
-(:func:`~lightmarl.algorithms.gae.valid_row_gae`) and the off-policy replay path
-(:class:`~lightmarl.algorithms.off_policy.OffPolicyUnitTrainer`) both use it.
+(`valid_row_gae`) and the off-policy replay path
+(`OffPolicyUnitTrainer`) both use it.
 
-**Rows of a transition** (:func:`agent_transitions`). Along one (env copy, agent) sequence, a
+**Rows of a transition** (`agent_transitions`). Along one (env copy, agent) sequence, a
 row's reward belongs to the transition of the agent's latest valid row at or before it, in the
 same episode (no ``done`` row in between). In turn-based envs a row before the agent's first
 valid row of an episode (the other seats moved first and paid it) belongs to the episode's
@@ -18,7 +18,7 @@ over), or the row before the agent's next valid row. Its reward is the sum of it
 next observation are those of its end row, i.e. in turn-based envs what the agent sees at its
 next own turn.
 
-**Open transitions** (:class:`OpenTransitions`). In a turn-based env a rollout ends in the
+**Open transitions** (`OpenTransitions`). In a turn-based env a rollout ends in the
 middle of the game: an agent's last move has no reply yet, and the reward of that reply (the
 win on the opponent's next turn, the loser's -1) arrives in the next rollout. Such a transition
 is *open*: its end is the rollout's last row and it is not done there. A transition enters a
@@ -32,7 +32,7 @@ observation the last row already holds: nothing is open, nothing is kept.
 
 The kept tail is state of the learner, per process (under DDP each rank keeps its own env
 copies' tails). It is saved with the replay state of a checkpoint
-(:meth:`OpenTransitions.state_dict`), so an exactly resumed run closes the same transitions; a
+(`OpenTransitions.state_dict`), so an exactly resumed run closes the same transitions; a
 run that leaves the replay state out (``model.checkpoint_replay: false``) drops the open
 transitions at resume (they never enter a loss; rewards arriving before the agent's next move
 then go to that move's transition).
@@ -57,7 +57,7 @@ LEARNABLE = keys.LEARNABLE  # a transition starting at the row may still enter a
 
 @dataclass
 class AgentTransitions:
-    """The transitions of ``n`` sequences of ``T`` rows (see :func:`agent_transitions`).
+    """The transitions of ``n`` sequences of ``T`` rows (see `agent_transitions`).
 
     Transitions are numbered per sequence in the order of their start rows: transition ``j`` of
     sequence ``i`` starts at the ``j``-th valid row of ``i``, flat index ``i * width + j``.
@@ -89,7 +89,7 @@ class AgentTransitions:
         return out
 
     def fresh(self) -> torch.Tensor:
-        """``[n, T]`` bool: rows of open transitions and :attr:`pending` rows (what a learner keeps)."""
+        """``[n, T]`` bool: rows of open transitions and `pending` rows (what a learner keeps)."""
         member = self.slot >= 0
         return (member & self.open[self._index(self.slot)]) | self.pending
 
@@ -168,7 +168,7 @@ def sequences(x: torch.Tensor, time_dim: int, batch_shape: torch.Size) -> torch.
 
 
 def rows_of(x: torch.Tensor, time_dim: int, batch_shape: torch.Size) -> torch.Tensor:
-    """Inverse of :func:`sequences`: ``[n, T]`` back to ``batch_shape``."""
+    """Inverse of `sequences`: ``[n, T]`` back to ``batch_shape``."""
     moved = list(batch_shape)
     moved.append(moved.pop(time_dim))
     return x.reshape(moved).movedim(-1, time_dim)
@@ -177,10 +177,10 @@ def rows_of(x: torch.Tensor, time_dim: int, batch_shape: torch.Size) -> torch.Te
 class OpenTransitions:
     """The tail of the last rollout that holds a learner's open transitions (see the module doc).
 
-    One per learner (UnitTrainer) and process. Each update: :meth:`extend` puts the kept tail in
-    front of the new rollout; the learner groups rows with :func:`agent_transitions` (passing
-    :meth:`counted` rows' rewards only), learns from the closed transitions whose start row is
-    :meth:`learnable`, and hands the open ones back with :meth:`keep`.
+    One per learner (UnitTrainer) and process. Each update: `extend` puts the kept tail in
+    front of the new rollout; the learner groups rows with `agent_transitions` (passing
+    `counted` rows' rewards only), learns from the closed transitions whose start row is
+    `learnable`, and hands the open ones back with `keep`.
 
     Args:
         group_name: the agent group the learner reads.
@@ -201,7 +201,7 @@ class OpenTransitions:
     def extend(self, experience: TensorDictBase) -> TensorDictBase:
         """The kept tail followed by ``experience`` along time (``[envs, tail + T]``), marked.
 
-        The group's rows carry :data:`REWARD_UNCOUNTED` and :data:`LEARNABLE` (True on every new row).
+        The group's rows carry `REWARD_UNCOUNTED` and `LEARNABLE` (True on every new row).
         """
         g = self.group_name
         rows = experience.get(g)
@@ -219,7 +219,7 @@ class OpenTransitions:
         return torch.cat([tail, data], dim=1)
 
     def keep(self, data: TensorDictBase, fresh: torch.Tensor, learnable: torch.Tensor, max_steps: int) -> None:
-        """Keep the tail of ``data`` (from :meth:`extend`) from the binding's earliest ``fresh`` row on.
+        """Keep the tail of ``data`` (from `extend`) from the binding's earliest ``fresh`` row on.
 
         Args:
             data: the extended experience of this update.
@@ -252,10 +252,10 @@ class OpenTransitions:
         self.tail = tail
 
     def close(self, data: TensorDictBase, max_steps: int) -> tuple[AgentTransitions, torch.Tensor, torch.Tensor]:
-        """Group ``data``'s rows (from :meth:`extend`) into transitions and keep the open ones.
+        """Group ``data``'s rows (from `extend`) into transitions and keep the open ones.
 
         Returns ``(transitions, closed, counted)``: the transitions of the group's ``[envs *
-        agents, time]`` sequences (:func:`agent_transitions`, turn-based), the start rows
+        agents, time]`` sequences (`agent_transitions`, turn-based), the start rows
         ``[envs, time, agents]`` of the closed transitions that may enter a loss now, and the rows
         whose reward counts (a kept row's reward already in a closed transition does not).
         """
@@ -322,7 +322,7 @@ def _path(key: str | tuple[str, ...]) -> tuple[str, ...]:
 
 
 def row_marks(data: TensorDictBase, group_name: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(counted, learnable)`` ``[envs, time, agents]`` of ``data`` from :meth:`OpenTransitions.extend` (all True without)."""
+    """``(counted, learnable)`` ``[envs, time, agents]`` of ``data`` from `OpenTransitions.extend` (all True without)."""
     rows = data.get(group_name)
     ones = torch.ones(rows.shape, dtype=torch.bool, device=rows.device)
     return rows.get(REWARD_UNCOUNTED, ones), rows.get(LEARNABLE, ones)

@@ -1,10 +1,10 @@
 """PPO for a binding: MAPPO with a centralized critic, IPPO with a local one.
 
 Schulman et al. 2017 (PPO); Yu et al. 2022 (MAPPO); de Witt et al. 2020 (IPPO).
-The losses are TorchRL's :class:`~torchrl.objectives.multiagent.MAPPOLoss` /
-:class:`~torchrl.objectives.multiagent.IPPOLoss` (their diagnostics, such as ``kl_approx``, taken
-over the binding's own rows: :mod:`lightmarl.algorithms.masked_ppo_loss`); the loop (advantages over each agent's
-valid rows, epochs x minibatches) is the on-policy one of :mod:`lightmarl.algorithms.on_policy`.
+The losses are TorchRL's `MAPPOLoss` /
+`IPPOLoss` (their diagnostics, such as ``kl_approx``, taken
+over the binding's own rows: `lightmarl.algorithms.masked_ppo_loss`); the loop (advantages over each agent's
+valid rows, epochs x minibatches) is the on-policy one of `lightmarl.algorithms.on_policy`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from lightmarl.policies.contracts import StochasticActor, ValueCritic
 
 
 class PPOUnitTrainer(OnPolicyUnitTrainer):
-    """Runs :class:`PPO` (and its distillation loss, if any) for one binding."""
+    """Runs [`PPO`][lightmarl.algorithms.ppo.PPO] (and its distillation loss, if any) for one binding."""
 
     requires = (StochasticActor, ValueCritic)
     suggested_policy = "lightmarl.policies.MLPActorCritic with policy_kwargs.critic 'centralized' or 'local'"
@@ -127,10 +127,10 @@ class PPO(OnPolicyAlgorithm):
     The critic decides the flavour: a policy with ``critic: centralized`` trains with
     ``MAPPOLoss`` (MAPPO), one with ``critic: local`` with ``IPPOLoss`` (IPPO). With
     ``distillation`` the binding also learns from a teacher binding (kickstarting or sliced
-    cloning, see :class:`~lightmarl.algorithms.Distillation`), in the same optimizer steps.
+    cloning, see [`Distillation`][lightmarl.algorithms.distillation.Distillation]), in the same optimizer steps.
     Loss names for ``loss_profiles``: ``ppo``, plus ``distill`` / ``clone``. The policy must
-    satisfy :class:`~lightmarl.policies.contracts.StochasticActor` and
-    :class:`~lightmarl.policies.contracts.ValueCritic` (e.g. ``MLPActorCritic``,
+    satisfy [`StochasticActor`][lightmarl.policies.contracts.StochasticActor] and
+    [`ValueCritic`][lightmarl.policies.contracts.ValueCritic] (e.g. ``MLPActorCritic``,
     ``RecurrentActorCritic``).
     """
 

@@ -3,9 +3,9 @@
 Haarnoja et al. 2018 ("Soft Actor-Critic: Off-Policy Maximum Entropy Deep RL with a Stochastic
 Actor"; "Soft Actor-Critic Algorithms and Applications": twin Q critics, no value network,
 entropy temperature tuned to a target entropy). The loss is TorchRL's
-:class:`~torchrl.objectives.SACLoss` (v2) with a TD(0) target; the target critics follow
-TorchRL's :class:`~torchrl.objectives.SoftUpdate`. The data path is the shared off-policy one
-(:mod:`lightmarl.algorithms.off_policy`).
+`SACLoss` (v2) with a TD(0) target; the target critics follow
+TorchRL's `SoftUpdate`. The data path is the shared off-policy one
+(`lightmarl.algorithms.off_policy`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from lightmarl.policies.contracts import StochasticActor, TwinQCritics
 
 
 class SACUnitTrainer(OffPolicyActorCriticUnitTrainer):
-    """Runs :class:`SAC` for one binding: replay buffer, ``SACLoss``, target critics, temperature."""
+    """Runs [`SAC`][lightmarl.algorithms.sac.SAC] for one binding: replay buffer, ``SACLoss``, target critics, temperature."""
 
     requires = (StochasticActor, TwinQCritics)
     suggested_policy = "lightmarl.policies.SACActorCritic"
@@ -97,9 +97,9 @@ class SAC(OffPolicyActorCriticAlgorithm):
     """Soft actor-critic on the binding's rows, through its own replay buffer.
 
     Needs a stochastic actor and Q critics with stacked weights
-    (:class:`~lightmarl.policies.contracts.StochasticActor`,
-    :class:`~lightmarl.policies.contracts.TwinQCritics`) for continuous actions:
-    :class:`lightmarl.policies.SACActorCritic`. Its critic decides the flavour: ``local`` trains
+    ([`StochasticActor`][lightmarl.policies.contracts.StochasticActor],
+    [`TwinQCritics`][lightmarl.policies.contracts.TwinQCritics]) for continuous actions:
+    [`lightmarl.policies.SACActorCritic`][lightmarl.policies.continuous.SACActorCritic]. Its critic decides the flavour: ``local`` trains
     ISAC, ``centralized`` MASAC (the binding must then control every agent of its group). Loss
     name for ``loss_profiles``: ``sac``.
     """

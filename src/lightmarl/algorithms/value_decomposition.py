@@ -4,14 +4,14 @@ Sunehag et al. 2018 (VDN: the team's action value is the sum of the agents' util
 Rashid et al. 2018 (QMIX: a mixing network, monotonic in each utility, whose weights a
 hyper-network computes from the global state). Each agent acts greedily on its own utility
 (decentralised execution) while the loss is a TD error on the mixed team value (centralised
-training). The policy is a :class:`~lightmarl.policies.qnet.QNetworkPolicy`: one utility
+training). The policy is a [`QNetworkPolicy`][lightmarl.policies.qnet.QNetworkPolicy]: one utility
 network shared by the group's agents, acting epsilon-greedily.
 
-Built on TorchRL: :class:`~torchrl.objectives.multiagent.QMixerLoss` (TD(0) target from the
-target utility network and target mixer), :class:`~torchrl.modules.models.multiagent.QMixer` /
-:class:`~torchrl.modules.models.multiagent.VDNMixer`, :class:`~torchrl.objectives.SoftUpdate` /
-:class:`~torchrl.objectives.HardUpdate`; the replay path is
-:class:`~lightmarl.algorithms.off_policy.OffPolicyUnitTrainer`'s, with one *joint* transition per
+Built on TorchRL: `QMixerLoss` (TD(0) target from the
+target utility network and target mixer), `QMixer` /
+`VDNMixer`, `SoftUpdate` /
+`HardUpdate`; the replay path is
+[`OffPolicyUnitTrainer`][lightmarl.algorithms.off_policy.OffPolicyUnitTrainer]'s, with one *joint* transition per
 (env copy, step) of the team:
 
 * ``(group, observation/action/action_mask/valid + row annotations)`` ``[N, agents]``, and
@@ -91,10 +91,10 @@ class BootstrapActionValue(TensorDictModuleBase):
 
 
 class DoubleQMixerLoss(QMixerLoss):
-    """:class:`~torchrl.objectives.multiagent.QMixerLoss` with double-Q targets.
+    """`QMixerLoss` with double-Q targets.
 
     Before the TD(0) target is computed, the online utility network picks each agent's greedy
-    (legal) next action; the utility network, ending in :class:`BootstrapActionValue`, is then
+    (legal) next action; the utility network, ending in `BootstrapActionValue`, is then
     valued at those actions with the target parameters, and the target mixer mixes them.
     """
 
@@ -112,11 +112,11 @@ class DoubleQMixerLoss(QMixerLoss):
 
 
 class ValueDecompositionUnitTrainer(DQNUnitTrainer):
-    """Runs :class:`QMIX` / :class:`VDN` for one binding: joint replay, utility network + mixer, targets, epsilon.
+    """Runs [`QMIX`][lightmarl.algorithms.value_decomposition.QMIX] / [`VDN`][lightmarl.algorithms.value_decomposition.VDN] for one binding: joint replay, utility network + mixer, targets, epsilon.
 
     The epsilon schedule, target updates and optimizer are DQN's; the loss, the transitions
     and the parameters differ. The mixer belongs to this trainer: its parameters are in
-    :meth:`parameters` (so in the optimizer) and its weights in :meth:`state_dict` (so in
+    [`parameters`][lightmarl.algorithms.base.UnitTrainer.parameters] (so in the optimizer) and its weights in [`state_dict`][lightmarl.algorithms.off_policy.OffPolicyUnitTrainer.state_dict] (so in
     checkpoints).
     """
 
@@ -260,9 +260,9 @@ class ValueDecompositionUnitTrainer(DQNUnitTrainer):
 
 @dataclass(kw_only=True)
 class ValueDecomposition(DQN):
-    """Value decomposition over the agents of a group: the shared part of :class:`QMIX` and :class:`VDN`.
+    """Value decomposition over the agents of a group: the shared part of [`QMIX`][lightmarl.algorithms.value_decomposition.QMIX] and [`VDN`][lightmarl.algorithms.value_decomposition.VDN].
 
-    Hyper-parameters are :class:`~lightmarl.algorithms.dqn.DQN`'s (replay, target network, double
+    Hyper-parameters are [`DQN`][lightmarl.algorithms.dqn.DQN]'s (replay, target network, double
     Q, epsilon schedule), applied to joint transitions (one per env step of the team) instead of
     agent rows; ``updates_per_iteration`` batches of ``batch_size`` joint transitions each. The
     binding must control every agent of its group.
@@ -292,7 +292,7 @@ class ValueDecomposition(DQN):
 class QMIX(ValueDecomposition):
     """QMIX (Rashid et al. 2018): a monotonic mixing network conditioned on the global state.
 
-    The mixer is TorchRL's :class:`~torchrl.modules.models.multiagent.QMixer`: hyper-networks
+    The mixer is TorchRL's `QMixer`: hyper-networks
     map the state to non-negative weights of a two-layer mix of the agents' utilities, so each
     agent's greedy action is the team's greedy action. The state is the env's global state where
     the env records it (``env.state: true``), else the group's observations side by side. Loss
@@ -321,7 +321,7 @@ class QMIX(ValueDecomposition):
 class VDN(ValueDecomposition):
     """VDN (Sunehag et al. 2018): the team's action value is the sum of the agents' utilities.
 
-    The mixer is TorchRL's :class:`~torchrl.modules.models.multiagent.VDNMixer` (no parameters,
+    The mixer is TorchRL's `VDNMixer` (no parameters,
     no state). Loss name for ``loss_profiles``: ``vdn``.
     """
 

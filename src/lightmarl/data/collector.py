@@ -56,7 +56,7 @@ StepHook = Callable[[RolloutStep], None]
 
 
 class _ExperienceRecorder:
-    """Keeps each lane's steps of one rollout, for :meth:`RolloutCollector._assemble`.
+    """Keeps each lane's steps of one rollout, for `RolloutCollector._assemble`.
 
     With a step hook (which may change the binding map where an episode ended), each step
     also keeps the binding of every agent it was acted with: ``bindings[lane][t][group]``.
@@ -96,18 +96,18 @@ class _ExperienceRecorder:
 
 
 class RolloutCollector:
-    """Steps a vectorized env (:class:`VecEnv`) with a :class:`MultiAgentPolicy` for ``rollout_steps`` steps.
+    """Steps a vectorized env (`VecEnv`) with a `MultiAgentPolicy` for ``rollout_steps`` steps.
 
-    Each call to :meth:`collect` returns experience with root batch ``[num_envs, rollout_steps]``
+    Each call to `collect` returns experience with root batch ``[num_envs, rollout_steps]``
     and, per group, rows ``[num_envs, rollout_steps, agents_in_group]`` carrying the
     observation, action, log-prob, validity and the annotations of
-    :mod:`lightmarl.keys`; ``("next", group, ...)`` holds reward, done, terminated,
+    `lightmarl.keys`; ``("next", group, ...)`` holds reward, done, terminated,
     truncated and the next observation, as TorchRL's value estimators expect. Where the env
     records its global state (``PettingZooEnvConfig.state``) it is at the root, ``"state"``
     ``[num_envs, rollout_steps, *state_shape]`` and ``("next", "state")``. Episodes
     continue across calls (envs are never reset between rollouts).
 
-    The env is stepped by a :class:`~lightmarl.data.rollout.RolloutLoop` (the loop evaluation
+    The env is stepped by a `RolloutLoop` (the loop evaluation
     and videos use too): a vector that comes in phases (worker processes with
     ``PettingZooEnvConfig.overlap``) is stepped phase by phase, and the experience is laid
     out as for a vector stepped whole.
@@ -119,12 +119,12 @@ class RolloutCollector:
         exploration: ``RANDOM`` samples actions (training); ``DETERMINISTIC`` takes the mode.
         stats_window: episodes per binding kept for the running means.
         device: where the policy runs; experience is returned there.
-        buffers: group name -> a :class:`MultiAgentRolloutBuffer` that keeps every rollout
+        buffers: group name -> a `MultiAgentRolloutBuffer` that keeps every rollout
             of that group (by reference) until the caller clears it, to trace trajectories
             and query episodes over many rollouts. Default: none (training reads the
-            experience :meth:`collect` returns; its rows carry ``episode_id``, ``agent_id``
+            experience `collect` returns; its rows carry ``episode_id``, ``agent_id``
             and ``time_index`` already).
-        on_step: called with every :class:`~lightmarl.data.rollout.RolloutStep` after it is
+        on_step: called with every `RolloutStep` after it is
             recorded and before that lane's next actions are computed, e.g. to give an env copy
             whose episode just ended another opponent (a league). It may change the table's
             map only for copies whose episode ended at that step (their recurrent state
@@ -187,12 +187,12 @@ class RolloutCollector:
 
     @torch.no_grad()
     def collect(self) -> TensorDict:
-        """One rollout of ``rollout_steps`` steps per env copy, also kept (not copied) in :attr:`buffers`.
+        """One rollout of ``rollout_steps`` steps per env copy, also kept (not copied) in `buffers`.
 
         Returns:
             The experience (see the class docstring). Every row is traceable to
             ``(episode_id, agent_id, time_index)``; a buffer given to the collector keeps this
-            very TensorDict (:meth:`MultiAgentRolloutBuffer.locate`, ``trajectory``).
+            very TensorDict (`MultiAgentRolloutBuffer.locate`, ``trajectory``).
         """
         if self.table.version != self._table_version:
             # Another binding controls some agents now: its memory starts from scratch.
@@ -392,8 +392,8 @@ class RolloutCollector:
         """Everything a resumed run needs to go on collecting exactly where this one is (between rollouts).
 
         The counters and running episode statistics, the recurrent states, each copy's episode in
-        flight with its actions so far (:class:`~lightmarl.data.episode_history.EpisodeHistory`), and
-        each lane's :meth:`~lightmarl.envs.base.ResumableVecEnv.resume_state` (``None`` for a vector
+        flight with its actions so far (`EpisodeHistory`), and
+        each lane's `resume_state` (``None`` for a vector
         that cannot be restored); tensors and plain data only.
         """
         resume_state = [getattr(lane.env, "resume_state", lambda: None)() for lane in self.loop.lanes]
@@ -419,10 +419,10 @@ class RolloutCollector:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> list[str]:
-        """Restore :meth:`state_dict`'s output before the first :meth:`collect`, env copies included.
+        """Restore `state_dict`'s output before the first `collect`, env copies included.
 
         Each copy is reset for its episode in flight and replays that episode's actions
-        (:meth:`~lightmarl.envs.base.ResumableVecEnv.restore`). Where that cannot be exact, the
+        (`restore`). Where that cannot be exact, the
         collector still goes on, and the returned messages say why (for the caller to warn).
 
         Returns:

@@ -1,11 +1,11 @@
 """What putting env copies back mid-episode needs: each copy's episode number and the actions since it began.
 
 A PettingZoo env cannot be snapshotted, but it can be replayed: episode ``k`` of a copy is reset
-with :func:`~lightmarl.envs.layout.episode_seed` of the copy's seed and ``k``, so the same
+with `episode_seed` of the copy's seed and ``k``, so the same
 actions bring it back to the same state (for an env that is deterministic given its seed and
-actions). :class:`EpisodeHistory` keeps, per copy, the number of its episode in flight and the
+actions). `EpisodeHistory` keeps, per copy, the number of its episode in flight and the
 actions that episode was stepped with so far; a resumed collector hands them to
-:meth:`~lightmarl.envs.base.ResumableVecEnv.restore`.
+`restore`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import torch
 class EpisodeHistory:
     """Per env copy: the number of its episode in flight and that episode's actions so far.
 
-    Updated once per rollout (:meth:`record`), not per step: the actions are kept as views of the
-    rollouts' own action tensors and joined only by :meth:`state_dict`. Memory grows with the
+    Updated once per rollout (`record`), not per step: the actions are kept as views of the
+    rollouts' own action tensors and joined only by `state_dict`. Memory grows with the
     longest episode in flight and is freed as episodes end.
 
     Args:

@@ -1,7 +1,7 @@
-"""Episodes in progress per env copy, for :class:`~lightmarl.data.rollout_buffer.MultiAgentRolloutBuffer`,
+"""Episodes in progress per env copy, for `MultiAgentRolloutBuffer`,
 and the per-binding summary of completed episodes that the collector and the buffer both report.
 
-One :class:`EpisodeTracker` follows ``num_envs`` env copies step by step: which episode each
+One `EpisodeTracker` follows ``num_envs`` env copies step by step: which episode each
 plays, its clock (env steps since its first valid row), the running return and length per
 agent, the binding of each agent, and when the episode completes. It sees only the small
 per-step tensors (ids, validity, reward, done), never the rows' payload, so it costs the same
@@ -74,7 +74,7 @@ class EpisodeTracker:
 
         Returns:
             ``(time_index, completed)``: ``[num_envs]`` the step's time within its episode (a
-            new tensor), and the episodes this step completed (tables as :func:`episode_record`).
+            new tensor), and the episodes this step completed (tables as `episode_record`).
 
         Raises:
             ValueError: when an env sends a completed episode's id again.
@@ -116,7 +116,7 @@ class EpisodeTracker:
         binding: torch.Tensor,
         env_index: torch.Tensor,
     ) -> tuple[torch.Tensor, TensorDict | None] | None:
-        """Follow ``T`` env steps at once where every agent acted in every step; what :meth:`step` gives, step by step.
+        """Follow ``T`` env steps at once where every agent acted in every step; what `step` gives, step by step.
 
         The rollout path of a store: one pass of ``[num_envs, T]`` tensor operations on the
         steps' device instead of ``T`` passes (and no copy of the steps to the host). With every
@@ -133,8 +133,8 @@ class EpisodeTracker:
 
         Returns:
             ``(time_index [num_envs, T], the completed episodes as one table in the order
-            :meth:`step` closes them, or None)``; ``None`` (nothing changed) where an id comes
-            back after its episode completed: :meth:`step` raises the error for it.
+            `step` closes them, or None)``; ``None`` (nothing changed) where an id comes
+            back after its episode completed: `step` raises the error for it.
         """
         E, T = episode_id.shape
         here = episode_id.device

@@ -1,11 +1,11 @@
 """Rollouts kept by reference and traceable row by row: the base of the rollout buffer.
 
-:class:`KeptRollouts` keeps whole rollouts as the collector returns them (their ``[num_envs,
+`KeptRollouts` keeps whole rollouts as the collector returns them (their ``[num_envs,
 time]`` TensorDicts themselves, no copy), follows their episodes across rollouts (completed
-episodes and their statistics), and :meth:`~KeptRollouts.locate` finds the row of any
+episodes and their statistics), and `locate` finds the row of any
 ``(episode_id, agent_id, time_index)``. Training keeps no store (its rows carry those three
 entries already); a user hands the collector a
-:class:`~lightmarl.data.rollout_buffer.MultiAgentRolloutBuffer`, which extends this class with
+`MultiAgentRolloutBuffer`, which extends this class with
 copied rows (the single-env and vectorized ``add_*`` APIs) and the learning views (``rows``,
 ``as_tensordict``, ``sequences``, ``trajectory``), to trace trajectories over many rollouts.
 """
@@ -45,7 +45,7 @@ class KeptRollouts:
         n_agents: agents in the group (the last batch dim of every rollout's rows).
         max_rows: memory bound: the most valid rows the kept rollouts may hold.
         overwrite: past ``max_rows``, drop the oldest rollouts instead of raising
-            :class:`RolloutBufferFullError`.
+            `RolloutBufferFullError`.
     """
 
     def __init__(self, n_agents: int, max_rows: int = DEFAULT_MAX_ROWS, overwrite: bool = False) -> None:
@@ -90,15 +90,15 @@ class KeptRollouts:
     def add_rollout(self, rollout: TensorDictBase, group: str | None = None) -> None:
         """Keep a rollout **by reference**: its rows become the store's rows without a copy.
 
-        The rollout stays where it is and is what :attr:`rollouts` hands out: a trainer that
-        reads it reads the store. The store only adds :data:`~lightmarl.keys.TIME_INDEX`
+        The rollout stays where it is and is what `rollouts` hands out: a trainer that
+        reads it reads the store. The store only adds `TIME_INDEX`
         (``[num_envs, time, n_agents]``, each row's env step within its episode) to the
         rollout's rows, and follows the episodes (completed episodes, statistics). Queries read
         the kept rollouts; only their answers are copies.
 
         Kept rollouts count against ``max_rows`` with their valid rows; past it the oldest
         rollouts are dropped with ``overwrite=True`` (never the one just added), otherwise
-        :class:`RolloutBufferFullError` is raised. A rollout is never moved to another device.
+        `RolloutBufferFullError` is raised. A rollout is never moved to another device.
 
         Args:
             rollout: with ``group=None``, one group's rows ``[num_envs, time, n_agents]`` with
@@ -194,7 +194,7 @@ class KeptRollouts:
         return [rollout for rollout, _, _ in self._rollouts]
 
     def locate(self, episode_id: int, agent_id: int, time_index: int) -> tuple[int, int, int, int]:
-        """Where one kept row is: ``(rollout, env, step, agent)``, indices into :attr:`rollouts`.
+        """Where one kept row is: ``(rollout, env, step, agent)``, indices into `rollouts`.
 
         ``rollouts[r][group][env, step, agent]`` (or ``rollouts[r][env, step, agent]`` for
         rollouts added without a group) is the row of agent ``agent_id`` at time
@@ -244,7 +244,7 @@ class KeptRollouts:
         """Per-binding summary of the completed episodes held, ready to log as ``collect/<binding>/...``.
 
         One sample per (episode, binding): the mean return of the binding's agents that acted
-        in the episode and the longest of their lengths (:func:`binding_episodes`, as the
+        in the episode and the longest of their lengths (`binding_episodes`, as the
         collector's running statistics; here only agents that acted count).
 
         Args:

@@ -1,9 +1,9 @@
 """The one rollout loop: act with the population, step the vector env, hand each step to a recorder.
 
-Training collection (:class:`~lightmarl.data.collector.RolloutCollector`), evaluation episodes
-(:func:`~lightmarl.evaluation.episodes.evaluate_episodes`) and evaluation videos
-(:func:`~lightmarl.evaluation.video.record_episodes`) all step envs through :class:`RolloutLoop`;
-they differ only in their :class:`StepRecorder` (experience assembly, per-binding returns,
+Training collection ([`RolloutCollector`][lightmarl.data.collector.RolloutCollector]), evaluation episodes
+([`evaluate_episodes`][lightmarl.evaluation.episodes.evaluate_episodes]) and evaluation videos
+(`record_episodes`) all step envs through `RolloutLoop`;
+they differ only in their `StepRecorder` (experience assembly, per-binding returns,
 an episode count) and in when they stop.
 """
 
@@ -28,7 +28,7 @@ class RolloutStep(NamedTuple):
     """One env step of one lane, as a recorder receives it.
 
     Attributes:
-        lane: the lane's position in :attr:`RolloutLoop.lanes`.
+        lane: the lane's position in `RolloutLoop.lanes`.
         envs: the lane's env copies in the whole vector (consecutive).
         td: the policy's input and output for the lane's copies (observation, validity,
             annotations, action, log-prob, ... and, for recurrent groups, the states).
@@ -46,7 +46,7 @@ class RolloutStep(NamedTuple):
 
 
 class StepRecorder(Protocol):
-    """What a :class:`RolloutLoop` hands each step to."""
+    """What a `RolloutLoop` hands each step to."""
 
     def record(self, step: RolloutStep) -> None:
         """Take one lane's step (called in step order, lane by lane)."""
@@ -95,16 +95,16 @@ class Lane:
 
 
 class RolloutLoop:
-    """Steps a vectorized env (:class:`~lightmarl.envs.VecEnv`) with a :class:`MultiAgentPolicy`.
+    """Steps a vectorized env ([`VecEnv`][lightmarl.envs.base.VecEnv]) with a [`MultiAgentPolicy`][lightmarl.policies.multi_agent.MultiAgentPolicy].
 
     Each step: the policy acts on every copy's observation (under ``exploration``), the
     actions go to the env, and the policy's input/output with the env's results go to a
-    :class:`StepRecorder`. Recurrent bindings' states are carried per (env, agent) between
-    steps and restart where an episode ended. The env is reset on the first :meth:`run`
+    `StepRecorder`. Recurrent bindings' states are carried per (env, agent) between
+    steps and restart where an episode ended. The env is reset on the first `run`
     only: episodes continue across runs.
 
     A vector that comes in phases (``env.phases()``, e.g. worker processes with
-    ``PettingZooEnvConfig.overlap``) is stepped phase by phase, one :class:`Lane` each:
+    ``PettingZooEnvConfig.overlap``) is stepped phase by phase, one `Lane` each:
     while the workers step one phase's copies, the policy computes the other phase's
     actions. Actions are then sampled per phase, so the random stream (not the
     distribution) differs from stepping the vector whole with the same seed.
@@ -181,11 +181,11 @@ class RolloutLoop:
                 lane.abandon()
 
     def resume(self) -> None:
-        """The lanes' env copies were put back mid-episode (a resumed run): :meth:`run` must not reset them."""
+        """The lanes' env copies were put back mid-episode (a resumed run): `run` must not reset them."""
         self._started = True
 
     def _act(self, lane: Lane) -> None:
-        """The policy's actions for the lane's copies, sent to its env (stepped by :meth:`Lane.receive`)."""
+        """The policy's actions for the lane's copies, sent to its env (stepped by `Lane.receive`)."""
         td = lane.env.observation_td()
         self.recurrent.prepare(td, lane.envs)
         if self.device.type != "cpu":  # moving a TensorDict costs even when it is a no-op

@@ -1,19 +1,19 @@
 """Multi-agent rollout storage: one row per agent step, traceable to its env, episode and agent.
 
-The buffer holds rows in one of two ways: **kept rollouts** (:meth:`MultiAgentRolloutBuffer.add_rollout`:
+The buffer holds rows in one of two ways: **kept rollouts** (`MultiAgentRolloutBuffer.add_rollout`:
 the collector's ``[envs, time]`` rollout TensorDicts themselves, by reference, the very rows
-the trainers read) or **copied rows** (the single-env API of :meth:`~MultiAgentRolloutBuffer.add_transition` and
-:meth:`~MultiAgentRolloutBuffer.add_batch`: a flat, preallocated store with batch
-``[capacity]``). Every row carries the annotations of :mod:`lightmarl.keys` plus
-:data:`~lightmarl.keys.TIME_INDEX`, the env step within its episode, so any
+the trainers read) or **copied rows** (the single-env API of `add_transition` and
+`add_batch`: a flat, preallocated store with batch
+``[capacity]``). Every row carries the annotations of `lightmarl.keys` plus
+`TIME_INDEX`, the env step within its episode, so any
 ``(episode_id, agent_id)`` trajectory can be rebuilt in time order and the rows can be
 re-batched as padded episodes or fixed-length sequences for learning.
 
-The kept rollouts live in :mod:`lightmarl.data.kept_rollouts`
-(:class:`~lightmarl.data.kept_rollouts.KeptRollouts`, this class's base); this module adds the
+The kept rollouts live in `lightmarl.data.kept_rollouts`
+(`KeptRollouts`, this class's base); this module adds the
 copied rows and the learning views, which share the base's episode table and invariants (fixed
 agent columns, unique episode ids, the time index). The per-env episode bookkeeping lives in
-:mod:`lightmarl.data.episode_tracking`.
+`lightmarl.data.episode_tracking`.
 """
 
 from __future__ import annotations
@@ -61,30 +61,30 @@ class MultiAgentRolloutBuffer(KeptRollouts):
 
     One buffer holds one agent group of ``n_agents`` agents. It offers two ways in:
 
-    * the single-env API: :meth:`add_transition` appends one step of all
-      agents to :attr:`current_episode`, :meth:`end_episode` closes it (per-agent and average
-      length and reward) and moves it to the row store, :meth:`reset_current_episode` drops it;
-    * the vectorized API: :meth:`add_batch` takes one step of ``num_envs`` envs as a
+    * the single-env API: `add_transition` appends one step of all
+      agents to `current_episode`, `end_episode` closes it (per-agent and average
+      length and reward) and moves it to the row store, `reset_current_episode` drops it;
+    * the vectorized API: `add_batch` takes one step of ``num_envs`` envs as a
       TensorDict with batch ``[num_envs, n_agents]``; episodes end per env when every agent
       that took part has signalled ``done`` (or when the env starts a new ``episode_id``).
-    * kept rollouts: :meth:`add_rollout` keeps a ``[num_envs, time]`` rollout by reference (no
-      copy) and follows its episodes as :meth:`add_batch` does; :attr:`rollouts` hands the
-      rollouts back as they were added and :meth:`locate` finds one row in them (the
+    * kept rollouts: `add_rollout` keeps a ``[num_envs, time]`` rollout by reference (no
+      copy) and follows its episodes as `add_batch` does; `rollouts` hands the
+      rollouts back as they were added and `locate` finds one row in them (the
       collector's training path).
 
-    and several ways out: :meth:`trajectory` (one agent of one episode, in time order),
-    :meth:`rows` (flat ``[N]``), :meth:`as_tensordict` (padded ``[episodes, time, agents]``
-    with a ``mask``), :meth:`sequences` (``[chunks, burn_in + length]`` for recurrent
-    training), :meth:`episode_stats` (per-binding episode return and length).
+    and several ways out: `trajectory` (one agent of one episode, in time order),
+    `rows` (flat ``[N]``), `as_tensordict` (padded ``[episodes, time, agents]``
+    with a ``mask``), `sequences` (``[chunks, burn_in + length]`` for recurrent
+    training), `episode_stats` (per-binding episode return and length).
 
     Rows with ``valid=False`` (the agent was absent or had left) are not stored. Each stored
     row keeps every entry of the step it came from (observation, action, reward, done,
     optional log-prob, values, ``("next", ...)`` entries and ``("extras", ...)`` such as
     recurrent states) plus ``env_index``, ``agent_id``, ``episode_id``, ``binding_id``,
-    ``loss_profile_id``, ``is_trainable_agent`` and :data:`TIME_INDEX`.
+    ``loss_profile_id``, ``is_trainable_agent`` and `TIME_INDEX`.
 
     Storage starts at ``capacity`` rows and doubles when full, never beyond ``max_rows``.
-    Past that bound :meth:`add_batch` raises :class:`RolloutBufferFullError`, or, with
+    Past that bound `add_batch` raises `RolloutBufferFullError`, or, with
     ``overwrite=True``, drops the oldest *completed* episodes (at least ``max_rows // 16``
     rows at a time, so the compaction cost is amortized); episodes still in progress are
     never dropped.
@@ -178,7 +178,7 @@ class MultiAgentRolloutBuffer(KeptRollouts):
     # ---------------------------------------------------- single-env API
 
     def reset_current_episode(self) -> None:
-        """Discard the transitions of :attr:`current_episode` (allocated storage is kept)."""
+        """Discard the transitions of `current_episode` (allocated storage is kept)."""
         self._cur_len = 0
 
     def add_transition(
@@ -195,7 +195,7 @@ class MultiAgentRolloutBuffer(KeptRollouts):
         *,
         valid: torch.Tensor | Sequence[bool] | None = None,
     ) -> None:
-        """Append one step of every agent to :attr:`current_episode`.
+        """Append one step of every agent to `current_episode`.
 
         Every argument has the agents as its leading dimension (``n_agents``). Optional
         fields must be given on every step of the buffer or on none.
@@ -297,13 +297,13 @@ class MultiAgentRolloutBuffer(KeptRollouts):
         return view
 
     def end_episode(self) -> dict[str, Any]:
-        """Close :attr:`current_episode`: compute its statistics and move its rows to the store.
+        """Close `current_episode`: compute its statistics and move its rows to the store.
 
         The episode gets the next free ``episode_id``, ``env_index`` 0, ``binding_id`` 0,
         ``loss_profile_id`` 0 and ``is_trainable_agent`` True.
 
         Returns:
-            The closed episode's seed-style dict (see :attr:`episodes`).
+            The closed episode's seed-style dict (see `episodes`).
 
         Raises:
             ValueError: when the current episode has no transitions.
@@ -345,10 +345,10 @@ class MultiAgentRolloutBuffer(KeptRollouts):
     def episodes(self) -> list[dict[str, Any]]:
         """Completed episodes still held, oldest first, each as a seed-style dict.
 
-        Each dict has the :attr:`current_episode` fields (per-agent tensors rebuilt from the
+        Each dict has the `current_episode` fields (per-agent tensors rebuilt from the
         stored rows) plus ``episode_id`` and ``env_index``. This is a convenience view that
-        scans the store per episode; at scale use :meth:`completed_episodes` and
-        :meth:`as_tensordict`.
+        scans the store per episode; at scale use `completed_episodes` and
+        `as_tensordict`.
         """
         table = self.completed_episodes()
         return [self._episode_dict(table[i]) for i in range(table.batch_size[0])]

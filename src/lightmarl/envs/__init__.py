@@ -2,19 +2,19 @@
 
 Layout, lowest first (each module imports only those before it):
 
-* :mod:`~lightmarl.envs.spec` (groups and spaces) and :mod:`~lightmarl.envs.layout` (the
+* `spec` (groups and spaces) and `layout` (the
   arrays a vector fills, the stepping-code protocol), torch-free;
-* :mod:`~lightmarl.envs.base`: the :class:`VecEnv` protocol every vector implements;
-* :mod:`~lightmarl.envs.transforms`, then :mod:`~lightmarl.envs.config` (:class:`EnvConfig`,
+* `base`: the [`VecEnv`][lightmarl.envs.base.VecEnv] protocol every vector implements;
+* `transforms`, then `config` ([`EnvConfig`][lightmarl.envs.config.EnvConfig],
   what a recipe's ``env`` builds);
-* :mod:`~lightmarl.envs.runners`: stepping copies in process or in worker processes, for any
-  family's stepping code; :mod:`~lightmarl.envs.checks`: the vector contract;
-* the env families: :mod:`~lightmarl.envs.pettingzoo` and :mod:`~lightmarl.envs.vmas`;
-  beside them :mod:`~lightmarl.envs.rendering` (video frames) and :mod:`~lightmarl.envs.testing`
+* `runners`: stepping copies in process or in worker processes, for any
+  family's stepping code; `checks`: the vector contract;
+* the env families: `pettingzoo` and `vmas`;
+  beside them `rendering` (video frames) and `testing`
   (tiny tasks).
 
 Names are imported on first use (PEP 562): env worker processes import
-:mod:`lightmarl.envs.runners.worker` and the torch-free stepping modules, and must not pay for
+`lightmarl.envs.runners.worker` and the torch-free stepping modules, and must not pay for
 torch, which most other modules import.
 """
 

@@ -1,9 +1,9 @@
 """What every vector of env copies offers the collector and evaluation, whatever simulator is behind it.
 
-:class:`VecEnv` is the protocol (PettingZoo in process or in worker processes, VMAS, a
-:class:`~lightmarl.envs.transforms.TransformedVecEnv` over any of them); :class:`PhasedVecEnv`
-and :class:`AsyncVecEnv` are its optional asynchronous part (a vector whose copies come in
-phases that step while the policy computes another phase's actions). :func:`observation_td` is
+[`VecEnv`][lightmarl.envs.base.VecEnv] is the protocol (PettingZoo in process or in worker processes, VMAS, a
+[`TransformedVecEnv`][lightmarl.envs.transforms.base.TransformedVecEnv] over any of them); [`PhasedVecEnv`][lightmarl.envs.base.PhasedVecEnv]
+and [`AsyncVecEnv`][lightmarl.envs.base.AsyncVecEnv] are its optional asynchronous part (a vector whose copies come in
+phases that step while the policy computes another phase's actions). [`observation_td`][lightmarl.envs.base.VecEnv.observation_td] is
 the one way a vector's arrays become the TensorDict the policies read.
 """
 
@@ -19,7 +19,7 @@ from lightmarl import keys
 from lightmarl.envs.layout import ROOT
 from lightmarl.envs.spec import EnvSpec
 
-#: what a vector's ``reset`` / ``step`` return: group name (or :data:`~lightmarl.envs.layout.ROOT`)
+#: what a vector's ``reset`` / ``step`` return: group name (or `ROOT`)
 #: -> key -> tensor ``[num_envs, agents_in_group, ...]``
 Outputs: TypeAlias = dict[str, dict[str, torch.Tensor]]
 
@@ -28,13 +28,13 @@ Outputs: TypeAlias = dict[str, dict[str, torch.Tensor]]
 class VecEnv(Protocol):
     """What the collector and evaluation need from a vector of env copies.
 
-    Implemented by :class:`~lightmarl.envs.runners.inprocess.InProcessVecEnv` (PettingZoo's
-    :class:`~lightmarl.envs.pettingzoo.vector.ParallelVecEnv`), :class:`~lightmarl.envs.runners.process.ProcessVecEnv`
-    (worker processes), :class:`~lightmarl.envs.vmas.VmasVecEnv` and
-    :class:`~lightmarl.envs.transforms.TransformedVecEnv`. Copy ``i`` is reset with
+    Implemented by [`InProcessVecEnv`][lightmarl.envs.runners.inprocess.InProcessVecEnv] (PettingZoo's
+    [`ParallelVecEnv`][lightmarl.envs.pettingzoo.vector.ParallelVecEnv]), [`ProcessVecEnv`][lightmarl.envs.runners.process.ProcessVecEnv]
+    (worker processes), [`VmasVecEnv`][lightmarl.envs.vmas.VmasVecEnv] and
+    [`TransformedVecEnv`][lightmarl.envs.transforms.base.TransformedVecEnv]. Copy ``i`` is reset with
     ``seeds[i]``; the same seeds and actions give the same trajectories. Where
     ``spec.state_shape`` is set, ``current`` and a step's results also hold the env's global
-    state under :data:`~lightmarl.envs.layout.ROOT` (``{"state": [num_envs, *state_shape]}``).
+    state under `ROOT` (``{"state": [num_envs, *state_shape]}``).
     """
 
     spec: EnvSpec
@@ -43,7 +43,7 @@ class VecEnv(Protocol):
     current: Outputs
 
     def reset(self) -> Outputs:
-        """Reset every copy; the first observations (also kept as :attr:`current`)."""
+        """Reset every copy; the first observations (also kept as `current`)."""
         ...
 
     def step(self, actions: dict[str, torch.Tensor]) -> tuple[Outputs, torch.Tensor]:
@@ -52,13 +52,13 @@ class VecEnv(Protocol):
         Returns:
             ``(next, episode_end)``: per group ``observation`` (the final one where the episode
             ended), ``reward``, ``terminated``, ``truncated``, ``done``; and a ``[num_envs]``
-            bool tensor of copies that were reset (:attr:`current` then holds their reset
+            bool tensor of copies that were reset (`current` then holds their reset
             observations).
         """
         ...
 
     def observation_td(self) -> TensorDict:
-        """What the policies see now (see :func:`observation_td`)."""
+        """What the policies see now (see [`observation_td`][lightmarl.envs.base.VecEnv.observation_td])."""
         ...
 
     def render(self, index: int = 0) -> Any:
@@ -72,9 +72,9 @@ class VecEnv(Protocol):
 
 @runtime_checkable
 class AsyncVecEnv(VecEnv, Protocol):
-    """A :class:`VecEnv` whose step can be started and awaited separately (a phase of worker processes).
+    """A [`VecEnv`][lightmarl.envs.base.VecEnv] whose step can be started and awaited separately (a phase of worker processes).
 
-    Between :meth:`step_async` and :meth:`step_wait` the caller does other work, e.g. the policy's
+    Between [`step_async`][lightmarl.envs.base.AsyncVecEnv.step_async] and [`step_wait`][lightmarl.envs.base.AsyncVecEnv.step_wait] the caller does other work, e.g. the policy's
     forward pass for another phase. Steps of different phases must be awaited in the order they
     were sent.
     """
@@ -84,48 +84,48 @@ class AsyncVecEnv(VecEnv, Protocol):
         ...
 
     def step_wait(self) -> tuple[Outputs, torch.Tensor]:
-        """The results of the step :meth:`step_async` started, as :meth:`VecEnv.step` returns them."""
+        """The results of the step [`step_async`][lightmarl.envs.base.AsyncVecEnv.step_async] started, as [`VecEnv.step`][lightmarl.envs.base.VecEnv.step] returns them."""
         ...
 
 
 @runtime_checkable
 class PhasedVecEnv(VecEnv, Protocol):
-    """A :class:`VecEnv` whose copies come in consecutive phases stepped in alternation.
+    """A [`VecEnv`][lightmarl.envs.base.VecEnv] whose copies come in consecutive phases stepped in alternation.
 
     The collector sends one phase's actions and computes the next phase's while the first
     steps, so the policy's forward pass overlaps env stepping.
     """
 
     def phases(self) -> list[Any]:
-        """The phases (each an :class:`AsyncVecEnv` over its own copies when there are several), in order."""
+        """The phases (each an [`AsyncVecEnv`][lightmarl.envs.base.AsyncVecEnv] over its own copies when there are several), in order."""
         ...
 
 
 @runtime_checkable
 class ResumableVecEnv(VecEnv, Protocol):
-    """A :class:`VecEnv` that can put its copies back mid-episode, e.g. when a run resumes from a checkpoint.
+    """A [`VecEnv`][lightmarl.envs.base.VecEnv] that can put its copies back mid-episode, e.g. when a run resumes from a checkpoint.
 
-    Each copy's episode ``k`` is reset with :func:`~lightmarl.envs.layout.episode_seed` of the
-    copy's seed and ``k``; :meth:`restore` resets the copy for its episode in flight and replays
+    Each copy's episode ``k`` is reset with `episode_seed` of the
+    copy's seed and ``k``; `restore` resets the copy for its episode in flight and replays
     the actions the episode was stepped with so far. PettingZoo vectors (in-process and in worker
     processes, and transforms over them) are resumable; VMAS vectors are not.
     """
 
     def resume_state(self) -> dict[str, Any] | None:
-        """What :meth:`restore` needs besides the episodes and actions (the observations the policies
+        """What `restore` needs besides the episodes and actions (the observations the policies
         see next, transforms' per-copy memory), as tensors; ``None`` where the vector cannot be restored."""
         ...
 
     def restore(
         self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]], state: dict[str, Any]
     ) -> list[int]:
-        """Bring every copy back to where :meth:`resume_state` was taken.
+        """Bring every copy back to where `resume_state` was taken.
 
         Args:
             episodes: per copy, the number of its episode in flight (0: the first).
             actions: per copy, group -> ``[steps, agents_in_group, ...]``: the actions of that
                 episode so far.
-            state: what :meth:`resume_state` returned.
+            state: what `resume_state` returned.
 
         Returns:
             The copies whose replay did not reproduce the saved observations (an env that is
@@ -135,22 +135,22 @@ class ResumableVecEnv(VecEnv, Protocol):
 
 
 class ReplayingVecEnv:
-    """The :class:`ResumableVecEnv` half of vectors whose copies replay their episodes in flight.
+    """The `ResumableVecEnv` half of vectors whose copies replay their episodes in flight.
 
-    A subclass implements :meth:`_replay`; this class keeps what the policies see next as the
+    A subclass implements `_replay`; this class keeps what the policies see next as the
     state to check the replay against.
     """
 
     current: Outputs
 
     def resume_state(self) -> dict[str, Any]:
-        """The observations the policies see next, which :meth:`restore` checks its replay against."""
+        """The observations the policies see next, which `restore` checks its replay against."""
         return {"current": clone_outputs(self.current)}
 
     def restore(
         self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]], state: dict[str, Any]
     ) -> list[int]:
-        """See :meth:`ResumableVecEnv.restore`."""
+        """See `ResumableVecEnv.restore`."""
         diverged, self.current = self._replay(episodes, actions)
         return sorted(set(diverged) | set(differing_copies(self.current, state["current"])))
 

@@ -1,18 +1,18 @@
 """Checks that a vector of env copies honours the contract lightmarl's collector relies on.
 
-TorchRL checks a TorchRL env with :func:`torchrl.envs.utils.check_env_specs`: a short random
+TorchRL checks a TorchRL env with `torchrl.envs.utils.check_env_specs`: a short random
 rollout whose data must match the env's specs (keys, shapes, dtypes). This module does the same
-for lightmarl's :class:`~lightmarl.envs.base.VecEnv` protocol, plus what multi-agent envs add:
+for lightmarl's [`VecEnv`][lightmarl.envs.base.VecEnv] protocol, plus what multi-agent envs add:
 validity of agents, action masks, episode ends and seeding. (A raw PettingZoo env is checked
-before it is vectorized, by :mod:`lightmarl.envs.pettingzoo.checks`.)
+before it is vectorized, by `lightmarl.envs.pettingzoo.checks`.)
 
-* :func:`check_vec_env`: a random rollout of a vector (in-process or worker processes): shapes
-  and dtypes per group match the :class:`~lightmarl.envs.spec.GroupSpec`, absent agents are
+* [`check_vec_env`][lightmarl.envs.checks.check_vec_env]: a random rollout of a vector (in-process or worker processes): shapes
+  and dtypes per group match the [`GroupSpec`][lightmarl.envs.spec.GroupSpec], absent agents are
   masked, every legal action set is non-empty, ``done`` is ``terminated | truncated``, agents
   leave only through ``done``, and ended episodes are reset. For turn-based envs
   (``EnvSpec.turn_based``) exactly one row per copy is valid, and rewards and ends may reach rows
   of agents that did not act (the loser's -1 on the winner's turn).
-* :func:`check_same_trajectories`: two vectors stepped with the same actions produce the same
+* [`check_same_trajectories`][lightmarl.envs.checks.check_same_trajectories]: two vectors stepped with the same actions produce the same
   data (same seed twice, or in-process against worker processes).
 
 Example:
@@ -42,7 +42,7 @@ from lightmarl.errors import EnvContractError
 
 @dataclass(frozen=True)
 class VecEnvCheck:
-    """What :func:`check_vec_env` saw.
+    """What [`check_vec_env`][lightmarl.envs.checks.check_vec_env] saw.
 
     Attributes:
         steps: vector steps taken.
@@ -100,7 +100,7 @@ def check_vec_env(vec: VecEnv, num_steps: int = 100, seed: int = 0) -> VecEnvChe
         check_vec_env(PettingZooEnvConfig(env_fn="my_pkg.envs.parallel_env", num_envs=4).make_vector(seed=0))
 
     Returns:
-        A :class:`VecEnvCheck` with counts of what happened (e.g. whether any episode ended).
+        A `VecEnvCheck` with counts of what happened (e.g. whether any episode ended).
 
     Raises:
         EnvContractError: at the first violation, naming the env, group, entry and step.

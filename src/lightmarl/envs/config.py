@@ -1,13 +1,13 @@
 """What a recipe's ``model.env`` entry must provide, whatever simulator is behind it.
 
-:class:`~lightmarl.envs.pettingzoo.config.PettingZooEnvConfig` is the default (a recipe's ``env:``
+[`PettingZooEnvConfig`][lightmarl.envs.pettingzoo.config.PettingZooEnvConfig] is the default (a recipe's ``env:``
 without ``class_path``); others are selected by ``class_path``, e.g.
 ``lightmarl.envs.vmas.VmasEnvConfig``. A subclass says how to build its env's own spec and
-vector; this base adds the recipe's :mod:`~lightmarl.envs.transforms` on top, so every env
+vector; this base adds the recipe's `transforms` on top, so every env
 family gets the same transforms, the same way.
 
-It sits above :mod:`~lightmarl.envs.transforms` (it wraps vectors in them), which sits above
-the vector protocol of :mod:`~lightmarl.envs.base`; that is why it is not in ``base``.
+It sits above `transforms` (it wraps vectors in them), which sits above
+the vector protocol of `base`; that is why it is not in ``base``.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ class EnvConfig(ABC):
     """An env recipe: builds the vectors of env copies that training and evaluation step.
 
     Subclasses are dataclasses with (at least) the fields ``num_envs``, ``transforms`` and
-    ``info_fields``, and build their vectors' specs with :meth:`with_info_fields`.
+    ``info_fields``, and build their vectors' specs with [`with_info_fields`][lightmarl.envs.config.EnvConfig.with_info_fields].
 
     Attributes:
         num_envs: env copies stepped together by each training process.
-        transforms: :class:`~lightmarl.envs.transforms.VecTransform` objects applied, in order,
+        transforms: [`VecTransform`][lightmarl.envs.transforms.base.VecTransform] objects applied, in order,
             to every vector's outputs.
         info_fields: numeric fields of the env's per-agent ``infos`` (e.g. ``[score]``) that the
             vectors record at every step (``EnvSpec.info_fields``); evaluation reports each
@@ -48,8 +48,8 @@ class EnvConfig(ABC):
     transforms: list[VecTransform]
     info_fields: list[str]
 
-    #: whether :meth:`make_base_vector` applies the leading image transforms (``Grayscale``,
-    #: ``Resize``: :func:`~lightmarl.envs.transforms.split_frame_transforms`) where the env runs;
+    #: whether [`make_base_vector`][lightmarl.envs.config.EnvConfig.make_base_vector] applies the leading image transforms (``Grayscale``,
+    #: ``Resize``: `split_frame_transforms`) where the env runs;
     #: families that cannot refuse them when the recipe is built.
     applies_frame_transforms = False
 
@@ -102,7 +102,7 @@ class EnvConfig(ABC):
 
         The env object that the vector steps is handed to ``record(env, render)`` (``render(env)``
         draws its current RGB frame) and the vector steps what ``record`` returns instead, e.g. a
-        :class:`~lightmarl.envs.rendering.FrameRecorder`, so frames are drawn before the vector's
+        `FrameRecorder`, so frames are drawn before the vector's
         auto-reset and an episode's final state is kept.
 
         Raises:
@@ -115,11 +115,11 @@ class EnvConfig(ABC):
         return TransformedVecEnv(vector, rest, training=False)
 
     def make_base_recording_vector(self, seed: int, record: Callable[[Any, Callable[[Any], Any]], Any]) -> VecEnv:
-        """:meth:`make_recording_vector` without the transforms; env families that render override it."""
+        """[`make_recording_vector`][lightmarl.envs.config.EnvConfig.make_recording_vector] without the transforms; env families that render override it."""
         raise ValueError(f"evaluation video: env {self.name!r} ({type(self).__name__}) cannot record RGB frames")
 
     def with_info_fields(self, spec: EnvSpec) -> EnvSpec:
-        """``spec`` with this config's :attr:`info_fields`, so that vectors built on it record them."""
+        """``spec`` with this config's `info_fields`, so that vectors built on it record them."""
         return replace(spec, info_fields=tuple(self.info_fields))
 
     def check_info_fields(self) -> None:
@@ -149,7 +149,7 @@ class EnvConfig(ABC):
             )
 
     def frame_transforms(self) -> list[FrameTransform]:
-        """The leading image transforms, applied where the env runs (by :meth:`make_base_vector`)."""
+        """The leading image transforms, applied where the env runs (by [`make_base_vector`][lightmarl.envs.config.EnvConfig.make_base_vector])."""
         return split_frame_transforms(self.transforms)[0]
 
     def vector_transforms(self) -> list[VecTransform]:

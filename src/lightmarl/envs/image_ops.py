@@ -1,13 +1,13 @@
 """Operations on one image observation at a time, in NumPy: grayscale and resize.
 
-The image transforms of a recipe (:mod:`lightmarl.envs.transforms.image`: ``Grayscale``,
+The image transforms of a recipe (`lightmarl.envs.transforms.image`: ``Grayscale``,
 ``Resize``) run these where the env runs, in the env worker processes too, before a frame is
 written into the vector's arrays: shrinking a frame there means the shared memory, the rollout
 and the policy only ever see the small one. This module imports no torch (worker processes
 import it).
 
 An op is a small frozen dataclass (picklable, sent to worker processes) with
-:meth:`~FrameOp.output` (the shape and dtype it makes from an input shape and dtype, checked
+`output` (the shape and dtype it makes from an input shape and dtype, checked
 when the recipe is built) and ``__call__`` (frames ``[..., H, W]`` or ``[..., H, W, C]``, channels
 last as PettingZoo's images are, with any leading batch dims: the agents of one env step go
 through together). ``uint8`` frames stay ``uint8`` (rounded); other dtypes come out ``float32``.
@@ -26,7 +26,7 @@ LUMA_WEIGHTS = (0.299, 0.587, 0.114)
 
 
 class FrameOp(Protocol):
-    """One operation on a single frame (see the module doc)."""
+    """One operation on a single frame."""
 
     def output(self, shape: tuple[int, ...], dtype: str) -> tuple[tuple[int, ...], str]:
         """The output shape and dtype name for frames of ``shape`` and ``dtype``; ``ValueError`` if it cannot apply."""
@@ -81,7 +81,7 @@ def area_plan(source: int, target: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def area_resize_axis(x: np.ndarray, axis: int, plan: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """``x`` resized along ``axis`` by :func:`area_plan`'s ``plan`` (float32): one gather and
+    """``x`` resized along ``axis`` by `area_plan`'s ``plan`` (float32): one gather and
     multiply-add per tap, so the cost is the output's size times the taps (a dense matrix product
     would also multiply every zero weight)."""
     index, weight = plan
@@ -103,13 +103,13 @@ class ResizeOp:
     """``[H, W(, C)]`` -> ``[height, width(, C)]`` by ``area`` averaging or ``nearest`` pixel.
 
     Frames may carry leading batch dims (several agents' frames at once) once the op knows its
-    source frame shape (:meth:`for_source`).
+    source frame shape (`for_source`).
     """
 
     height: int
     width: int
     interpolation: Literal["area", "nearest"] = "area"
-    #: the shape of one source frame; ``()`` until :meth:`for_source` sets it.
+    #: the shape of one source frame; ``()`` until `for_source` sets it.
     source: tuple[int, ...] = field(default=())
 
     def output(self, shape: tuple[int, ...], dtype: str) -> tuple[tuple[int, ...], str]:

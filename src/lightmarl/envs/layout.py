@@ -1,10 +1,10 @@
 """The arrays every vector of env copies fills: per group ``[num_envs, agents_in_group, ...]`` entries.
 
-:class:`GroupLayout` is the torch-free, picklable part of a
-:class:`~lightmarl.envs.spec.GroupSpec` that stepping code needs; :func:`empty_current` /
-:func:`empty_next` allocate what policies see before a step and what a step returns. The same
-layout is used in process (:class:`~lightmarl.envs.runners.inprocess.InProcessVecEnv`) and in the
-shared-memory block of worker processes (:mod:`lightmarl.envs.runners.shared_memory`). This
+`GroupLayout` is the torch-free, picklable part of a
+[`GroupSpec`][lightmarl.envs.spec.GroupSpec] that stepping code needs; `empty_current` /
+`empty_next` allocate what policies see before a step and what a step returns. The same
+layout is used in process ([`InProcessVecEnv`][lightmarl.envs.runners.inprocess.InProcessVecEnv]) and in the
+shared-memory block of worker processes (`lightmarl.envs.runners.shared_memory`). This
 module imports no torch (worker processes import it).
 """
 
@@ -128,7 +128,7 @@ def write_infos(
 
 
 def root_fields(num_envs: int, state_shape: tuple[int, ...] | None) -> list[tuple[str, str, tuple[int, ...]]]:
-    """``(key, dtype, shape)`` of the env copies' own entries (under :data:`ROOT`): the global state, if recorded."""
+    """``(key, dtype, shape)`` of the env copies' own entries (under `ROOT`): the global state, if recorded."""
     return [] if state_shape is None else [(keys.STATE, "float32", (num_envs, *state_shape))]
 
 
@@ -143,10 +143,10 @@ class EnvSlice(Protocol):
 
     It reads actions from and writes results into arrays of this module's layout (rows of its
     own copies only, never clearing them: the caller hands in zeroed rows), and resets a copy
-    whose episode ended. :class:`~lightmarl.envs.runners.inprocess.InProcessVecEnv` runs one slice over
-    every copy; each worker of :class:`~lightmarl.envs.runners.process.ProcessVecEnv` runs one per
-    phase. PettingZoo's are :class:`~lightmarl.envs.pettingzoo.parallel.ParallelSlice` and
-    :class:`~lightmarl.envs.pettingzoo.aec.AECSlice`.
+    whose episode ended. [`InProcessVecEnv`][lightmarl.envs.runners.inprocess.InProcessVecEnv] runs one slice over
+    every copy; each worker of [`ProcessVecEnv`][lightmarl.envs.runners.process.ProcessVecEnv] runs one per
+    phase. PettingZoo's are `ParallelSlice` and
+    `AECSlice`.
     """
 
     envs: list[Any]
@@ -165,7 +165,7 @@ class EnvSlice(Protocol):
         Args:
             e: the copy.
             episode: the episode's number in the copy (0: the first): the copy is reset with
-                :func:`episode_seed` of its seed and ``episode``, and later resets continue from there.
+                `episode_seed` of its seed and ``episode``, and later resets continue from there.
             actions: group -> ``[steps, agents_in_group, ...]``: the actions the episode was
                 stepped with so far.
             current: the copy's observations after the last action are written into its rows.
@@ -179,7 +179,7 @@ class EnvSlice(Protocol):
         """Close every copy."""
 
 
-#: builds the :class:`EnvSlice` of some env copies from ``(envs, groups, seeds, start, env_name,
+#: builds the `EnvSlice` of some env copies from ``(envs, groups, seeds, start, env_name,
 #: possible_agents)`` (the env's own agent ids, ``EnvSpec.env_agents``; e.g. PettingZoo's picks
 #: parallel or AEC stepping by env).
 SliceFactory: TypeAlias = Callable[

@@ -1,4 +1,4 @@
-"""MettaGrid tasks as PettingZoo envs: name :func:`mines_env` in a recipe's ``env.env_fn``.
+"""MettaGrid tasks as PettingZoo envs: name `mines_env` in a recipe's ``env.env_fn``.
 
 MettaGrid (``pip install 'lightmarl[mettagrid]'``, the ``mettagrid`` package of the Metta
 project) is a fast C++ grid world whose PettingZoo adapter,
@@ -19,7 +19,7 @@ id, value)``; ``location`` packs the cell of the agent's ``view x view`` window 
 ``row << 4 | column`` (``0xFE`` for global tokens such as the last action or reward), and rows
 past the last token are padding, ``0xFF`` in every byte. What a token says is in its three
 bytes, not in its row number: read them with
-:class:`~lightmarl.policies.token_encoders.TokenEncoder` rather than flattening them.
+[`TokenEncoder`][lightmarl.policies.token_encoders.TokenEncoder] rather than flattening them.
 
 The module imports ``mettagrid`` only when an env is built (env worker processes build it), and
 raises an ``ImportError`` with the install command when it is missing.
@@ -51,7 +51,7 @@ def mines_config(
     num_tokens: int = 48,
     reward_per_ore: float = 1.0,
 ) -> Any:
-    """The ``MettaGridConfig`` of the mines task (arguments as :func:`mines_env`)."""
+    """The ``MettaGridConfig`` of the mines task (arguments as `mines_env`)."""
     _positive_int("num_agents", num_agents)
     _positive_int("size", size, minimum=3)
     _positive_int("num_mines", num_mines)

@@ -1,4 +1,4 @@
-"""OpenSpiel games as PettingZoo envs: name :func:`openspiel_env` in a recipe's ``env.env_fn``.
+"""OpenSpiel games as PettingZoo envs: name `openspiel_env` in a recipe's ``env.env_fn``.
 
 OpenSpiel (``pip install 'lightmarl[openspiel]'``, the ``open_spiel`` package) holds many
 two-player and n-player games with exact solution methods: poker (``kuhn_poker``,
@@ -11,11 +11,11 @@ parameters from the recipe::
       env_kwargs: {game: leduc_poker, parameters: {players: 2}, tensor: information_state}
 
 * **turn-based games** (``Dynamics.SEQUENTIAL``) become PettingZoo AEC envs
-  (:class:`OpenSpielAECEnv`), so they step like every AEC env
-  (:mod:`lightmarl.envs.pettingzoo.aec`): one turn per vector step, only the acting player's
+  (`OpenSpielAECEnv`), so they step like every AEC env
+  (`lightmarl.envs.pettingzoo.aec`): one turn per vector step, only the acting player's
   row valid, rewards reaching every player's row.
 * **simultaneous-move games** (``Dynamics.SIMULTANEOUS``, e.g. ``matrix_rps``, ``goofspiel``)
-  become PettingZoo parallel envs (:class:`OpenSpielParallelEnv`): every player acts each step.
+  become PettingZoo parallel envs (`OpenSpielParallelEnv`): every player acts each step.
 * **chance nodes** (cards dealt, dice) are played inside the env, drawn from OpenSpiel's
   ``chance_outcomes()`` with a NumPy generator seeded by ``reset(seed=...)``: the same seed and
   actions give the same episode, in process and in worker processes.
@@ -217,7 +217,7 @@ def text_frame(text: str, width: int = 320, height: int = 240) -> np.ndarray:
 
 
 class OpenSpielAECEnv(_GameState, AECEnv):
-    """A turn-based OpenSpiel game as a PettingZoo ``AECEnv`` (see the module docstring).
+    """A turn-based OpenSpiel game as a PettingZoo ``AECEnv``.
 
     The player to move is ``agent_selection``; after the last move every player is
     terminated and PettingZoo's dead steps (``step(None)``) remove them one by one.
@@ -279,7 +279,7 @@ class OpenSpielAECEnv(_GameState, AECEnv):
 
 
 class OpenSpielParallelEnv(_GameState, ParallelEnv):
-    """A simultaneous-move OpenSpiel game as a PettingZoo ``ParallelEnv`` (see the module docstring).
+    """A simultaneous-move OpenSpiel game as a PettingZoo ``ParallelEnv``.
 
     Every player acts at every step (each with its legal-action mask); the game's chance nodes
     are played between steps. Games that mix in nodes where a single player moves are refused

@@ -13,7 +13,7 @@ class FrameRecorder:
     """An env (a PettingZoo env, or a VMAS ``Environment`` of one copy) that keeps an RGB frame of every state it reaches.
 
     Every other attribute is the wrapped env's. Each ``reset`` (and VMAS's auto-reset
-    ``reset_at``) starts a new episode in :attr:`episodes`; each ``step`` appends to the current
+    ``reset_at``) starts a new episode in `episodes`; each ``step`` appends to the current
     one, before the vector stepping the env resets it, so an episode ends on its final state.
 
     Args:
@@ -23,7 +23,7 @@ class FrameRecorder:
             side to at most this many pixels (``None``: keep full size). Keeps memory and file
             size small for large screens (knights_archers_zombies renders 1280x720).
         max_frames: stop keeping frames after this many (an episode that never ends must not
-            fill the memory); :attr:`dropped` counts those not kept.
+            fill the memory); `dropped` counts those not kept.
     """
 
     def __init__(

@@ -1,6 +1,6 @@
 """What the population needs to know about an env: its agents, groups and spaces.
 
-Plain data, torch-free at import: env worker processes read it (see :mod:`lightmarl.envs.runners`).
+Plain data, torch-free at import: env worker processes read it (see `lightmarl.envs.runners`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class GroupSpec:
 
     Attributes:
         name: group key in experience TensorDicts (``"agent"`` for ``agent_0..N``).
-        agents: agent names (:func:`agent_name` of the env's ids), in the env's ``possible_agents``
+        agents: agent names (`agent_name` of the env's ids), in the env's ``possible_agents``
             order: what maps, ``policy_mapping_fn``, metrics and messages use.
         agent_ids: each agent's index in ``possible_agents``.
         observation_shape: shape of one agent's observation.
@@ -40,7 +40,7 @@ class GroupSpec:
         observation_dtype: NumPy dtype name of the env's observations (e.g. ``"uint8"`` for
             images). Vectors, rollouts and replay buffers keep ``uint8`` observations as ``uint8``
             (a quarter of the memory; encoders convert them to float on the device that trains)
-            and every other dtype as float32: :func:`observation_storage_dtype`.
+            and every other dtype as float32: `observation_storage_dtype`.
         env_agents: the env's own ids of ``agents`` (any hashable: ``str``, ``int``, ``tuple``), what
             its dicts are keyed by; only the stepping code talks to the env with them. Defaults to
             ``agents``.
@@ -80,7 +80,7 @@ class EnvSpec:
 
     Attributes:
         name: a readable env name for messages and logs.
-        possible_agents: every agent name the env can have, in order (:func:`agent_name` of the
+        possible_agents: every agent name the env can have, in order (`agent_name` of the
             env's ids).
         groups: group name -> spec, in first-appearance order of ``possible_agents``.
         state_shape: shape of the env's global ``state()`` when the vector records it (at the
@@ -108,7 +108,7 @@ class EnvSpec:
 
     def group_of(self, agent: Hashable) -> GroupSpec:
         """The group of an agent, given by name or by the env's own id (no name equals another agent's
-        id: :func:`agent_names` makes sure)."""
+        id: `agent_names` makes sure)."""
         for group in self.groups.values():
             if agent in group.agents or agent in group.env_agents:
                 return group
@@ -129,7 +129,7 @@ def agent_name(agent: Hashable) -> str:
     A ``str`` id is its own name; an ``int`` id ``i`` is ``agent_i``; a ``tuple`` id joins its
     parts with ``_`` (``("red", 0)`` -> ``red_0``), after ``agent`` when its first part is not
     a string (``(0, 1)`` -> ``agent_0_1``); any other hashable is its ``str()``. Agents are
-    then grouped by name prefix (:func:`default_group_name`).
+    then grouped by name prefix (`default_group_name`).
     """
     if isinstance(agent, str):
         return agent
@@ -142,7 +142,7 @@ def agent_name(agent: Hashable) -> str:
 
 
 def agent_names(env_agents: Sequence[Hashable], env_name: str) -> tuple[str, ...]:
-    """:func:`agent_name` of every env id, checked to be unique.
+    """`agent_name` of every env id, checked to be unique.
 
     Raises:
         ValueError: where two ids get the same name (e.g. ``0`` and ``"agent_0"``), naming both.
@@ -178,7 +178,7 @@ def space_signature(observation_space, action_space) -> tuple[tuple[str, Any], .
     """A hashable summary of an agent's spaces: agents with equal signatures can share a group.
 
     Returns:
-        ``(field, value)`` pairs of :class:`GroupSpec` (every field but the group's name and agents).
+        ``(field, value)`` pairs of [`GroupSpec`][lightmarl.envs.spec.GroupSpec] (every field but the group's name and agents).
 
     Raises:
         ValueError: for spaces lightmarl cannot batch, saying what is supported.

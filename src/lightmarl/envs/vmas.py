@@ -2,10 +2,10 @@
 
 VMAS (Bettini et al. 2022, "VMAS: A Vectorized Multi-Agent Simulator for Collective Robot
 Learning") simulates ``num_envs`` copies of a 2-D multi-robot scenario as batched torch tensors,
-on CPU or GPU; one ``step`` advances every copy. :class:`VmasVecEnv` drives a VMAS
+on CPU or GPU; one ``step`` advances every copy. [`VmasVecEnv`][lightmarl.envs.vmas.VmasVecEnv] drives a VMAS
 ``Environment`` directly (not through TorchRL's ``VmasEnv``: the collector wants lightmarl's
 ``[num_envs, agents, ...]`` group tensors, and skipping TensorDict round-trips keeps the per-step
-overhead flat) and implements the :class:`~lightmarl.envs.base.VecEnv` protocol, so the
+overhead flat) and implements the [`VecEnv`][lightmarl.envs.base.VecEnv] protocol, so the
 collector, evaluation and transforms treat it like a PettingZoo vector.
 
 Install the extra: ``pip install 'lightmarl[vmas]'``. Select it in a recipe with
@@ -18,7 +18,7 @@ What differs from PettingZoo vectors:
 * Agents never leave: ``valid`` is always True.
 * One seed drives the whole batch: ``reset()`` reseeds the batch with ``seeds[0]``; copy ``i``
   is not seeded with ``seeds[i]`` on its own. Same seed and actions, same trajectories.
-* Ended copies are reset in one batched call (:func:`reset_copies`), not one ``reset_at`` call
+* Ended copies are reset in one batched call (`reset_copies`), not one ``reset_at`` call
   per copy; stepping has no per-copy loop either.
 * The training vector's outputs stay on ``device`` (on a GPU the rollout never copies a step's
   results to the host); evaluation vectors, and vectors followed by transforms, hand out CPU
@@ -80,14 +80,14 @@ class VmasEnvConfig(EnvConfig):
             only when the scenario says so.
         continuous_actions: ``Box`` actions (VMAS's force per axis) instead of ``Discrete``.
         device: where VMAS simulates (``cpu``, ``cuda``, ``cuda:1``).
-        transforms: optional :mod:`~lightmarl.envs.transforms` applied, in order, to the
+        transforms: optional `transforms` applied, in order, to the
             vector's outputs.
-        batched_reset: reset the copies that ended in one call (:func:`reset_copies`); ``false``:
+        batched_reset: reset the copies that ended in one call (`reset_copies`); ``false``:
             one VMAS ``reset_at`` call per ended copy, for a scenario of your own that keeps
             per-copy state outside tensors (which the batched reset cannot put back).
         info_fields: fields of the scenario's per-agent ``info()`` (one number per env copy,
             e.g. navigation's ``final_rew``) that evaluation reports per binding (see
-            :class:`~lightmarl.envs.config.EnvConfig`).
+            [`EnvConfig`][lightmarl.envs.config.EnvConfig]).
     """
 
     scenario: str = "balance"
@@ -188,7 +188,7 @@ class VmasEnvConfig(EnvConfig):
 
     def base_spec(self) -> EnvSpec:
         """The scenario's groups and spaces, after a reset and two random steps of two copies
-        (:func:`~lightmarl.envs.checks.check_vec_env`): a broken scenario fails here. The check
+        ([`check_vec_env`][lightmarl.envs.checks.check_vec_env]): a broken scenario fails here. The check
         runs on the scenario's own layout; the ``info_fields`` are added to the spec after it."""
         vector = self._make(2, seed=0, info_fields=False)
         try:
@@ -339,7 +339,7 @@ def reset_copies(env: Any, ended: torch.Tensor) -> int:
     states, actions, the scenario's own tensors) keeps its old rows where ``ended`` is False.
     Copies that ended get a fresh start drawn by the scenario's own reset code (not the same
     draws as ``reset_at`` would give, the same distribution). The caller runs it in the env's
-    random state (:class:`VmasRandomState`), like VMAS's ``reset``.
+    random state (`VmasRandomState`), like VMAS's ``reset``.
 
     One host synchronisation: the number of ended copies (none: nothing to do; all: the batched
     reset alone, nothing to put back).
@@ -376,23 +376,23 @@ def reset_copies(env: Any, ended: torch.Tensor) -> int:
 
 
 class VmasVecEnv:
-    """A VMAS ``Environment`` as a :class:`~lightmarl.envs.pettingzoo.VecEnv`, with auto-reset.
+    """A VMAS ``Environment`` as a `VecEnv`, with auto-reset.
 
     ``reset()`` and ``step()`` return, per group, tensors ``[num_envs, agents_in_group, ...]`` on
-    :attr:`device` (``observation``, ``valid``; after a step ``reward``, ``terminated``,
+    `device` (``observation``, ``valid``; after a step ``reward``, ``terminated``,
     ``truncated``, ``done``); copies whose episode ended are reset inside ``step``, all in one
-    call (:func:`reset_copies`; the step reports the final observation, :attr:`current` holds the
+    call (`reset_copies`; the step reports the final observation, `current` holds the
     reset one).
 
     Args:
         env: the VMAS environment (built with ``terminated_truncated=True``).
-        spec: its :class:`EnvSpec` (:func:`vmas_spec_of`).
+        spec: its [`EnvSpec`][lightmarl.envs.spec.EnvSpec] (`vmas_spec_of`).
         seed: the batch's reset seed.
-        random_state: the vector's own VMAS random state (:class:`VmasRandomState`).
+        random_state: the vector's own VMAS random state (`VmasRandomState`).
         output_device: where the outputs live (and actions are expected): ``cpu`` (the default,
             whatever device VMAS simulates on), or VMAS's own device, so that a rollout on that
             device never copies a step's results to the host.
-        batched_reset: ended copies reset in one call (:func:`reset_copies`), or one
+        batched_reset: ended copies reset in one call (`reset_copies`), or one
             ``reset_at`` call each.
     """
 
@@ -424,7 +424,7 @@ class VmasVecEnv:
         self._discrete = {g.name: g.action_kind == "discrete" for g in spec.groups.values()}
 
     def _by_group(self, per_agent: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-        """VMAS's per-agent list -> group name -> ``[num_envs, agents_in_group, ...]`` on :attr:`device`."""
+        """VMAS's per-agent list -> group name -> ``[num_envs, agents_in_group, ...]`` on `device`."""
         return {
             g.name: torch.stack([per_agent[i] for i in g.agent_ids], dim=1).to(self.device, torch.float32)
             for g in self.spec.groups.values()
@@ -443,10 +443,10 @@ class VmasVecEnv:
         return self.current
 
     def step(self, actions: dict[str, torch.Tensor]) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]:
-        """Step every copy; arguments and results as in :meth:`~lightmarl.envs.base.VecEnv.step`.
+        """Step every copy; arguments and results as in [`step`][lightmarl.envs.base.VecEnv.step].
 
         With outputs on VMAS's device, the only host synchronisation this adds to VMAS's own
-        step is :func:`reset_copies`' count of ended copies.
+        step is `reset_copies`' count of ended copies.
         """
         device = self._env.device
         per_agent: list[Any] = [None] * len(self.spec.possible_agents)
@@ -525,7 +525,7 @@ class VmasVecEnv:
         return out
 
     def observation_td(self) -> TensorDict:
-        """As :func:`~lightmarl.envs.base.observation_td`: per group ``observation``, ``valid``, ``agent_id``."""
+        """As `observation_td`: per group ``observation``, ``valid``, ``agent_id``."""
         return observation_td(self.spec, self.current, self.num_envs, self._agent_ids)
 
     def render(self, index: int = 0) -> Any:

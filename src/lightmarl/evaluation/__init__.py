@@ -1,7 +1,7 @@
 """How well the population does: evaluation episodes, their statistics, head-to-head results and reports.
 
-Plots (:mod:`lightmarl.evaluation.plots`, matplotlib) and the ``lightmarl plot`` command
-(:mod:`lightmarl.evaluation.plot_cli`) are imported from their modules.
+Plots (`lightmarl.evaluation.plots`, matplotlib) and the ``lightmarl plot`` command
+(`lightmarl.evaluation.plot_cli`) are imported from their modules.
 """
 
 from lightmarl.evaluation.episodes import evaluate_episodes

@@ -100,7 +100,7 @@ class MetricsTable:
 
 
 def read_metrics_csv(path: str | Path) -> MetricsTable:
-    """Read a Lightning ``CSVLogger`` ``metrics.csv`` (see :class:`MetricsTable`)."""
+    """Read a Lightning ``CSVLogger`` ``metrics.csv`` (see `MetricsTable`)."""
     path = Path(path)
     try:
         with path.open(newline="") as handle:
@@ -206,7 +206,7 @@ def learning_curves(
     points: int = 200,
     confidence: float = 0.95,
 ) -> dict[str, Curve]:
-    """Label -> ``metric`` over ``x``, aggregated over the label's seeds (:func:`aggregate_seeds`)."""
+    """Label -> ``metric`` over ``x``, aggregated over the label's seeds (`aggregate_seeds`)."""
     if x not in X_AXES:
         raise ValueError(f"x axis {x!r} is not one of {sorted(X_AXES)}")
     axis = cast("XAxis", x)

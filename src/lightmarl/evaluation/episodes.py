@@ -50,7 +50,7 @@ def evaluate_episodes(
         deterministic: take each policy's mode action instead of sampling.
         device: where the policies run.
         winner: how win, draw and loss are decided, for ``win_rate`` / ``draw_rate``
-            (:func:`seat_outcomes`): ``highest_return`` (head-to-head: the side with the strictly
+            (`seat_outcomes`): ``highest_return`` (head-to-head: the side with the strictly
             highest return wins, a tie for highest is a draw; the sides are the bindings, or the
             seats when one binding plays them all), ``positive_return`` (each seat by the sign of
             its return: games that pay +1 / 0 / -1 for win / draw / loss), or ``none``.
@@ -60,7 +60,7 @@ def evaluate_episodes(
         agents), ``episode_return_std``, ``episode_length``, ``episodes``; with a ``winner``
         rule, ``win_rate`` and ``draw_rate``: the fractions of the seats the binding played
         (one per agent per episode) that it won or drew; and ``info/<field>`` for each of the
-        env config's ``info_fields`` (:attr:`EpisodeRecord.info`) that the binding's agents
+        env config's ``info_fields`` (`EpisodeRecord.info`) that the binding's agents
         reported, its mean over the episodes that reported it.
     """
     scorer = _play(policy, env_config, num_episodes, seed, num_envs, deterministic, device, winner)
@@ -98,9 +98,9 @@ def play_episodes(
     device: torch.device | str = "cpu",
     winner: WinRule = "none",
 ) -> list[EpisodeRecord]:
-    """Play ``num_episodes`` episodes like :func:`evaluate_episodes` and return each one's record.
+    """Play ``num_episodes`` episodes like [`evaluate_episodes`][lightmarl.evaluation.episodes.evaluate_episodes] and return each one's record.
 
-    Same arguments as :func:`evaluate_episodes`; the records come in the order the episodes
+    Same arguments as [`evaluate_episodes`][lightmarl.evaluation.episodes.evaluate_episodes]; the records come in the order the episodes
     finished (env copy order within a step).
     """
     return _play(policy, env_config, num_episodes, seed, num_envs, deterministic, device, winner).episodes
@@ -170,7 +170,7 @@ class EpisodeRecord:
 
 
 class EpisodeScorer:
-    """The :class:`~lightmarl.data.rollout.StepRecorder` of evaluation: per-binding returns, lengths and outcomes.
+    """The `StepRecorder` of evaluation: per-binding returns, lengths and outcomes.
 
     Counts the first ``num_episodes`` episodes to finish (in env copy order within a step).
 
@@ -179,7 +179,7 @@ class EpisodeScorer:
         groups: the env's agent groups.
         num_envs: env copies stepped.
         num_episodes: episodes to count.
-        winner: the win rule of :func:`evaluate_episodes`.
+        winner: the win rule of [`evaluate_episodes`][lightmarl.evaluation.episodes.evaluate_episodes].
         info_fields: the env's info fields (``EnvSpec.info_fields``) to report per binding.
     """
 
@@ -211,7 +211,7 @@ class EpisodeScorer:
             g.name: {name: torch.full((num_envs, g.num_agents), float("nan")) for name in self.info_fields}
             for g in groups
         }
-        #: binding id -> info field -> :attr:`EpisodeRecord.info` value per counted episode it played.
+        #: binding id -> info field -> `EpisodeRecord.info` value per counted episode it played.
         self.info: dict[str, dict[str, list[float]]] = {
             b: {name: [] for name in self.info_fields} for b in table.active_ids
         }

@@ -1,10 +1,10 @@
 """Head-to-head results between bindings: the payoff (win-rate) matrix and ratings.
 
 Input is a list of games ``(home, away, result)`` with ``result`` seen from ``home``'s side
-(``"win"`` / ``"draw"`` / ``"loss"`` or a score in ``[0, 1]``), as :mod:`lightmarl.ratings`
+(``"win"`` / ``"draw"`` / ``"loss"`` or a score in ``[0, 1]``), as [`lightmarl.ratings`][lightmarl.ratings]
 takes them. Play every pair with seats swapped (``a`` at home against ``b`` and ``b`` at home
 against ``a``), or a first-move advantage shows up as a difference in strength. Ratings come
-from :mod:`lightmarl.ratings`, the module the league uses too.
+from [`lightmarl.ratings`][lightmarl.ratings], the module the league uses too.
 
 Examples:
     >>> games = [("a", "b", "win"), ("b", "a", "draw")]
@@ -76,7 +76,7 @@ class PayoffMatrix:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PayoffMatrix:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of `to_dict`."""
         games = np.asarray(data["games"], dtype=np.int64)
         score = np.asarray([[np.nan if v is None else v for v in row] for row in data["score"]], dtype=np.float64)
         return cls(
@@ -90,7 +90,7 @@ class PayoffMatrix:
 
 
 def payoff_matrix(games: Iterable[Game], players: Sequence[str] | None = None) -> PayoffMatrix:
-    """Count ``games`` into a :class:`PayoffMatrix`.
+    """Count ``games`` into a [`PayoffMatrix`][lightmarl.evaluation.head_to_head.PayoffMatrix].
 
     Args:
         games: ``(home, away, result)`` per game.
@@ -147,7 +147,7 @@ class HeadToHead:
 def summarize_games(
     games: Iterable[Game], players: Sequence[str] | None = None, elo_initial: float = 1000.0, elo_k: float = 32.0
 ) -> HeadToHead:
-    """Payoff matrix, Elo and openskill ratings of ``games`` (see :func:`payoff_matrix`).
+    """Payoff matrix, Elo and openskill ratings of ``games`` (see [`payoff_matrix`][lightmarl.evaluation.head_to_head.payoff_matrix]).
 
     Args:
         games: ``(home, away, result)`` per game, in the order they were played.

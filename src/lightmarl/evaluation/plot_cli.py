@@ -103,7 +103,7 @@ def plot_runs(
     points: int = 200,
     confidence: float = 0.95,
 ) -> list[Path]:
-    """Write one PNG per metric comparing ``runs`` (see the module docstring); returns the paths."""
+    """Write one PNG per metric comparing ``runs``; returns the paths."""
     if x not in X_AXES:
         raise ValueError(f"--x: {x!r} is not one of {sorted(X_AXES)}")
     tables = load_runs(runs, labels)

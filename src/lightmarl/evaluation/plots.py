@@ -1,6 +1,6 @@
 """PNG figures of an evaluation: learning curves with seed bands, payoff heatmaps, return distributions.
 
-Figures are drawn on matplotlib's Agg canvas through :class:`matplotlib.figure.Figure`, never
+Figures are drawn on matplotlib's Agg canvas through `matplotlib.figure.Figure`, never
 through ``pyplot``: no global figure state, no display needed, safe to call from a training
 process. Every function writes one PNG and returns its path.
 """
@@ -45,7 +45,7 @@ def plot_learning_curves(
     """One line per label (its mean over seeds) with a shaded interval band where it has ≥ 2 seeds.
 
     Args:
-        curves: label -> aggregated curve (:func:`~lightmarl.evaluation.curves.aggregate_seeds`).
+        curves: label -> aggregated curve (`aggregate_seeds`).
         out: PNG path.
         metric: the plotted metric, for the y label and title.
         x_label: x axis label.
@@ -73,7 +73,7 @@ def plot_payoff_heatmap(payoff: PayoffMatrix, out: str | Path, title: str = "pay
 def plot_score_heatmap(
     players: Sequence[str], score: np.ndarray, games: np.ndarray, out: str | Path, title: str = "payoff"
 ) -> Path:
-    """:func:`plot_payoff_heatmap` from arrays: ``score`` (NaN where unplayed) and ``games``, row against column.
+    """`plot_payoff_heatmap` from arrays: ``score`` (NaN where unplayed) and ``games``, row against column.
 
     Any payoff table can be drawn without being converted (the league's decayed payoff is).
     """

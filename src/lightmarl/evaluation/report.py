@@ -1,9 +1,9 @@
 """The evaluation report: a versioned JSON document, its loader and its Markdown summary table.
 
-A report (schema ``report.schema.json`` beside this module, :data:`SCHEMA_VERSION`) holds, per
-scenario, the summary of every binding (:func:`~lightmarl.evaluation.statistics.summarize_episodes`),
+A report (schema ``report.schema.json`` beside this module, `SCHEMA_VERSION`) holds, per
+scenario, the summary of every binding ([`summarize_episodes`][lightmarl.evaluation.statistics.summarize_episodes]),
 the per-episode data it was computed from, and for head-to-head scenarios the payoff matrix and
-ratings (:func:`~lightmarl.evaluation.head_to_head.summarize_games`). Beside it, ``marl_eval``
+ratings ([`summarize_games`][lightmarl.evaluation.head_to_head.summarize_games]). Beside it, ``marl_eval``
 repeats the per-episode returns and lengths (and the win rate) in the raw-data layout of
 marl-eval (Gorsane et al. 2022), ``{env: {scenario: {binding: {run: {"step_0": {...},
 "absolute_metrics": {...}}}}}}``, so its aggregation and plotting tools read the file as it is.
@@ -51,7 +51,7 @@ Report = dict[str, Any]
 
 @cache
 def report_schema() -> dict[str, Any]:
-    """The JSON Schema of :data:`SCHEMA_VERSION` reports (shipped as ``report.schema.json``)."""
+    """The JSON Schema of `SCHEMA_VERSION` reports (shipped as ``report.schema.json``)."""
     return json.loads(SCHEMA_PATH.read_text())
 
 
@@ -120,13 +120,13 @@ def build_report(
         step_count: env frames the policies were trained for (marl-eval's ``step_count``).
         confidence: nominal coverage of every interval.
         interval: ``"t"`` or ``"bootstrap"`` for the intervals of means (see
-            :mod:`lightmarl.evaluation.statistics`).
+            [`lightmarl.evaluation.statistics`][lightmarl.evaluation.statistics]).
         seed: bootstrap seed.
         resamples: bootstrap resamples.
         metadata: free-form context stored as is (recipe, checkpoint, commit).
         setups: scenario name -> how it was played (kind, maps, episodes, seed, ...), stored as is.
         teams: scenario name -> its team block (replace-one-agent scenarios:
-            :func:`lightmarl.evaluation.suite.team_summary`), stored as is.
+            `lightmarl.evaluation.suite.team_summary`), stored as is.
     """
     if not scenarios:
         raise ValueError("build_report: no scenarios; give scenario name -> ScenarioEpisodes")
@@ -192,7 +192,7 @@ def build_report(
 
 
 def validate_report(report: Mapping[str, Any]) -> None:
-    """Check ``report`` against :func:`report_schema`; raise ``ValueError`` naming the first bad field.
+    """Check ``report`` against `report_schema`; raise ``ValueError`` naming the first bad field.
 
     Needs the ``jsonschema`` package (``pip install 'lightmarl[test]'``).
     """
@@ -216,7 +216,7 @@ def write_report(report: Mapping[str, Any], path: str | Path) -> Path:
 
 
 def load_report(path: str | Path) -> Report:
-    """Read a report written by :func:`write_report`, checking its version (and schema, with jsonschema)."""
+    """Read a report written by [`write_report`][lightmarl.evaluation.report.write_report], checking its version (and schema, with jsonschema)."""
     path = Path(path)
     try:
         report = json.loads(path.read_text())
@@ -256,7 +256,7 @@ def merge_marl_eval(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def scenario_episodes(report: Mapping[str, Any], scenario: str) -> ScenarioEpisodes:
-    """The per-episode results of ``scenario`` in ``report``, as they were given to :func:`build_report`."""
+    """The per-episode results of ``scenario`` in ``report``, as they were given to [`build_report`][lightmarl.evaluation.report.build_report]."""
     if scenario not in report["scenarios"]:
         raise ValueError(f"scenario {scenario!r} is not in the report; it has {sorted(report['scenarios'])}")
     data = report["scenarios"][scenario]["episodes"]

@@ -4,16 +4,16 @@ A *scenario* is a named mix: which binding controls which agent, how many episod
 which seed, with mode or sampled actions, with or without a video. Three generators write many
 mixes at once:
 
-* :class:`HeadToHeadConfig`: every pair of a list of bindings (or every player against every
+* [`HeadToHeadConfig`][lightmarl.evaluation.scenarios.HeadToHeadConfig]: every pair of a list of bindings (or every player against every
   opponent, e.g. every trained binding against every scripted or frozen one), each pair played
   with the seats swapped, on a two-sided (battle) env;
-* :class:`ReplaceOneAgentConfig`: a team, then the same team with one agent at a time handed to
+* [`ReplaceOneAgentConfig`][lightmarl.evaluation.scenarios.ReplaceOneAgentConfig]: a team, then the same team with one agent at a time handed to
   another binding; the change of the team's return is reported with an interval;
-* :class:`ScenarioConfig`: one mix written out (per-env maps allowed).
+* [`ScenarioConfig`][lightmarl.evaluation.scenarios.ScenarioConfig]: one mix written out (per-env maps allowed).
 
-:func:`plan_scenarios` checks them against the population and the env (unknown binding, agent
+`plan_scenarios` checks them against the population and the env (unknown binding, agent
 not in the env, zero episodes: one line naming the field) and expands them into
-:class:`PlannedScenario` objects that :mod:`lightmarl.evaluation.suite` plays.
+`PlannedScenario` objects that `lightmarl.evaluation.suite` plays.
 
 Examples:
     >>> config = EvaluationConfig(head_to_head=[HeadToHeadConfig(name="league", players=["a", "b", "c"], episodes=4)])
@@ -290,7 +290,7 @@ def plan_scenarios(
             whether it is trainable.
         agents: the env's agents (``possible_agents``).
         default_map: the recipe's map (binding per agent), the default team of
-            :class:`ReplaceOneAgentConfig`.
+            [`ReplaceOneAgentConfig`][lightmarl.evaluation.scenarios.ReplaceOneAgentConfig].
 
     Raises:
         ValueError: naming the field (``evaluation.head_to_head[0].players``, ...) and the bad value.

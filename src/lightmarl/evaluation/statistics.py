@@ -1,8 +1,8 @@
 """Summary statistics of evaluation episodes: means with confidence intervals, rates with Wilson intervals.
 
-Input is plain per-episode data (:class:`ScenarioEpisodes`: returns, lengths, win / draw / loss
+Input is plain per-episode data ([`ScenarioEpisodes`][lightmarl.evaluation.statistics.ScenarioEpisodes]: returns, lengths, win / draw / loss
 outcomes with the seat played, env info fields, per binding); output is one
-:class:`BindingSummary` per binding. NumPy, and SciPy's Student-t quantile: no torch, no Lightning.
+[`BindingSummary`][lightmarl.evaluation.statistics.BindingSummary] per binding. NumPy, and SciPy's Student-t quantile: no torch, no Lightning.
 
 Which interval for a mean? The **t interval is the default**: it is exact for normally
 distributed returns, deterministic, and widens honestly for small ``n``, where the percentile
@@ -273,7 +273,7 @@ def summarize_values(
     Args:
         values: one number per episode.
         confidence: nominal coverage of the interval.
-        interval: ``"t"`` (default, see the module docstring) or ``"bootstrap"`` (percentile).
+        interval: ``"t"`` (default, see [`statistics`][lightmarl.evaluation.statistics]) or ``"bootstrap"`` (percentile).
         seed: seed of the bootstrap resampling.
         resamples: bootstrap resamples.
     """
@@ -435,7 +435,7 @@ def summarize_episodes(
     seed: int = 0,
     resamples: int = BOOTSTRAP_RESAMPLES,
 ) -> dict[str, BindingSummary]:
-    """Summaries of one scenario, per binding (see :func:`summarize_values` for the arguments).
+    """Summaries of one scenario, per binding (see [`summarize_values`][lightmarl.evaluation.statistics.summarize_values] for the arguments).
 
     Info fields whose values are not numbers are left out (logged at debug level); NaN values
     of a numeric field are left out of its mean, so its ``n`` counts the episodes that reported it.

@@ -1,16 +1,16 @@
 """Playing a recipe's evaluation scenarios: policies, episodes, statistics, report, logged metrics, videos.
 
-:class:`EvaluationSuite` checks an :class:`~lightmarl.evaluation.scenarios.EvaluationConfig`
+`EvaluationSuite` checks an [`EvaluationConfig`][lightmarl.evaluation.scenarios.EvaluationConfig]
 against the population and the env when it is built (before any env step), and
-:meth:`EvaluationSuite.run` plays every planned scenario and returns an
-:class:`EvaluationResult`: the versioned JSON report (:mod:`lightmarl.evaluation.report`) and
+`EvaluationSuite.run` plays every planned scenario and returns an
+`EvaluationResult`: the versioned JSON report (`lightmarl.evaluation.report`) and
 the flat ``eval/<scenario>/<binding>/<metric>`` values for Lightning's loggers.
-:func:`write_outputs` writes the report, its Markdown summary and its PNGs.
+`write_outputs` writes the report, its Markdown summary and its PNGs.
 
 Evaluation leaves the caller's state as it found it: the recipe's neural policies are played
 as copies, scripted ones are built afresh (their own generators start from their seeds in every
 evaluation), every scenario plays in env copies of its own, and the torch, numpy and Python
-random streams are restored afterwards (:func:`preserved_rng`).
+random streams are restored afterwards (`preserved_rng`).
 """
 
 from __future__ import annotations

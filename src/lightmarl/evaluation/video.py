@@ -1,8 +1,8 @@
 """Evaluation videos: a population's episodes rendered to RGB frames and written as a GIF (or MP4).
 
-One env copy is built by the recipe's env config (:meth:`EnvConfig.make_recording_vector`: a
+One env copy is built by the recipe's env config ([`EnvConfig.make_recording_vector`][lightmarl.envs.config.EnvConfig.make_recording_vector]: a
 PettingZoo env with ``render_mode="rgb_array"`` added to its ``env_kwargs``, or one VMAS copy),
-its env object wrapped in a :class:`~lightmarl.envs.rendering.FrameRecorder`, which renders a
+its env object wrapped in a `FrameRecorder`, which renders a
 frame after every ``reset`` and ``step``. The copy is stepped through the same vector code as
 training and evaluation, with the recipe's transforms (statistics frozen), so an episode of ``n``
 steps gives ``n + 1`` frames: the start state, then the state after each step, the final one
@@ -10,7 +10,7 @@ included (the recorder sees it before the vector's auto-reset).
 
 Rendering needs no display: the PettingZoo families lightmarl ships recipes for (mpe2, sisl,
 butterfly) draw ``rgb_array`` frames on off-screen pygame surfaces, VMAS through EGL where
-``libEGL`` is installed (:meth:`~lightmarl.envs.vmas.VmasVecEnv.render`). Files are written with
+``libEGL`` is installed ([`render`][lightmarl.envs.vmas.VmasVecEnv.render]). Files are written with
 ``imageio``: GIF through Pillow (TensorBoard's ``add_video`` logs nothing with moviepy 2.x),
 MP4 where ``imageio-ffmpeg`` is installed.
 """
@@ -65,7 +65,7 @@ def make_rendering_env(env_config: PettingZooEnvConfig, max_side: int | None = 5
 def make_recording_vector(
     env_config: EnvConfig, seed: int, max_side: int | None = 512, max_frames: int = 5_000
 ) -> tuple[VecEnv, FrameRecorder]:
-    """One evaluation copy of any env family (:meth:`EnvConfig.make_recording_vector`) and the recorder of its frames."""
+    """One evaluation copy of any env family ([`EnvConfig.make_recording_vector`][lightmarl.envs.config.EnvConfig.make_recording_vector]) and the recorder of its frames."""
     recorders: list[FrameRecorder] = []
 
     def record(env: Any, render: Any) -> FrameRecorder:
@@ -102,9 +102,9 @@ def record_episodes(
     """Play ``num_episodes`` episodes in one rendering env copy and return their frames.
 
     The copy is reset with ``seed`` (later episodes continue its RNG) and plays the map of
-    training env copy 0, like copy 0 of :func:`~lightmarl.evaluation.evaluate_episodes`; the
+    training env copy 0, like copy 0 of [`evaluate_episodes`][lightmarl.evaluation.episodes.evaluate_episodes]; the
     recipe's ``env.transforms`` apply with frozen statistics, as in evaluation. Any env family
-    whose config implements :meth:`~lightmarl.envs.config.EnvConfig.make_recording_vector`
+    whose config implements [`make_recording_vector`][lightmarl.envs.config.EnvConfig.make_recording_vector]
     (PettingZoo, VMAS) can be recorded.
 
     Args:
@@ -120,7 +120,7 @@ def record_episodes(
     Returns:
         ``(episodes, fps)``: per episode its frames ``[height, width, 3]`` uint8 (``n + 1`` for
         an episode of ``n`` steps), and the env's ``metadata["render_fps"]`` (or
-        :data:`DEFAULT_FPS`).
+        `DEFAULT_FPS`).
     """
     if num_episodes < 1:
         raise ValueError(f"num_episodes: expected a positive integer, got {num_episodes!r}")
@@ -141,9 +141,9 @@ def record_episodes(
 
 
 class EpisodeCounter:
-    """The :class:`~lightmarl.data.rollout.StepRecorder` of a recording: done after ``num_episodes`` episodes.
+    """The `StepRecorder` of a recording: done after ``num_episodes`` episodes.
 
-    The frames themselves are taken by the env's :class:`FrameRecorder` as it steps.
+    The frames themselves are taken by the env's `FrameRecorder` as it steps.
     """
 
     def __init__(self, num_episodes: int) -> None:
@@ -200,7 +200,7 @@ def write_evaluation_video(
     device: torch.device | str = "cpu",
     max_side: int | None = 512,
 ) -> Path:
-    """Play ``num_episodes`` episodes (:func:`record_episodes`) and write them, one after another, to ``path``.
+    """Play ``num_episodes`` episodes (`record_episodes`) and write them, one after another, to ``path``.
 
     Examples:
         >>> from lightmarl.training import MARLModule

@@ -1,11 +1,11 @@
 """The env transforms of a saved population, applied to observations one env step at a time.
 
 Inference gets an env's own observations (a PettingZoo dict); the policies learned from the
-transformed ones. :class:`ObservationPipeline` rebuilds the run's transforms from an
-:class:`~lightmarl.policies.artifact.Artifact` (settings and statistics, frozen) and runs them
+transformed ones. `ObservationPipeline` rebuilds the run's transforms from an
+[`Artifact`][lightmarl.policies.artifact.Artifact] (settings and statistics, frozen) and runs them
 as an evaluation vector of one env copy does: image ops (``Grayscale``, ``Resize``) on each
 agent's frame, then the vector transforms (``ObservationNorm``, ``FrameStack``, ...) through their
-own :class:`~lightmarl.envs.transforms.BoundTransform` code, so a policy sees exactly what
+own `BoundTransform` code, so a policy sees exactly what
 ``lightmarl validate`` shows it.
 """
 
@@ -39,7 +39,7 @@ def build_transforms(
     artifact: Artifact, allow: Collection[str] = (), *, trust_code: bool = False
 ) -> list[VecTransform]:
     """The artifact's transforms, built from their settings with their statistics loaded (frozen);
-    their classes as the loading rule allows (:mod:`lightmarl.trust`, ``allow`` / ``trust_code``)."""
+    their classes as the loading rule allows ([`lightmarl.trust`][lightmarl.trust], ``allow`` / ``trust_code``)."""
     built = []
     for i, entry in enumerate(artifact.transforms):
         field = f"{artifact.source!r} transforms[{i}]"
@@ -85,7 +85,7 @@ def vector_input_spec(artifact: Artifact, frames: list[FrameTransform], vector: 
 
 
 class ObservationPipeline:
-    """The run's transforms at work on one env copy (see the module doc).
+    """The run's transforms at work on one env copy.
 
     Args:
         artifact: the saved population.

@@ -1,6 +1,6 @@
 """Each binding's acting graph as ONNX, for game engines: ``lightmarl export --format onnx``.
 
-For every binding :func:`export_onnx` writes ``<binding>.onnx``: a graph from a batch of one
+For every binding `export_onnx` writes ``<binding>.onnx``: a graph from a batch of one
 agent's inputs to its greedy action and the distribution's parameters, and ``manifest.json``
 describing each graph's inputs, outputs and the preprocessing the caller does before it.
 Scripted bindings (hand-written code, no network) are listed under ``skipped``.
@@ -74,7 +74,7 @@ class _Normalize(nn.Module):
 
 
 class ActingGraph(nn.Module):
-    """One binding's policy as a function of plain tensors (see the module doc), for tracing.
+    """One binding's policy as a function of plain tensors, for tracing.
 
     Args:
         policy: the binding's policy.
@@ -242,7 +242,7 @@ def _example_inputs(policy: Policy, group: GroupSpec, batch: int = 2) -> dict[st
 
 
 def _outputs_of(graph: ActingGraph, example: dict[str, torch.Tensor]) -> list[str]:
-    """Which of :data:`OUTPUT_KEYS` the policy writes."""
+    """Which of `OUTPUT_KEYS` the policy writes."""
     observation = example[keys.OBSERVATION]
     for step in graph.normalize:
         observation = step(observation)

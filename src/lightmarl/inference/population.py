@@ -1,4 +1,4 @@
-"""A trained population, ready to act in PettingZoo's own loop: :func:`load_population`.
+"""A trained population, ready to act in PettingZoo's own loop: [`load_population`][lightmarl.inference.population.load_population].
 
 >>> population = load_population("runs/quickstart")            # doctest: +SKIP
 >>> observations, infos = env.reset(seed=0)                     # doctest: +SKIP
@@ -9,7 +9,7 @@
 parallel env; ``act_turn(agent, observation)`` acts for the agent whose turn it is in an AEC
 env (its ``action_mask`` respected). Everything a policy needs to see its inputs as in training
 happens inside: the env transforms (normalization statistics, frame stacks, image ops), the
-agent -> binding map, action masks, each agent's recurrent state (reset by :meth:`Population.reset`).
+agent -> binding map, action masks, each agent's recurrent state (reset by [`Population.reset`][lightmarl.inference.population.Population.reset]).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def load_population(
 
     Files are read weights-only; the classes they name are built only if they are lightmarl's
     own (policies, encoders, env transforms) or listed in ``allow``, or with ``trust_code``
-    (the loading rule of :mod:`lightmarl.trust`).
+    (the loading rule of [`lightmarl.trust`][lightmarl.trust]).
 
     Args:
         path: a run directory (``runs/<name>``: its ``checkpoints/last.ckpt``), a training
@@ -60,10 +60,10 @@ def load_population(
 
 
 class Population:
-    """The policies of a saved population, its env transforms and agent -> binding map (see the module doc).
+    """The policies of a saved population, its env transforms and agent -> binding map (see [`population`][lightmarl.inference.population]).
 
     Args:
-        artifact: what :func:`~lightmarl.policies.artifact.read_artifact` read.
+        artifact: what [`read_artifact`][lightmarl.policies.artifact.read_artifact] read.
         allow: class paths outside lightmarl to trust.
         trust_code: build whatever classes the artifact names.
         device: where the policies run.
@@ -72,12 +72,12 @@ class Population:
         bindings: binding id -> policy (a ``torch.nn.Module`` in eval mode).
         agent_map: agent -> the binding that acts for it (the run's default map).
         agent_map_per_env: env copy -> {agent -> binding} where the run seated copies differently (a league).
-        groups: group name -> :class:`~lightmarl.envs.spec.GroupSpec` (the spaces the policies read).
+        groups: group name -> [`GroupSpec`][lightmarl.envs.spec.GroupSpec] (the spaces the policies read).
         env: the env's description as the run recorded it (``env_fn``, ``env_kwargs``, ``possible_agents``, ...).
         frames: env steps the run trained for (0 for sources without counters).
         iterations: training iterations of the run.
         mixtures: league mixtures: name -> {member (binding or snapshot id) -> weight}.
-        transforms: the env transforms applied inside :meth:`act` (settings and frozen statistics).
+        transforms: the env transforms applied inside [`act`][lightmarl.inference.population.Population.act] (settings and frozen statistics).
     """
 
     def __init__(
@@ -295,7 +295,7 @@ def build_bindings(
 
     A binding its run loaded from yet another run (an NPC) keeps that run's input normalization,
     with the artifact's own ``transforms`` normalization undone first. The caller has checked the
-    artifact's class paths (:meth:`Artifact.check_classes`).
+    artifact's class paths ([`Artifact.check_classes`][lightmarl.policies.artifact.Artifact.check_classes]).
     """
     built: dict[str, nn.Module] = {}
     policies: dict[str, Policy] = {}

@@ -1,7 +1,7 @@
 """League training (AlphaStar, Vinyals et al. 2019): who plays whom, and when snapshots join the league.
 
 Pure Python + torch: players and roles, the shared payoff, PFSP, the league manager and the
-snapshot store. Ratings live in :mod:`lightmarl.ratings`, shared with evaluation.
+snapshot store. Ratings live in [`lightmarl.ratings`][lightmarl.ratings], shared with evaluation.
 """
 
 from lightmarl.league.jobs import Job, LaunchCount

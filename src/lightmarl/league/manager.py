@@ -1,8 +1,8 @@
 """The league manager: builds the players, hands out jobs, records results, snapshots and mutates.
 
-A training loop drives it (:meth:`LeagueManager.get_job` or :meth:`LeagueManager.step`,
-:meth:`LeagueManager.finish_job`, :meth:`LeagueManager.update_active_player`,
-:meth:`LeagueManager.snapshot_due_players`), deterministically given the seed. Every method is
+A training loop drives it (`LeagueManager.get_job` or `LeagueManager.step`,
+`LeagueManager.finish_job`, `LeagueManager.update_active_player`,
+`LeagueManager.snapshot_due_players`), deterministically given the seed. Every method is
 thread-safe.
 """
 
@@ -33,7 +33,7 @@ class LeagueRole:
     """One active player: its role and the trainable binding that acts and learns for it.
 
     Attributes:
-        class_path: import path of an :class:`ActivePlayer` subclass (``MainPlayer``,
+        class_path: import path of an `ActivePlayer` subclass (``MainPlayer``,
             ``MainExploiter``, ``LeagueExploiter``, ``SelfPlayPlayer``, ..., or a bare name
             exported by ``lightmarl.league``).
         binding: id of the binding that plays the player (in ``lightmarl fit``: a trainable
@@ -64,7 +64,7 @@ class PretrainedSpec:
         checkpoint_path: its weights file.
         player_id: its id; default ``pretrained_default_{k}`` (``k``: its index in ``pretrained``).
         parent_id: the active player it counts as a snapshot of; default the first
-            :class:`MainPlayer` (else the first active player), so lineage-based branches see it.
+            `MainPlayer` (else the first active player), so lineage-based branches see it.
     """
 
     checkpoint_path: str
@@ -91,7 +91,7 @@ class PayoffSettings:
 
 @dataclass
 class RatingSettings:
-    """Ratings kept from battle results (:mod:`lightmarl.ratings`).
+    """Ratings kept from battle results (`lightmarl.ratings`).
 
     Attributes:
         elo_initial: Elo of a new player.
@@ -124,7 +124,7 @@ class LeagueManager:
 
     Args:
         roles: the active players, one per role, each with a binding of its own (default: one
-            :class:`MainPlayer` played by binding ``main``); mappings are read as :class:`LeagueRole`.
+            `MainPlayer` played by binding ``main``); mappings are read as `LeagueRole`.
         pretrained: pretrained models that start in the league as historical players.
         payoff: payoff settings.
         ratings: rating settings.
@@ -384,11 +384,11 @@ class LeagueManager:
         return os.path.relpath(absolute, folder) if os.path.commonpath([folder, absolute]) == folder else absolute
 
     def restored_path(self, path: str) -> str:
-        """A path :meth:`state_path` kept, as this manager finds it."""
+        """A path `state_path` kept, as this manager finds it."""
         return path if os.path.isabs(path) else os.path.join(self.snapshot_dir, path)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` into a manager built from the same config.
+        """Restore `state_dict` into a manager built from the same config.
 
         Raises:
             ValueError: the state is of another version, another config, or damaged.
@@ -459,7 +459,7 @@ def _make_payoff(settings: PayoffSettings) -> BattleSharedPayoff | SoloSharedPay
 
 
 def role_class(class_path: str) -> type[ActivePlayer]:
-    """The :class:`ActivePlayer` subclass a role's ``class_path`` names (a bare name: one of ``lightmarl.league``).
+    """The `ActivePlayer` subclass a role's ``class_path`` names (a bare name: one of ``lightmarl.league``).
 
     Raises:
         ValueError: naming the path when it does not import or is not an ``ActivePlayer`` subclass.

@@ -1,9 +1,9 @@
 """Who plays in each env copy: league jobs per copy, seats, and a bounded set of resident opponents.
 
 A training run steps ``num_copies`` env copies (over every process). Each copy plays one
-:class:`~lightmarl.league.Job` per episode: copy ``g`` launches jobs for active player
+[`Job`][lightmarl.league.jobs.Job] per episode: copy ``g`` launches jobs for active player
 ``g mod players``, and when its episode ends the result goes to
-:meth:`LeagueManager.finish_job` and the copy gets its next job, in the same call. So a copy
+[`LeagueManager.finish_job`][lightmarl.league.manager.LeagueManager.finish_job] and the copy gets its next job, in the same call. So a copy
 never mixes two opponents in one episode, and different copies of one vector play different
 opponents at once.
 
@@ -20,11 +20,11 @@ its games end and the next snapshot can load there), is cancelled and drawn agai
 ``max_redraws`` times, after which the copy plays one unrecorded episode against the player
 itself. Without draining, a vector of many copies keeps every slot busy forever and the first
 snapshots loaded stay the only ones played. Copies whose episodes end at the same step are
-released together before any is seated again (:meth:`Matchmaker.episodes_ended`), for the same
+released together before any is seated again (`Matchmaker.episodes_ended`), for the same
 reason.
 
 Under ``lightmarl fit`` the league decides between rollouts, not at every env step
-(:meth:`Matchmaker.rollout_ended`): every copy holds, besides its current seating, one *on deck*
+(`Matchmaker.rollout_ended`): every copy holds, besides its current seating, one *on deck*
 (drawn at the last rollout boundary, its snapshot already loaded). Where a copy's episode ends
 during a rollout, the copy starts its on-deck seating at once, with no word from the league; a
 copy that ends further episodes in the same rollout plays that seating's game again (a job of
@@ -32,7 +32,7 @@ several games). After the rollout, the league records every episode in the order
 (step, then copy), finishes the jobs that copies left, and draws the next on-deck seatings. So
 processes exchange results once per rollout, and 1 and N processes record the same games.
 
-Pure Python: the Lightning side (:mod:`lightmarl.training.league`) turns :class:`Seating` into
+Pure Python: the Lightning side (`lightmarl.training.league`) turns `Seating` into
 binding maps and weight loads.
 """
 
@@ -145,7 +145,7 @@ class Matchmaker:
         self.max_redraws = max_redraws
         self.launcher = [active[g % len(active)] for g in range(num_copies)]
         self.seatings: list[Seating | None] = [None] * num_copies
-        #: what each copy plays after its current episode (:meth:`rollout_ended`'s protocol).
+        #: what each copy plays after its current episode (`rollout_ended`'s protocol).
         self.on_deck: list[Seating | None] = [None] * num_copies
         #: results of the games each copy played in its current job, until the copy leaves the job.
         self.games: list[list[EpisodeResult]] = [[] for _ in range(num_copies)]
@@ -172,7 +172,7 @@ class Matchmaker:
         return [self._next(g, on_deck=True) for g in range(self.num_copies) if self.on_deck[g] is None]
 
     def playing_after(self, copy: int, ends: int) -> Seating:
-        """What copy ``copy`` plays after ``ends`` episode ends since the last :meth:`rollout_ended` (no change made)."""
+        """What copy ``copy`` plays after ``ends`` episode ends since the last `rollout_ended` (no change made)."""
         seating = self.on_deck[copy] if ends > 0 and self.on_deck[copy] is not None else self.seatings[copy]
         if seating is None:
             raise ValueError(f"env copy {copy} has no job: call start() first")
@@ -184,7 +184,7 @@ class Matchmaker:
         Each copy's first episode end of the rollout finishes its job (with the results of all
         its games) and makes its on-deck seating the current one, as the copy did when it
         happened; later ends are further games of that seating. Draw the next on-deck
-        seatings with :meth:`fill_on_deck` afterwards.
+        seatings with `fill_on_deck` afterwards.
 
         Args:
             ended: ``(copy, seat_returns)`` per episode, in the order they ended (step, then copy).
@@ -208,7 +208,7 @@ class Matchmaker:
         return played
 
     def advance(self, copies: Sequence[int]) -> None:
-        """Mirror :meth:`rollout_ended`'s switches without recording: ``copies`` ended an episode in the rollout.
+        """Mirror `rollout_ended`'s switches without recording: ``copies`` ended an episode in the rollout.
 
         For a process that mirrors the seatings of the league it does not hold (a DDP rank other than 0).
         """
@@ -243,7 +243,7 @@ class Matchmaker:
     def episodes_ended(
         self, ended: Sequence[tuple[int, Sequence[float]]]
     ) -> list[tuple[EpisodeResult | None, Seating]]:
-        """:meth:`episode_ended` for every copy whose episode ended at the same step.
+        """`episode_ended` for every copy whose episode ended at the same step.
 
         All of them are recorded and released before any is seated again, so the slots their
         opponents held are free for the next draws (in a vector whose episodes end together, as
@@ -378,7 +378,7 @@ class Matchmaker:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` into a matchmaker built from the same config."""
+        """Restore `state_dict` into a matchmaker built from the same config."""
         if len(state["seatings"]) != self.num_copies or len(state["slots"]) != len(self.slots):
             raise ValueError(
                 f"league state has {len(state['seatings'])} env copies and {len(state['slots'])} opponent slots; "

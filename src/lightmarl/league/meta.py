@@ -6,21 +6,21 @@ best response against a *mixture* of the strategies found so far and report the 
 the latest best response, as the answer: in games such as poker the latest best response is
 exploitable however long it trains, while the mixture approaches a Nash equilibrium.
 
-:class:`MetaStrategyPlayer` is that loop in the league: at each episode of each env copy it
+[`MetaStrategyPlayer`][lightmarl.league.meta.MetaStrategyPlayer] is that loop in the league: at each episode of each env copy it
 plays one of its own snapshots, drawn with the weights of its *meta-solver*, chosen by
 ``class_path``:
 
-* :class:`UniformMetaSolver`: every snapshot alike (fictitious play);
-* :class:`LinearMetaSolver`: snapshot ``k`` of ``n`` weighs ``k`` (linear averaging: later,
+* [`UniformMetaSolver`][lightmarl.league.meta.UniformMetaSolver]: every snapshot alike (fictitious play);
+* [`LinearMetaSolver`][lightmarl.league.meta.LinearMetaSolver]: snapshot ``k`` of ``n`` weighs ``k`` (linear averaging: later,
   stronger snapshots count more, as linear CFR and CFR+ weigh their iterates);
-* :class:`NashMetaSolver`: the Nash equilibrium of the empirical payoff matrix between the
+* [`NashMetaSolver`][lightmarl.league.meta.NashMetaSolver]: the Nash equilibrium of the empirical payoff matrix between the
   snapshots (PSRO's meta-game, solved as a linear program with SciPy's ``linprog``);
-* :class:`PFSPMetaSolver`: prioritized fictitious self-play weights of the player's win rates
+* [`PFSPMetaSolver`][lightmarl.league.meta.PFSPMetaSolver]: prioritized fictitious self-play weights of the player's win rates
   against the snapshots (AlphaStar).
 
-Its :meth:`MetaStrategyPlayer.mixture` (the snapshots and their weights) is what the league shows
+Its [`MetaStrategyPlayer.mixture`][lightmarl.league.meta.MetaStrategyPlayer.mixture] (the snapshots and their weights) is what the league shows
 as the player's policy: exploitability is measured on it
-(:class:`~lightmarl.training.exploitability.OpenSpielExploitability` with ``policy: league``).
+([`OpenSpielExploitability`][lightmarl.training.exploitability.OpenSpielExploitability] with ``policy: league``).
 
 The meta-game between snapshots is a zero-sum matrix, ``payoff[i][j]`` what snapshot ``i`` gains
 against ``j`` (``payoff + payoff.T == 0``). From the league's games: when the player is
@@ -29,8 +29,8 @@ less one half, become the new snapshot's row (a snapshot *is* the player at that
 column is their mirror. Win rates count wins, draws and losses, not the size of a win: in games
 where the amount won matters (poker's chips) that is a coarse view of the meta-game, and an
 evaluator that knows the game may replace a row by exact expected returns
-(:meth:`MetaStrategyPlayer.set_meta_payoffs`; for OpenSpiel games,
-:class:`~lightmarl.training.exploitability.OpenSpielExploitability` with ``meta_game: exact``).
+([`MetaStrategyPlayer.set_meta_payoffs`][lightmarl.league.meta.MetaStrategyPlayer.set_meta_payoffs]; for OpenSpiel games,
+[`OpenSpielExploitability`][lightmarl.training.exploitability.OpenSpielExploitability] with ``meta_game: exact``).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from lightmarl.league.player import (
 class MetaSolver(ABC):
     """Turns what the league knows of a player's snapshots into weights over them.
 
-    Subclasses implement :meth:`weights`; a solver whose weights depend only on the matrix (not
+    Subclasses implement [`weights`][lightmarl.league.meta.MetaSolver.weights]; a solver whose weights depend only on the matrix (not
     on the player's current win rates) sets ``uses_win_rates = False`` so that the player may
     reuse them until the next snapshot.
     """
@@ -70,7 +70,7 @@ class MetaSolver(ABC):
 
         Args:
             payoff: ``[n, n]`` the zero-sum meta-game, ``payoff[i, j]`` what snapshot ``i`` gains
-                against ``j`` (``payoff + payoff.T == 0``; see the module docstring).
+                against ``j`` (``payoff + payoff.T == 0``).
             win_rates: ``[n]`` the live player's current win rates against each snapshot.
         """
 
@@ -149,7 +149,7 @@ def nash_of_symmetric(payoff: np.ndarray) -> np.ndarray:
 
 
 def build_meta_solver(spec: MetaSolver | Mapping[str, Any] | str, field_name: str = "meta_solver") -> MetaSolver:
-    """A :class:`MetaSolver` from a recipe value: an instance, ``{class_path, init_args}``, or a class path."""
+    """A [`MetaSolver`][lightmarl.league.meta.MetaSolver] from a recipe value: an instance, ``{class_path, init_args}``, or a class path."""
     if isinstance(spec, MetaSolver):
         return spec
     if isinstance(spec, str):
@@ -170,7 +170,7 @@ def build_meta_solver(spec: MetaSolver | Mapping[str, Any] | str, field_name: st
 
 @dataclass
 class MetaStrategySettings(ActivePlayerSettings):
-    """Settings of :class:`MetaStrategyPlayer`.
+    """Settings of [`MetaStrategyPlayer`][lightmarl.league.meta.MetaStrategyPlayer].
 
     Attributes:
         meta_solver: the weights over the player's snapshots, by ``class_path``
@@ -203,18 +203,18 @@ class MetaStrategySettings(ActivePlayerSettings):
 class MetaStrategyPlayer(BattleActivePlayer):
     """Trains against a meta-strategy over its own snapshots and shows that mixture as its policy.
 
-    See the module docstring; settings: :class:`MetaStrategySettings`.
+    Settings: [`MetaStrategySettings`][lightmarl.league.meta.MetaStrategySettings].
     """
 
     settings_class = MetaStrategySettings
     settings: MetaStrategySettings
 
     def __init__(self, player_id: str, settings: MetaStrategySettings | None = None, **kwargs: Any) -> None:
-        """Args as :class:`~lightmarl.league.ActivePlayer`."""
+        """Args as [`ActivePlayer`][lightmarl.league.player.ActivePlayer]."""
         super().__init__(player_id, settings=settings, **kwargs)
         #: the zero-sum meta-game between this player's snapshots, in snapshot order (plain lists).
         self.meta_matrix: list[list[float]] = []
-        #: per snapshot, whether its row holds exact payoffs (:meth:`set_meta_payoffs`), not win rates.
+        #: per snapshot, whether its row holds exact payoffs ([`set_meta_payoffs`][lightmarl.league.meta.MetaStrategyPlayer.set_meta_payoffs]), not win rates.
         self.meta_exact: list[bool] = []
         self._cached: tuple[int, np.ndarray] | None = None
 

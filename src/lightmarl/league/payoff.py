@@ -19,7 +19,7 @@ from lightmarl.ratings import GameResult
 
 
 class Player(Protocol):
-    """What the payoff needs of a league player (:class:`lightmarl.league.Player`); a protocol, so
+    """What the payoff needs of a league player ([`lightmarl.league.Player`][lightmarl.league.player.Player]); a protocol, so
     that this module stays below ``player.py``, which builds on it."""
 
     @property

@@ -51,7 +51,7 @@ def pfsp(win_rates: Sequence[float] | np.ndarray, weighting: PFSPWeighting | str
 
     Args:
         win_rates: the player's win rate against each candidate, in ``[0, 1]``.
-        weighting: one of :data:`PFSPWeighting`.
+        weighting: one of `PFSPWeighting`.
 
     Returns:
         Probabilities that sum to 1; uniform when every weight is zero (for example ``squared``

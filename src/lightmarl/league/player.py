@@ -1,13 +1,13 @@
 """League players: historical (frozen snapshots) and active (trained) members of a league.
 
 A player is the unit the league assigns jobs to. Active players learn; after one phase of
-training they are *snapshotted* into a frozen :class:`HistoricalPlayer` and may *mutate* (for
-example reset their weights). Roles subclass :class:`ActivePlayer` and choose opponents in
-:meth:`ActivePlayer._get_job_opponents`; see :mod:`lightmarl.league.roles` for AlphaStar's
+training they are *snapshotted* into a frozen [`HistoricalPlayer`][lightmarl.league.player.HistoricalPlayer] and may *mutate* (for
+example reset their weights). Roles subclass [`ActivePlayer`][lightmarl.league.player.ActivePlayer] and choose opponents in
+`ActivePlayer._get_job_opponents`; see `lightmarl.league.roles` for AlphaStar's
 (Vinyals et al. 2019).
 
 A player holds no weights: ``checkpoint_path`` names where its weights are (or will be) saved,
-and the training loop moves weights between bindings and files (:class:`~lightmarl.league.SnapshotStore`).
+and the training loop moves weights between bindings and files ([`SnapshotStore`][lightmarl.league.snapshots.SnapshotStore]).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class HistoricalPlayer(Player):
     """A frozen player: a snapshot of an active player, or a pretrained model added at league start.
 
     Args:
-        player_id: see :class:`Player`.
+        player_id: see [`Player`][lightmarl.league.player.Player].
         checkpoint_path: the snapshot file; never rewritten.
         total_agent_step: the parent's agent steps when the snapshot was taken.
         parent_id: the active player it was snapshotted from ("" when it has none).
@@ -128,13 +128,13 @@ class ActivePlayer(Player):
     """A player that learns, gets jobs, and is periodically snapshotted and mutated.
 
     Subclasses set ``settings_class`` to their settings dataclass and implement
-    :meth:`_get_job_opponents`. The ``__init__`` keywords are the config schema: a role can be
+    `_get_job_opponents`. The ``__init__`` keywords are the config schema: a role can be
     named by ``class_path`` in YAML with its ``settings`` as ``init_args``.
 
     Args:
-        player_id: see :class:`Player`.
-        checkpoint_path: see :class:`Player`; snapshots are saved beside it.
-        total_agent_step: see :class:`Player`.
+        player_id: see [`Player`][lightmarl.league.player.Player].
+        checkpoint_path: see [`Player`][lightmarl.league.player.Player]; snapshots are saved beside it.
+        total_agent_step: see [`Player`][lightmarl.league.player.Player].
         settings: the role's settings (``settings_class``); default: its defaults.
     """
 
@@ -176,7 +176,7 @@ class ActivePlayer(Player):
 
     @property
     def initial_checkpoint_path(self) -> str:
-        """Where the player's initial weights are kept for roles that reset (:meth:`mutate`)."""
+        """Where the player's initial weights are kept for roles that reset ([`mutate`][lightmarl.league.player.ActivePlayer.mutate])."""
         stem, ext = os.path.splitext(self.checkpoint_path)
         return f"{stem}_init{ext or '.pt'}"
 
@@ -258,7 +258,7 @@ class SoloActivePlayer(ActivePlayer):
 
 @dataclass
 class PopulationBasedSettings(ActivePlayerSettings):
-    """Settings of :class:`PopulationBasedPlayer`.
+    """Settings of [`PopulationBasedPlayer`][lightmarl.league.player.PopulationBasedPlayer].
 
     Attributes:
         bottom_fraction: a player whose mean recent result ranks in this bottom share of the
@@ -281,7 +281,7 @@ class PopulationBasedPlayer(SoloActivePlayer):
 
     Jaderberg et al. 2017, "Population Based Training of Neural Networks": at each of its
     snapshots the player compares the mean of every solo player's recent results (episode
-    returns, from the solo payoff); if it ranks in the bottom ``bottom_fraction``, :meth:`mutate`
+    returns, from the solo payoff); if it ranks in the bottom ``bottom_fraction``, [`mutate`][lightmarl.league.player.ActivePlayer.mutate]
     returns the newest snapshot of the best player, which the training loop loads into this
     player's binding (its optimizer state restarts; its own algorithm and hyper-parameters stay,
     so the copy goes on learning its own way).
@@ -291,7 +291,7 @@ class PopulationBasedPlayer(SoloActivePlayer):
     settings: PopulationBasedSettings
 
     def __init__(self, player_id: str, settings: PopulationBasedSettings | None = None, **kwargs: Any) -> None:
-        """Args as :class:`ActivePlayer`; ``settings`` typed here so that ``class_path`` configs can name its fields."""
+        """Args as [`ActivePlayer`][lightmarl.league.player.ActivePlayer]; ``settings`` typed here so that ``class_path`` configs can name its fields."""
         super().__init__(player_id, settings=settings, **kwargs)
 
     def mutate(self, rng: random.Random) -> str | None:
@@ -314,13 +314,13 @@ class PopulationBasedPlayer(SoloActivePlayer):
 class BattleActivePlayer(ActivePlayer):
     """An active player of a two-sided game: every job names one opponent.
 
-    Subclasses implement :meth:`_get_job_opponents` returning ``([opponent], branch)``.
+    Subclasses implement `_get_job_opponents` returning ``([opponent], branch)``.
     """
 
 
 @dataclass
 class SelfPlaySettings(ActivePlayerSettings):
-    """Settings of :class:`SelfPlayPlayer`.
+    """Settings of [`SelfPlayPlayer`][lightmarl.league.player.SelfPlayPlayer].
 
     Attributes:
         pfsp_prob: probability of playing a PFSP-chosen snapshot of itself instead of itself.
@@ -342,7 +342,7 @@ class SelfPlayPlayer(BattleActivePlayer):
     settings: SelfPlaySettings
 
     def __init__(self, player_id: str, settings: SelfPlaySettings | None = None, **kwargs: Any) -> None:
-        """Args as :class:`ActivePlayer`; ``settings`` typed here so that ``class_path`` configs can name its fields."""
+        """Args as [`ActivePlayer`][lightmarl.league.player.ActivePlayer]; ``settings`` typed here so that ``class_path`` configs can name its fields."""
         super().__init__(player_id, settings=settings, **kwargs)
 
     def is_trained_enough(self) -> bool:

@@ -88,7 +88,7 @@ class _AlphaStarRole(BattleActivePlayer):
 
 @dataclass
 class MainPlayerSettings(AlphaStarSettings):
-    """Opponent choice of a :class:`MainPlayer`.
+    """Opponent choice of a [`MainPlayer`][lightmarl.league.roles.MainPlayer].
 
     Attributes:
         pfsp_prob: probability of a PFSP opponent among all historical players.
@@ -119,7 +119,7 @@ class MainPlayerSettings(AlphaStarSettings):
 class MainPlayer(_AlphaStarRole):
     """AlphaStar's main agent: PFSP over the league, self-play, and checks against exploiters and its own past.
 
-    Branches (probabilities from :class:`MainPlayerSettings`): ``"pfsp"`` over every historical
+    Branches (probabilities from [`MainPlayerSettings`][lightmarl.league.roles.MainPlayerSettings]): ``"pfsp"`` over every historical
     player; ``"verification_exploiters"`` / ``"verification_forgetting"`` over exploiters'
     snapshots it loses to or its opponent's older snapshots it no longer beats; ``"self_play"``
     against a uniformly chosen main player, or ``"self_play_curriculum"`` against one of that
@@ -131,7 +131,7 @@ class MainPlayer(_AlphaStarRole):
     settings: MainPlayerSettings
 
     def __init__(self, player_id: str, settings: MainPlayerSettings | None = None, **kwargs: Any) -> None:
-        """Args as :class:`ActivePlayer`; ``settings`` typed here so that ``class_path`` configs can name its fields."""
+        """Args as `ActivePlayer`; ``settings`` typed here so that ``class_path`` configs can name its fields."""
         super().__init__(player_id, settings=settings, **kwargs)
 
     def _get_job_opponents(self, rng: random.Random) -> tuple[list[Player], str]:
@@ -164,7 +164,7 @@ class MainPlayer(_AlphaStarRole):
 
 @dataclass
 class MainExploiterSettings(AlphaStarSettings):
-    """Opponent choice of a :class:`MainExploiter`.
+    """Opponent choice of a [`MainExploiter`][lightmarl.league.roles.MainExploiter].
 
     Attributes:
         main_win_rate: play the chosen main player itself while winning more than this often
@@ -177,7 +177,7 @@ class MainExploiterSettings(AlphaStarSettings):
 class MainExploiter(_AlphaStarRole):
     """AlphaStar's main exploiter: plays the main players and resets to its initial weights after each snapshot.
 
-    :meth:`mutate` returns :attr:`initial_checkpoint_path`; the training loop saves the player's
+    [`mutate`][lightmarl.league.player.ActivePlayer.mutate] returns [`initial_checkpoint_path`][lightmarl.league.roles.MainPlayer.initial_checkpoint_path]; the training loop saves the player's
     initial weights there before training starts and loads them back on reset.
     """
 
@@ -185,7 +185,7 @@ class MainExploiter(_AlphaStarRole):
     settings: MainExploiterSettings
 
     def __init__(self, player_id: str, settings: MainExploiterSettings | None = None, **kwargs: Any) -> None:
-        """Args as :class:`ActivePlayer`; ``settings`` typed here so that ``class_path`` configs can name its fields."""
+        """Args as `ActivePlayer`; ``settings`` typed here so that ``class_path`` configs can name its fields."""
         super().__init__(player_id, settings=settings, **kwargs)
 
     def _reference_opponents(self) -> list[Player]:
@@ -203,7 +203,7 @@ class MainExploiter(_AlphaStarRole):
 
 @dataclass
 class LeagueExploiterSettings(AlphaStarSettings):
-    """Opponent choice and reset of a :class:`LeagueExploiter`.
+    """Opponent choice and reset of a [`LeagueExploiter`][lightmarl.league.roles.LeagueExploiter].
 
     Attributes:
         pfsp_weighting: PFSP weighting over all historical players (AlphaStar: ``linear_capped``).
@@ -228,7 +228,7 @@ class LeagueExploiter(_AlphaStarRole):
     settings: LeagueExploiterSettings
 
     def __init__(self, player_id: str, settings: LeagueExploiterSettings | None = None, **kwargs: Any) -> None:
-        """Args as :class:`ActivePlayer`; ``settings`` typed here so that ``class_path`` configs can name its fields."""
+        """Args as `ActivePlayer`; ``settings`` typed here so that ``class_path`` configs can name its fields."""
         super().__init__(player_id, settings=settings, **kwargs)
 
     def _get_job_opponents(self, rng: random.Random) -> tuple[list[Player], str]:

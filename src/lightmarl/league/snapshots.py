@@ -8,7 +8,7 @@ atomically; at most ``max_resident`` snapshots are held in memory and the rest l
 A snapshot written with a ``description`` (what a league in ``lightmarl fit`` does) describes
 itself: ``{"format": SNAPSHOT_FORMAT, "player", "policy": {class_path, policy_kwargs, group_spec},
 "shared_modules", "transforms", "env", "state_dict"}``, so ``policy_uri: snapshot.pt`` and
-``lightmarl.load_population("snapshot.pt")`` open it alone. :meth:`SnapshotStore.load` returns
+``lightmarl.load_population("snapshot.pt")`` open it alone. [`SnapshotStore.load`][lightmarl.league.snapshots.SnapshotStore.load] returns
 the state dict either way.
 """
 
@@ -46,8 +46,8 @@ def detached_copy(state: Any) -> Any:
 class SnapshotStore:
     """Saves policy state dicts to files and serves them through an LRU cache.
 
-    Files are written with :func:`torch.save` to a temporary file in the same folder and moved
-    into place with :func:`os.replace`, so a reader never sees half a snapshot; they load with
+    Files are written with `torch.save` to a temporary file in the same folder and moved
+    into place with `os.replace`, so a reader never sees half a snapshot; they load with
     ``torch.load(weights_only=True)``. Thread-safe.
 
     Args:

@@ -1,15 +1,15 @@
 """Everything a trained population needs to act, read from a run directory, a checkpoint, an export or a snapshot.
 
-:func:`read_artifact` turns any of those into one :class:`Artifact`: the bindings (class, kwargs,
+[`read_artifact`][lightmarl.policies.artifact.read_artifact] turns any of those into one [`Artifact`][lightmarl.policies.artifact.Artifact]: the bindings (class, kwargs,
 group, weights), the env transforms with their statistics, the agent -> binding map, the env's
-agents, the run's counters and the league's snapshots and mixtures. :func:`write_artifact`
-writes it in the export format (:mod:`lightmarl.policies.exported`), and
-:func:`lightmarl.load_population` builds a :class:`~lightmarl.inference.Population` from it. It lives
-in ``policies`` (re-exported by :mod:`lightmarl.inference`) because ``policy_uri`` reads the same files.
+agents, the run's counters and the league's snapshots and mixtures. [`write_artifact`][lightmarl.policies.artifact.write_artifact]
+writes it in the export format (`lightmarl.policies.exported`), and
+[`lightmarl.load_population`][lightmarl.inference.population.load_population] builds a [`Population`][lightmarl.inference.population.Population] from it. It lives
+in ``policies`` (re-exported by [`lightmarl.inference`][lightmarl.inference]) because ``policy_uri`` reads the same files.
 
 Files are read weights-only (torch files) or as JSON + safetensors (exports): no code runs.
-Class paths found in them are checked by :func:`~lightmarl.policies.loading.resolve_class` (the
-loading rule of :mod:`lightmarl.trust`) before anything is built.
+Class paths found in them are checked by `resolve_class` (the
+loading rule of [`lightmarl.trust`][lightmarl.trust]) before anything is built.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from lightmarl.policies.loading import load_torch_file, resolve_class
 
 #: key under which a lightmarl checkpoint describes its bindings (see ``MARLModule.on_save_checkpoint``).
 CHECKPOINT_KEY = "lightmarl"
-#: the ``format`` entry of a :meth:`PolicyDict.save` file.
+#: the ``format`` entry of a `PolicyDict.save` file.
 POLICY_DICT_FORMAT = "lightmarl.policy_dict/1"
 #: the Lightning checkpoint entry of the league's state (``lightmarl.training.league.CHECKPOINT_KEY``).
 LEAGUE_KEY = "lightmarl_league"
@@ -55,7 +55,7 @@ class Snapshot:
         id: the historical player's id (e.g. ``main_3``).
         parent: the active player it was copied from.
         binding: how to build its policy (class path, kwargs, group, shared modules).
-        weights: its state dict, or ``None`` until :meth:`Artifact.snapshot_weights` reads it.
+        weights: its state dict, or ``None`` until [`Artifact.snapshot_weights`][lightmarl.policies.artifact.Artifact.snapshot_weights] reads it.
         path: where the weights are on disk (a snapshot file, or a file of an export).
     """
 
@@ -68,11 +68,11 @@ class Snapshot:
 
 @dataclass
 class Artifact:
-    """A population's description and tensors, whatever file it came from (see the module doc).
+    """A population's description and tensors, whatever file it came from (see [`artifact`][lightmarl.policies.artifact]).
 
     Attributes:
         bindings: binding id -> ``{class_path, policy_kwargs, group, shared_modules?, trainable?}``.
-        groups: group name -> :class:`GroupSpec` fields.
+        groups: group name -> [`GroupSpec`][lightmarl.envs.spec.GroupSpec] fields.
         shared_modules: the shared modules' specs.
         state: ``<binding>.<parameter>`` -> tensor.
         transforms: the env transforms, in order: ``{class_path, init_args, state}`` (state with tensors).
@@ -101,7 +101,7 @@ class Artifact:
     transforms_recorded: bool = True
 
     def group_spec(self, name: str) -> GroupSpec:
-        """The :class:`GroupSpec` of group ``name``."""
+        """The [`GroupSpec`][lightmarl.envs.spec.GroupSpec] of group ``name``."""
         return group_from_dict(self.groups[name])
 
     def snapshot_weights(self, snapshot: Snapshot) -> dict[str, torch.Tensor]:
@@ -135,9 +135,9 @@ class Artifact:
         )
 
     def check_classes(self, allow: Collection[str] = (), *, trust_code: bool = False) -> None:
-        """Every class the artifact names is one the loading rule lets a file name (:mod:`lightmarl.trust`).
+        """Every class the artifact names is one the loading rule lets a file name ([`lightmarl.trust`][lightmarl.trust]).
 
-        Resolved with :func:`~lightmarl.policies.loading.resolve_class` before anything is built:
+        Resolved with `resolve_class` before anything is built:
         lightmarl's policy classes and env transforms, the class paths in ``allow``, or anything
         with ``trust_code``.
         """
@@ -152,7 +152,7 @@ class Artifact:
 
 def _check_class_paths(value: Any, *, field: str, base: type | None = None, **rule: Any) -> None:
     """Resolve every ``class_path`` entry anywhere in ``value`` (nested dicts and lists) with
-    :func:`~lightmarl.policies.loading.resolve_class`, so that building from ``value`` imports nothing
+    `resolve_class`, so that building from ``value`` imports nothing
     else; ``field`` grows with the path to each entry (``binding 'main'.policy_kwargs.encoder.class_path``)."""
     if isinstance(value, Mapping):
         for key, item in value.items():
@@ -166,7 +166,7 @@ def _check_class_paths(value: Any, *, field: str, base: type | None = None, **ru
 
 
 def group_from_dict(values: Mapping[str, Any]) -> GroupSpec:
-    """A :class:`GroupSpec` from its saved fields (JSON turns tuples into lists)."""
+    """A [`GroupSpec`][lightmarl.envs.spec.GroupSpec] from its saved fields (JSON turns tuples into lists)."""
 
     def tupled(value: Any) -> Any:
         return tuple(tupled(v) for v in value) if isinstance(value, list | tuple) else value
@@ -175,7 +175,7 @@ def group_from_dict(values: Mapping[str, Any]) -> GroupSpec:
 
 
 def read_artifact(path: str | Path, *, field: str = "load_population") -> Artifact:
-    """The :class:`Artifact` at ``path``: an export directory, a run directory (its
+    """The [`Artifact`][lightmarl.policies.artifact.Artifact] at ``path``: an export directory, a run directory (its
     ``checkpoints/last.ckpt``), a training checkpoint, a ``PolicyDict.save`` file or a league snapshot file.
 
     Raises:

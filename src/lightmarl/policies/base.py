@@ -98,14 +98,14 @@ class Policy(nn.Module):
 
 
 class ScriptedPolicy(Policy):
-    """A hand-written policy: implement :meth:`act`, or :meth:`action_logits`, and nothing else.
+    """A hand-written policy: implement [`act`][lightmarl.policies.base.ScriptedPolicy.act], or [`action_logits`][lightmarl.policies.base.ScriptedPolicy.action_logits], and nothing else.
 
     ``act`` returns actions directly (a deterministic script, or one that samples itself).
     ``action_logits`` gives a distribution over discrete actions instead: ``forward`` then
     samples from it (``ExplorationType.RANDOM``, as during collection) or takes its mode
     (any other exploration type, as in deterministic evaluation), writes the ``logits`` next
     to the action and reports the action's real log-probability, and the script can serve
-    as a distillation teacher (:class:`lightmarl.algorithms.Distillation`). Both hooks may
+    as a distillation teacher ([`lightmarl.algorithms.Distillation`][lightmarl.algorithms.distillation.Distillation]). Both hooks may
     take ``agent_id`` (each row's index in the env's ``possible_agents``) to tell agents apart;
     scripts written without that argument keep working.
 
@@ -121,9 +121,9 @@ class ScriptedPolicy(Policy):
 
     _act_takes_agent_id: bool = True
     _logits_take_agent_id: bool = True
-    #: the script's own random stream (``None``: it draws from torch's global one); see :meth:`own_random_stream`.
+    #: the script's own random stream (``None``: it draws from torch's global one); see [`own_random_stream`][lightmarl.policies.base.ScriptedPolicy.own_random_stream].
     generator: torch.Generator | None = None
-    #: the seed :attr:`generator` starts from.
+    #: the seed `generator` starts from.
     random_seed: int | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -142,18 +142,18 @@ class ScriptedPolicy(Policy):
             )
 
     def own_random_stream(self, seed: int | None) -> None:
-        """Sample from a generator of the script's own, :attr:`generator`, started from ``seed`` (``None``: none).
+        """Sample from a generator of the script's own, `generator`, started from ``seed`` (``None``: none).
 
         A script that samples with its own generator keeps it out of torch's global stream, so
         that it meets the same draws whatever else the run samples; evaluation restarts it from
-        ``seed`` (:meth:`fresh_random_stream`).
+        ``seed`` ([`fresh_random_stream`][lightmarl.policies.base.ScriptedPolicy.fresh_random_stream]).
         """
         self.random_seed = seed
         self.generator = None if seed is None else torch.Generator().manual_seed(seed)
 
     @contextlib.contextmanager
     def fresh_random_stream(self) -> Iterator[None]:
-        """Run the block with :attr:`generator` restarted from its seed, and give its previous state back after.
+        """Run the block with `generator` restarted from its seed, and give its previous state back after.
 
         Evaluation plays the script as one built afresh would, whatever it drew while it played
         in training rollouts, so the same checkpoint evaluates the same in ``fit`` and in a later
@@ -171,7 +171,7 @@ class ScriptedPolicy(Policy):
 
     @property
     def has_distribution(self) -> bool:
-        """Whether the script defines :meth:`action_logits` (and so can teach)."""
+        """Whether the script defines [`action_logits`][lightmarl.policies.base.ScriptedPolicy.action_logits] (and so can teach)."""
         return type(self).action_logits is not ScriptedPolicy.action_logits
 
     def act(
@@ -180,7 +180,7 @@ class ScriptedPolicy(Policy):
         """Actions for ``observation`` (``[*batch, obs...]``) -> ``[*batch]`` ints or ``[*batch, *action_shape]``.
 
         ``agent_id`` (``[*batch]``, or ``None`` outside an env) is each row's index in
-        ``possible_agents``. The default takes the mode of :meth:`action_logits`.
+        ``possible_agents``. The default takes the mode of [`action_logits`][lightmarl.policies.base.ScriptedPolicy.action_logits].
         """
         logits = self._logits(observation, action_mask, agent_id)
         if logits is None:
@@ -192,7 +192,7 @@ class ScriptedPolicy(Policy):
     ) -> torch.Tensor | None:
         """Unnormalised log-probabilities ``[*batch, num_actions]`` of the discrete actions, or ``None``.
 
-        ``None`` (the default) marks a deterministic script: :meth:`act` decides and the
+        ``None`` (the default) marks a deterministic script: [`act`][lightmarl.policies.base.ScriptedPolicy.act] decides and the
         script cannot be a distillation teacher. Illegal actions (``action_mask`` False) are
         masked out by the caller; the script need not do it.
         """
@@ -200,7 +200,7 @@ class ScriptedPolicy(Policy):
         return None
 
     def action_log_prob(self, action: torch.Tensor) -> torch.Tensor:
-        """Log-probability of the chosen actions of :meth:`act`; deterministic scripts report 0."""
+        """Log-probability of the chosen actions of [`act`][lightmarl.policies.base.ScriptedPolicy.act]; deterministic scripts report 0."""
         return torch.zeros(action.shape[: action.ndim - len(self.group.action_shape)])
 
     def _logits(
@@ -325,7 +325,7 @@ class NoOpPolicy(ScriptedPolicy):
 
 @contextlib.contextmanager
 def fresh_random_streams(module: nn.Module) -> Iterator[None]:
-    """:meth:`ScriptedPolicy.fresh_random_stream` for every scripted policy in ``module`` (a population, say)."""
+    """[`ScriptedPolicy.fresh_random_stream`][lightmarl.policies.base.ScriptedPolicy.fresh_random_stream] for every scripted policy in ``module`` (a population, say)."""
     with contextlib.ExitStack() as stack:
         for sub in module.modules():
             if isinstance(sub, ScriptedPolicy):

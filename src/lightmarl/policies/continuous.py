@@ -3,16 +3,16 @@
 Both policies act on the encoder's features of each row's own observation (decentralised
 actors) and carry Q critics ``Q(s, a)`` for their algorithm:
 
-* :class:`SACActorCritic`: a stochastic tanh-normal actor and ``num_qvalue_nets`` (twin) Q critics,
-  for :class:`lightmarl.algorithms.SAC`.
-* :class:`DeterministicActorCritic`: a deterministic actor with Gaussian exploration noise and
-  one Q critic, for :class:`lightmarl.algorithms.DDPG`.
+* [`SACActorCritic`][lightmarl.policies.continuous.SACActorCritic]: a stochastic tanh-normal actor and ``num_qvalue_nets`` (twin) Q critics,
+  for [`lightmarl.algorithms.SAC`][lightmarl.algorithms.sac.SAC].
+* [`DeterministicActorCritic`][lightmarl.policies.continuous.DeterministicActorCritic]: a deterministic actor with Gaussian exploration noise and
+  one Q critic, for [`lightmarl.algorithms.DDPG`][lightmarl.algorithms.ddpg.DDPG].
 
 The critic is ``local`` (each row's own observation and action: ISAC / IDDPG) or
 ``centralized`` (every agent's observation and action of the group, one value per agent:
 MASAC / MADDPG, Lowe et al. 2017). Critics write ``(group, "state_action_value")``.
 
-The actor reads the features of the ``encoder`` argument (see :mod:`lightmarl.policies.encoders`;
+The actor reads the features of the ``encoder`` argument (see `lightmarl.policies.encoders`;
 default: flatten), so one encoder object can be handed to several bindings. Each critic reads
 its own copy of that encoder, made when the policy is built: the critics' losses never move the
 actor's encoder (as Stable-Baselines3's off-policy algorithms do by default).
@@ -180,7 +180,7 @@ class SACActorCritic(Policy):
     The critics share one architecture (``qvalue``, a ``TensorDictModule`` template writing
     ``(group, "state_action_value")``) and hold their weights stacked along a leading dim in
     ``qvalue_params`` (one slice per critic), the layout TorchRL's ``SACLoss`` trains with
-    ``torch.vmap``; :meth:`state_action_values` runs every critic. The template's own weights
+    ``torch.vmap``; [`state_action_values`][lightmarl.policies.continuous.SACActorCritic.state_action_values] runs every critic. The template's own weights
     are placeholders on the ``meta`` device: run it only under ``qvalue_params.to_module``.
 
     Args:
@@ -189,7 +189,7 @@ class SACActorCritic(Policy):
         activation: hidden activation: ``tanh``, ``relu``, ``elu`` or ``gelu``.
         critic: ``local`` (ISAC) or ``centralized`` (MASAC: every agent of the group in, one value per agent).
         num_qvalue_nets: critics (2: clipped double-Q, the smaller target value is used).
-        encoder: observation -> features before the actor (see :mod:`lightmarl.policies.encoders`;
+        encoder: observation -> features before the actor (see `lightmarl.policies.encoders`;
             default: flatten), e.g. one shared with other bindings; each critic reads a copy.
     """
 
@@ -244,7 +244,7 @@ class SACActorCritic(Policy):
 
     @property
     def qvalue(self) -> TensorDictModule:
-        """The critics' architecture (weights in :attr:`qvalue_params`)."""
+        """The critics' architecture (weights in `qvalue_params`)."""
         return self.__dict__["_qvalue"]
 
     @property
@@ -275,7 +275,7 @@ class DeterministicActorCritic(Policy):
     exploration type (evaluation) the action is the actor's and its log-probability 0.
 
     ``exploration_noise`` is a buffer (saved with the policy) that
-    :class:`lightmarl.algorithms.DDPG` anneals during training. The critic is ``qvalue``, a
+    [`lightmarl.algorithms.DDPG`][lightmarl.algorithms.ddpg.DDPG] anneals during training. The critic is ``qvalue``, a
     ``TensorDictModule`` writing ``(group, "state_action_value")``.
 
     Args:
@@ -284,7 +284,7 @@ class DeterministicActorCritic(Policy):
         activation: hidden activation: ``tanh``, ``relu``, ``elu`` or ``gelu``.
         critic: ``local`` (IDDPG) or ``centralized`` (MADDPG: every agent of the group in, one value per agent).
         exploration_noise: noise standard deviation as a fraction of the action range, until a trainer sets it.
-        encoder: observation -> features before the actor (see :mod:`lightmarl.policies.encoders`;
+        encoder: observation -> features before the actor (see `lightmarl.policies.encoders`;
             default: flatten), e.g. one shared with other bindings; the critic reads a copy.
     """
 

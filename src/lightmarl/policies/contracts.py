@@ -1,9 +1,9 @@
 """What an algorithm may read from a policy: one written contract per capability.
 
-Each contract is a :class:`typing.Protocol` naming the attributes a learner reads (so trainer
+Each contract is a `typing.Protocol` naming the attributes a learner reads (so trainer
 code can ``cast`` a checked policy to it and type-check its use), paired with a check that says,
 in words, what a given policy lacks. A UnitTrainer lists the contracts it needs in ``requires``;
-:func:`missing_capabilities` is what ``Algorithm.check_policy`` runs before the first env step.
+[`missing_capabilities`][lightmarl.policies.contracts.missing_capabilities] is what ``Algorithm.check_policy`` runs before the first env step.
 
 Examples:
     >>> from lightmarl.envs.pettingzoo import PettingZooEnvConfig
@@ -186,7 +186,7 @@ class TwinQCritics(Protocol):
 
 @runtime_checkable
 class Recurrent(Protocol):
-    """A policy with memory: trained on whole ``[envs, time]`` sequences inside :meth:`sequence_mode`.
+    """A policy with memory: trained on whole ``[envs, time]`` sequences inside `sequence_mode`.
 
     Optional for on-policy learners (they replay sequences when a policy has it), so it is
     tested with ``isinstance`` rather than required.

@@ -1,12 +1,12 @@
 """Action distributions for the discrete action kinds, as TorchRL's ``ProbabilisticActor`` uses them.
 
 A ``MultiDiscrete(nvec)`` action is ``len(nvec)`` independent choices; a policy emits their
-logits side by side (``sum(nvec)`` numbers, :attr:`GroupSpec.num_actions`) and
-:class:`MultiCategorical` turns them into one distribution over the action vector whose
+logits side by side (``sum(nvec)`` numbers, `GroupSpec.num_actions`) and
+[`MultiCategorical`][lightmarl.policies.distributions.MultiCategorical] turns them into one distribution over the action vector whose
 ``log_prob`` and ``entropy`` are sums over the sub-actions, so PPO's ratio and entropy bonus
 (``[*batch]`` per row) work unchanged.
 
-A policy head for any discrete group (what :class:`~lightmarl.policies.MLPActorCritic` needs)::
+A policy head for any discrete group (what [`MLPActorCritic`][lightmarl.policies.mlp.MLPActorCritic] needs)::
 
     distribution_class, distribution_kwargs = discrete_distribution(group)
     in_keys = {"logits": (group.name, "logits")}
@@ -117,7 +117,7 @@ def discrete_distribution(group: GroupSpec) -> tuple[type[D.Distribution], dict[
 
     The actor's network emits ``group.num_actions`` logits; pass ``mask`` in the actor's
     ``in_keys`` when ``group.has_action_mask``. ``Discrete``: TorchRL's ``Categorical`` /
-    ``MaskedCategorical``; ``MultiDiscrete``: :class:`MultiCategorical` over ``group.action_nvec``.
+    ``MaskedCategorical``; ``MultiDiscrete``: [`MultiCategorical`][lightmarl.policies.distributions.MultiCategorical] over ``group.action_nvec``.
 
     Raises:
         ValueError: for a continuous group, naming it.

@@ -8,7 +8,7 @@ or swapped for a convolutional one on image observations.
 
 ``encoder`` arguments accept:
 
-* ``None``: :class:`FlattenEncoder` (identity on vector observations);
+* ``None``: [`FlattenEncoder`][lightmarl.policies.encoders.FlattenEncoder] (identity on vector observations);
 * a module: used as is (that is how ``shared_modules`` inject one object into many policies);
 * ``{"class_path": ..., "init_args": {...}}``: built here; the class receives the agent group
   as ``group=`` when its constructor has a ``group`` parameter.
@@ -264,7 +264,7 @@ class ImpalaCNNEncoder(nn.Module):
     image) and ``blocks_per_stage`` residual blocks; then ``activation``, flatten and a linear
     layer to ``out_features`` (activated). The paper's stack is ``channels=(16, 32, 32)``,
     ``blocks_per_stage=2``, ``out_features=256``, as Procgen's and CleanRL's PPO use. Reads the
-    same layouts as :class:`CNNEncoder` and converts ``uint8`` images to float (scaled to
+    same layouts as [`CNNEncoder`][lightmarl.policies.encoders.CNNEncoder] and converts ``uint8`` images to float (scaled to
     ``[0, 1]``) on the encoder's device.
 
     Args:
@@ -273,8 +273,8 @@ class ImpalaCNNEncoder(nn.Module):
         blocks_per_stage: residual blocks after each stage's pooling.
         out_features: feature size it makes.
         activation: ``tanh``, ``relu``, ``elu`` or ``gelu``.
-        channels_last: as :class:`CNNEncoder`'s.
-        scale: as :class:`CNNEncoder`'s.
+        channels_last: as [`CNNEncoder`][lightmarl.policies.encoders.CNNEncoder]'s.
+        scale: as [`CNNEncoder`][lightmarl.policies.encoders.CNNEncoder]'s.
 
     Example:
         >>> group = GroupSpec("piston", ("piston_0",), (0,), (24, 24, 3), "discrete", num_actions=3, observation_dtype="uint8")
@@ -328,7 +328,7 @@ class ImpalaCNNEncoder(nn.Module):
 
 
 def build_encoder(group: GroupSpec, encoder: nn.Module | Mapping[str, Any] | None, *, field: str) -> nn.Module:
-    """The encoder a policy of ``group`` should use, from its ``encoder`` argument (see the module doc).
+    """The encoder a policy of ``group`` should use, from its ``encoder`` argument.
 
     Raises:
         ValueError: naming ``field`` when the spec cannot be built or the module has no ``out_features``.
@@ -349,7 +349,7 @@ def build_encoder(group: GroupSpec, encoder: nn.Module | Mapping[str, Any] | Non
 
 
 def out_features_of(encoder: nn.Module) -> int:
-    """The feature size an encoder built by :func:`build_encoder` makes."""
+    """The feature size an encoder built by `build_encoder` makes."""
     return int(encoder.out_features)  # type: ignore[arg-type]
 
 

@@ -1,6 +1,6 @@
 """The export format: a trained population as a directory that loads without the training run.
 
-``lightmarl export`` (and :meth:`~lightmarl.policies.PolicyDict.export`) write
+``lightmarl export`` (and [`export`][lightmarl.policies.policy_dict.PolicyDict.export]) write
 
 * ``population.json``: the format version and, per binding, its policy class, keyword
   arguments, agent group (with the group's spaces) and the shared modules it was built with;
@@ -12,8 +12,8 @@
 * ``snapshots/<player>.safetensors``: each league snapshot's weights.
 
 No optimizer or trainer state is kept. ``policy_uri: exported/#binding`` loads one binding as a
-frozen NPC or league opponent, :meth:`PolicyDict.load` loads them all, and
-:func:`lightmarl.load_population` loads everything needed to act. Version 1 exports still load.
+frozen NPC or league opponent, `PolicyDict.load` loads them all, and
+[`lightmarl.load_population`][lightmarl.inference.population.load_population] loads everything needed to act. Version 1 exports still load.
 """
 
 from __future__ import annotations
@@ -53,13 +53,13 @@ def write_export(
     transform_tensors: Mapping[str, torch.Tensor] | None = None,
     snapshots: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
 ) -> Path:
-    """Write ``description`` and the tensors into ``directory`` (see the module doc).
+    """Write ``description`` and the tensors into ``directory``.
 
     Args:
         directory: created if missing.
         description: plain data (bindings, groups, shared modules, env, transforms, ...).
         state: ``<binding>.<parameter>`` -> tensor.
-        transform_tensors: tensors that ``description["transforms"]`` points at (:func:`split_tensors`).
+        transform_tensors: tensors that ``description["transforms"]`` points at (`split_tensors`).
         snapshots: league snapshot file name (without suffix) -> its state dict.
 
     Each file is written to a temporary name and renamed, so a crash never leaves half a file.
@@ -85,7 +85,7 @@ def _save_tensors(path: Path, tensors: Mapping[str, torch.Tensor]) -> None:
 
 
 def read_export(directory: str | Path, *, field: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """The description and weights of an exported population (see the module doc).
+    """The description and weights of an exported population.
 
     Raises:
         ValueError: naming ``field`` when a file is missing, unreadable or of another format.
@@ -130,7 +130,7 @@ def split_tensors(value: Any, prefix: str) -> tuple[Any, dict[str, torch.Tensor]
 
 
 def join_tensors(value: Any, tensors: Mapping[str, torch.Tensor], *, field: str) -> Any:
-    """The inverse of :func:`split_tensors`."""
+    """The inverse of `split_tensors`."""
     if isinstance(value, Mapping):
         if set(value) == {TENSOR_REF}:
             try:

@@ -3,8 +3,8 @@
 A policy trained with ``ObservationNorm`` learned from observations normalized by its run's
 statistics. Loaded into another recipe (``policy_uri: run.ckpt#binding``: a frozen NPC, an
 evaluation binding), it would get that recipe's observations: raw, or normalized by the other
-run's statistics. :func:`attach_input_transforms` makes the policy undo the recipe's own
-normalization of its group, if any (:func:`host_normalization`; exact except for values the
+run's statistics. `attach_input_transforms` makes the policy undo the recipe's own
+normalization of its group, if any (`host_normalization`; exact except for values the
 recipe clipped), and apply its own run's (frozen), before its forward. Its own statistics are
 recorded in ``policy.origin["input_transforms"]`` so that checkpoints and exports of the new run
 keep them.
@@ -98,7 +98,7 @@ def attach_input_transforms(
     policy: Policy, norms: Sequence[Mapping[str, Any]] | None, host: ObservationNorm | None = None
 ) -> Policy:
     """Make ``policy`` undo ``host``'s normalization of its group (the recipe's, read at each call:
-    its statistics keep training) and apply ``norms`` (:func:`input_transforms_of`) before each forward."""
+    its statistics keep training) and apply ``norms`` (`input_transforms_of`) before each forward."""
     if not norms and host is None:
         return policy
     steps = []

@@ -7,8 +7,8 @@ numbers, strings and containers, which ``weights_only=True`` reads. A file that 
 refused with an error that names the opt-in: ``trust_pickle: true`` on the binding (or
 ``PolicyDict.load(..., trust_pickle=True)``), for files whose author you trust.
 
-:func:`resolve_class` turns a class name read from a file into a class under the loading rule of
-:mod:`lightmarl.trust` (``lightmarl.policies`` classes, classes the recipe names, or
+`resolve_class` turns a class name read from a file into a class under the loading rule of
+[`lightmarl.trust`][lightmarl.trust] (``lightmarl.policies`` classes, classes the recipe names, or
 ``trust_code``).
 """
 
@@ -97,7 +97,7 @@ def resolve_class(
         trust_code: the user trusts the file's author.
 
     Raises:
-        ValueError: the path is refused (:class:`~lightmarl.trust.UntrustedCodeError`), does not
+        ValueError: the path is refused ([`UntrustedCodeError`][lightmarl.trust.UntrustedCodeError]), does not
             import, or is not a ``base`` subclass.
     """
     if base is None:

@@ -179,7 +179,7 @@ class MLPActorCritic(Policy):
         return self.__dict__["_value_network"]
 
     def initialize_to_environment(self, group: GroupSpec) -> None:
-        """As :meth:`Policy.initialize_to_environment`; with ``agent_id_input`` the group's size must match too.
+        """As [`Policy.initialize_to_environment`][lightmarl.policies.base.Policy.initialize_to_environment]; with ``agent_id_input`` the group's size must match too.
 
         Raises:
             ValueError: when the policy was built for different spaces, or (``agent_id_input``)
@@ -268,9 +268,9 @@ class AgentIdInput(nn.Module):
 class _NormalParams(nn.Module):
     """``net`` then (loc, scale) of a tanh-normal actor: see ``MLPActorCritic``'s ``action_std``.
 
-    ``state``: :class:`NormalParamExtractor` splits the output in two halves, the scale mapped by
+    ``state``: `NormalParamExtractor` splits the output in two halves, the scale mapped by
     a softplus biased to give ``init_std`` at zero and bounded below by ``min_std``. ``learned``:
-    the output is the loc; TensorDict's :class:`AddStateIndependentNormalScale` adds
+    the output is the loc; TensorDict's `AddStateIndependentNormalScale` adds
     ``exp(log_std)`` (clamped at ``min_std``) from one parameter per action dimension.
     """
 

@@ -20,8 +20,8 @@ from lightmarl.population.bindings import GroupBindingIndex
 class MultiAgentPolicy(nn.Module):
     """Runs every binding's policy once on the rows of the agents it controls.
 
-    Rows are grouped with the index tensors cached in the :class:`BindingTable`
-    (:meth:`BindingTable.row_index`; no per-agent Python loop). For each group:
+    Rows are grouped with the index tensors cached in the `BindingTable`
+    (`BindingTable.row_index`; no per-agent Python loop). For each group:
 
     - a binding that controls every row runs on the group as is (no gather / scatter);
     - otherwise each binding gathers its rows with ``index_select``, runs one forward, and its
@@ -183,7 +183,7 @@ class MultiAgentPolicy(nn.Module):
 
 
 class _StackedActors:
-    """The actors of same-shaped bindings (each a :class:`StackableActor`) as one batched forward.
+    """The actors of same-shaped bindings (each a `StackableActor`) as one batched forward.
 
     Weights are stacked ``[bindings, ...]`` (re-stacked when a parameter changes in place, as
     an optimizer step does; every call when gradients are on, so they flow to each binding).

@@ -49,7 +49,7 @@ class PolicyDict(nn.ModuleDict):
 
     @classmethod
     def from_module(cls, module: Any) -> PolicyDict:
-        """The live policies of a :class:`~lightmarl.training.MARLModule` (same objects, not copies)."""
+        """The live policies of a [`MARLModule`][lightmarl.training.module.MARLModule] (same objects, not copies)."""
         policies = {b: p for b, p in module.policies.items()}
         return cls(policies, {b: p.group for b, p in policies.items()}, module.shared.describe())
 
@@ -70,7 +70,7 @@ class PolicyDict(nn.ModuleDict):
         torch.save({"format": POLICY_DICT_FORMAT, **self.describe(), "state_dict": state}, Path(path))
 
     def export(self, directory: str | Path) -> Path:
-        """The export format (:mod:`lightmarl.policies.exported`): ``population.json`` + safetensors weights."""
+        """The export format (`lightmarl.policies.exported`): ``population.json`` + safetensors weights."""
         return write_export(directory, self.describe(), self.state_dict())
 
     def select(self, binding_ids: list[str]) -> PolicyDict:
@@ -95,7 +95,7 @@ class PolicyDict(nn.ModuleDict):
     ) -> PolicyDict:
         """Rebuild a saved policy dict, an exported population, or every policy of a training checkpoint.
 
-        Files are data (:mod:`lightmarl.trust`): they are read weights-only (tensors and plain
+        Files are data ([`lightmarl.trust`][lightmarl.trust]): they are read weights-only (tensors and plain
         data), and the classes they name are built only when they are ``lightmarl.policies``
         classes or listed in ``allowed_classes``. ``trust_pickle`` allows pickled Python objects
         and ``trust_code`` any class the file names, for files from an author you trust.

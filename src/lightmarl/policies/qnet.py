@@ -1,9 +1,9 @@
 """A Q-network policy for discrete actions: epsilon-greedy while collecting, greedy when evaluating.
 
 The action values come from an MLP (one per row, decentralised); TorchRL's
-:class:`~torchrl.modules.QValueModule` takes the (masked) argmax. The network is exposed as
-:attr:`QNetworkPolicy.qvalue` for :class:`~torchrl.objectives.DQNLoss`
-(see :class:`lightmarl.algorithms.dqn.DQN`).
+`QValueModule` takes the (masked) argmax. The network is exposed as
+`QNetworkPolicy.qvalue` for `DQNLoss`
+(see [`lightmarl.algorithms.dqn.DQN`][lightmarl.algorithms.dqn.DQN]).
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ class QNetworkPolicy(Policy):
 
     ``forward`` writes ``(group, "action_value")`` (``[*batch, num_actions]``), ``(group, "action")``
     and ``(group, "action_log_prob")``. Under ``ExplorationType.RANDOM`` (collection) the action
-    is uniformly random among the legal ones with probability :attr:`epsilon`, else the greedy
+    is uniformly random among the legal ones with probability `epsilon`, else the greedy
     one, and the log-probability is that of the epsilon-greedy distribution
     (``log(eps / n_legal + (1 - eps) * [a is greedy])``). Under any other exploration type
     (evaluation) the action is greedy and its log-probability 0. Illegal actions
     (``(group, "action_mask")`` False) are never chosen.
 
-    ``epsilon`` is a buffer (saved with the policy) that :class:`lightmarl.algorithms.dqn.DQN`
+    ``epsilon`` is a buffer (saved with the policy) that [`lightmarl.algorithms.dqn.DQN`][lightmarl.algorithms.dqn.DQN]
     anneals during training.
 
     Args:
@@ -50,7 +50,7 @@ class QNetworkPolicy(Policy):
         hidden_sizes: widths of the hidden layers.
         activation: hidden activation: ``tanh``, ``relu``, ``elu`` or ``gelu``.
         epsilon: exploration rate until a trainer sets it.
-        encoder: observation -> features before the MLP (see :mod:`lightmarl.policies.encoders`;
+        encoder: observation -> features before the MLP (see `lightmarl.policies.encoders`;
             default: flatten), e.g. one shared with other bindings.
     """
 
@@ -87,7 +87,7 @@ class QNetworkPolicy(Policy):
         )
         self.__dict__["_encoder"] = encoder_module  # registered once, inside qvalue
         mask_key = self.key(keys.ACTION_MASK) if group.has_action_mask else None
-        #: observation -> action values -> greedy action; what :class:`~torchrl.objectives.DQNLoss` trains.
+        #: observation -> action values -> greedy action; what `DQNLoss` trains.
         self.qvalue = TensorDictSequential(
             TensorDictModule(net, in_keys=[self.key(keys.OBSERVATION)], out_keys=[self.key(keys.ACTION_VALUE)]),
             QValueModule(

@@ -104,7 +104,7 @@ class RecurrentCore(nn.Module):
 
 
 class RecurrentValue(nn.Module):
-    """A value head on a :class:`RecurrentCore`'s features (a critic sharing the actor's memory)."""
+    """A value head on a `RecurrentCore`'s features (a critic sharing the actor's memory)."""
 
     def __init__(self, core: RecurrentCore) -> None:
         super().__init__()
@@ -215,8 +215,8 @@ class RecurrentStates:
     """Carries the recurrent state of every (env, agent) row between steps.
 
     One state tensor per group that has recurrent bindings (their state shapes must agree);
-    rows of non-recurrent bindings carry zeros. :meth:`prepare` writes the state and
-    ``is_init`` into the policy's input before a step; :meth:`advance` keeps the policy's
+    rows of non-recurrent bindings carry zeros. `prepare` writes the state and
+    ``is_init`` into the policy's input before a step; `advance` keeps the policy's
     ``next_recurrent_state`` for the next step.
 
     Args:

@@ -1,4 +1,4 @@
-"""Turning a :class:`PolicyBinding` into a policy module: by class path or from saved weights."""
+"""Turning a [`PolicyBinding`][lightmarl.population.bindings.PolicyBinding] into a policy module: by class path or from saved weights."""
 
 from __future__ import annotations
 
@@ -58,16 +58,16 @@ class PolicyRegistry:
     remembers where it came from in ``policy.origin`` (class path and kwargs), so that a
     checkpoint of a run that loaded it can be loaded again.
 
-    A file is data (:mod:`lightmarl.trust`): the classes a saved file names are built only when
+    A file is data ([`lightmarl.trust`][lightmarl.trust]): the classes a saved file names are built only when
     they are lightmarl's own (policies, env transforms), are in ``allowed`` or the binding sets
     ``trust_code``. Every saved form (checkpoint, ``PolicyDict`` file, export, league snapshot) is
-    read by :mod:`lightmarl.policies.artifact`.
+    read by [`lightmarl.policies.artifact`][lightmarl.policies.artifact].
 
     Args:
         env_transforms: the recipe's env transforms: a policy from a run that recorded its own
             transforms undoes their normalization of its group and applies its run's
-            (:mod:`lightmarl.policies.input_transforms`).
-        allowed: class paths the recipe names (:func:`lightmarl.trust.recipe_class_paths`).
+            (`lightmarl.policies.input_transforms`).
+        allowed: class paths the recipe names ([`lightmarl.trust.recipe_class_paths`][lightmarl.trust.recipe_class_paths]).
     """
 
     def __init__(self, env_transforms: Sequence[VecTransform] = (), allowed: Iterable[str] = ()) -> None:
@@ -83,7 +83,7 @@ class PolicyRegistry:
         injected: Mapping[str, tuple[str, nn.Module]] | None = None,
     ) -> Policy:
         """The policy of ``binding``; ``injected`` (argument -> (shared module name, module)) is
-        passed to its constructor on top of ``policy_kwargs`` (see :mod:`lightmarl.policies.shared_modules`)."""
+        passed to its constructor on top of ``policy_kwargs`` (see `lightmarl.policies.shared_modules`)."""
         # Fresh weights per binding, except frozen checkpoints, which can be shared safely.
         owner = None if (binding.policy_uri and not binding.trainable) else binding.id
         descriptor = (owner, binding.class_path, binding.policy_uri, repr(sorted(binding.policy_kwargs.items())), group)
@@ -146,15 +146,15 @@ def load_policy_from_uri(
     trust_code: bool = False,
     allowed: Iterable[str] = (),
 ) -> Policy:
-    """The policy saved at ``uri`` (see :class:`PolicyRegistry`), read weights-only unless ``trust_pickle``.
+    """The policy saved at ``uri`` (see [`PolicyRegistry`][lightmarl.policies.registry.PolicyRegistry]), read weights-only unless ``trust_pickle``.
 
     ``group`` is the recipe's: the file's own env is never built. Classes the file names are
-    built only as :mod:`lightmarl.trust` allows (``allowed``: the recipe's class paths;
+    built only as [`lightmarl.trust`][lightmarl.trust] allows (``allowed``: the recipe's class paths;
     ``trust_code``: the user trusts the file's author).
 
     A policy from a file that records its run's env transforms (a checkpoint, an export, a league
     snapshot) sees its observations as in that run: ``env_transforms`` (the recipe's) normalization
-    of its group is undone and its own run's applied (:mod:`lightmarl.policies.input_transforms`).
+    of its group is undone and its own run's applied (`lightmarl.policies.input_transforms`).
     """
     field = f"binding {binding_id!r}.policy_uri"
     location, _, fragment = uri.partition("#")
@@ -211,10 +211,10 @@ def read_population(
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """A saved population's description and weights, from any file that describes its bindings.
 
-    Reads a lightmarl training checkpoint, a :meth:`PolicyDict.save` file or an exported
-    directory (:mod:`lightmarl.policies.exported`). Returns ``(description, state)``: the
+    Reads a lightmarl training checkpoint, a `PolicyDict.save` file or an exported
+    directory (`lightmarl.policies.exported`). Returns ``(description, state)``: the
     description has ``bindings`` (id -> class path, kwargs, group name, shared modules),
-    ``groups`` (name -> :class:`GroupSpec` fields) and ``shared_modules``; the state maps
+    ``groups`` (name -> [`GroupSpec`][lightmarl.envs.spec.GroupSpec] fields) and ``shared_modules``; the state maps
     ``<binding>.<parameter>`` to tensors.
 
     Raises:

@@ -1,8 +1,8 @@
 """Shared modules built: one ``nn.Module`` object handed to several bindings' policies.
 
 The recipe's ``shared_modules`` are checked and resolved as plain data by
-:func:`lightmarl.population.shared.shared_module_specs` (who shares what, under which argument,
-with which optimizer); :class:`SharedModules` builds each module once and says which policy
+[`lightmarl.population.shared.shared_module_specs`][lightmarl.population.shared.shared_module_specs] (who shares what, under which argument,
+with which optimizer); [`SharedModules`][lightmarl.policies.shared_modules.SharedModules] builds each module once and says which policy
 constructor argument of which binding receives it.
 
 Stepping rule (exactly once): the UnitTrainers of the bindings never step a shared module's
@@ -29,12 +29,12 @@ class SharedModules:
     """The shared modules of a population, built from their checked specs.
 
     Args:
-        configs: the recipe's ``shared_modules`` (module name -> :class:`~lightmarl.population.shared.SharedModuleConfig`).
+        configs: the recipe's ``shared_modules`` (module name -> [`SharedModuleConfig`][lightmarl.population.shared.SharedModuleConfig]).
         table: the population's bindings.
         env_spec: the env (for each module's agent group).
 
     Raises:
-        ValueError: what :func:`~lightmarl.population.shared.shared_module_specs` raises, and
+        ValueError: what [`shared_module_specs`][lightmarl.population.shared.shared_module_specs] raises, and
             naming the module when its class does not build an ``nn.Module``.
     """
 

@@ -4,7 +4,7 @@ MettaGrid observes each agent as ``[num_tokens, 3]`` uint8 rows (``lightmarl.env
 one row per thing seen, ``location`` packing the cell of the agent's view as ``row << 4 |
 column`` (``0xFE`` for global tokens), then a feature id and its value; unused rows are padding,
 ``0xFF``. Flattening those rows into an MLP's input ties every weight to a row *position*,
-while what a row means does not depend on where in the list it sits. :class:`TokenEncoder`
+while what a row means does not depend on where in the list it sits. [`TokenEncoder`][lightmarl.policies.token_encoders.TokenEncoder]
 does as Metta's own policies do: it embeds each token from its parts, runs a small MLP on each
 token, then pools the tokens that are not padding (max, mean or attention with a learned query),
 so that its features ignore padding rows and do not change when the tokens are reordered.

@@ -37,7 +37,7 @@ class PolicyBinding:
             run code, so by default only tensors and plain data are read (every file lightmarl
             writes is such a file); set it only for files from an author you trust.
         trust_code: let ``policy_uri`` build classes the file names that are neither
-            ``lightmarl.policies`` classes nor named by the recipe (:mod:`lightmarl.trust`). Importing
+            ``lightmarl.policies`` classes nor named by the recipe ([`lightmarl.trust`][lightmarl.trust]). Importing
             and building them runs their code; set it only for files from an author you trust.
     """
 
@@ -56,7 +56,7 @@ class PolicyBinding:
 
 
 class PolicyBindingConfig(TypedDict):
-    """A :class:`PolicyBinding` as written in a recipe (same fields; only ``id`` is required)."""
+    """A [`PolicyBinding`][lightmarl.population.bindings.PolicyBinding] as written in a recipe (same fields; only ``id`` is required)."""
 
     id: str
     class_path: NotRequired[str | None]
@@ -70,7 +70,7 @@ class PolicyBindingConfig(TypedDict):
 
 
 def as_binding(spec: PolicyBinding | PolicyBindingConfig | dict[str, Any]) -> PolicyBinding:
-    """Accept a :class:`PolicyBinding` or its recipe form."""
+    """Accept a [`PolicyBinding`][lightmarl.population.bindings.PolicyBinding] or its recipe form."""
     if isinstance(spec, PolicyBinding):
         return spec
     try:
@@ -148,7 +148,7 @@ class PaddedRows:
 
 @dataclass(frozen=True)
 class GroupBindingIndex:
-    """Cached row grouping of one agent group, as :class:`MultiAgentPolicy` and the collector use it.
+    """Cached row grouping of one agent group, as `MultiAgentPolicy` and the collector use it.
 
     When every env copy plays the same map the grouping is along the agent dim; with a
     per-env map it is over flat positions of the group's rows ``[*batch, agents]``
@@ -168,7 +168,7 @@ class GroupBindingIndex:
     agents_of_binding: dict[int, torch.Tensor]
     covers_group: dict[int, bool]
     flat: bool = False
-    # Copies of this index on other devices (:meth:`to`), built once each.
+    # Copies of this index on other devices ([`to`][lightmarl.population.bindings.GroupBindingIndex.to]), built once each.
     _on_device: dict[torch.device, GroupBindingIndex] = field(default_factory=dict, compare=False, repr=False)
 
     def to(self, device: torch.device | str) -> GroupBindingIndex:
@@ -218,9 +218,9 @@ class BindingTable:
     """The validated population: bindings, agent -> binding map, loss profiles.
 
     The map is either one binding id per agent (every env copy), the same plus per-env
-    overrides (:class:`PerEnvAgentBindingMap`), or ``policy_mapping_fn``, a function
+    overrides ([`PerEnvAgentBindingMap`][lightmarl.population.bindings.PerEnvAgentBindingMap]), or ``policy_mapping_fn``, a function
     ``agent_name -> binding_id`` given by import path. The row grouping derived from it is
-    cached (:meth:`row_index`) and rebuilt only by :meth:`set_agent_binding_map`, which a
+    cached ([`row_index`][lightmarl.population.bindings.BindingTable.row_index]) and rebuilt only by [`set_agent_binding_map`][lightmarl.population.bindings.BindingTable.set_agent_binding_map], which a
     league can call between episodes.
 
     Args:
@@ -234,7 +234,7 @@ class BindingTable:
         policy_mapping_fn: import path (or callable) of ``fn(agent_name) -> binding_id``; an
             alternative to ``agent_binding_map``.
         num_envs: env copies of one process, to check ``per_env`` indices now; without it they
-            are checked by :meth:`check_num_envs` (the collector calls it before its first step).
+            are checked by [`check_num_envs`][lightmarl.population.bindings.BindingTable.check_num_envs] (the collector calls it before its first step).
 
     Raises:
         ValueError: for any inconsistency, naming the field and the bad value.
@@ -265,7 +265,7 @@ class BindingTable:
         self.num_envs = num_envs
         #: bumped by every map change; holders of derived state compare it to know when to refresh.
         self.version = 0
-        #: bindings that act in a group without controlling an agent now (:meth:`reserve`).
+        #: bindings that act in a group without controlling an agent now ([`reserve`][lightmarl.population.bindings.BindingTable.reserve]).
         self.reserved: dict[str, str] = {}
         self.set_agent_binding_map(agent_binding_map, policy_mapping_fn)
 

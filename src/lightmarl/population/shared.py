@@ -11,8 +11,8 @@ A recipe names each shared module once::
         shared_between: {ppo_policy: encoder, dqn_policy: encoder}   # binding -> constructor argument
         lr: 0.001
 
-:func:`shared_module_specs` checks each entry against the bindings and resolves it into a
-:class:`SharedModuleSpec`; :class:`lightmarl.policies.shared_modules.SharedModules` builds the
+[`shared_module_specs`][lightmarl.population.shared.shared_module_specs] checks each entry against the bindings and resolves it into a
+[`SharedModuleSpec`][lightmarl.population.shared.SharedModuleSpec]; [`lightmarl.policies.shared_modules.SharedModules`][lightmarl.policies.shared_modules.SharedModules] builds the
 module once from it (its class gets the bindings' agent group as ``group=`` when its
 constructor takes one) and passes it to each listed binding's policy constructor under that
 binding's argument name, so every policy holds the *same* object. ``shared_between:
@@ -40,7 +40,7 @@ ALL_BINDINGS = "__all__"
 
 
 class SharedModuleConfig(TypedDict):
-    """One entry of a recipe's ``shared_modules`` (see the module doc)."""
+    """One entry of a recipe's ``shared_modules``."""
 
     class_path: str
     init_args: NotRequired[dict[str, Any]]
@@ -89,11 +89,11 @@ def shared_module_specs(
     """Check a recipe's ``shared_modules`` against the population and resolve each entry.
 
     Args:
-        configs: module name -> :class:`SharedModuleConfig`.
+        configs: module name -> [`SharedModuleConfig`][lightmarl.population.shared.SharedModuleConfig].
         table: the population's bindings.
 
     Returns:
-        module name -> :class:`SharedModuleSpec`, in the recipe's order.
+        module name -> [`SharedModuleSpec`][lightmarl.population.shared.SharedModuleSpec], in the recipe's order.
 
     Raises:
         ValueError: naming the module and binding for an unknown binding, a binding loaded

@@ -1,14 +1,14 @@
 """Every cross-process call of a training run, in one place, through the Lightning strategy.
 
 Training code never calls ``torch.distributed`` itself: it hands the run's
-:class:`~lightning.pytorch.strategies.Strategy` (``trainer.strategy``) to these functions, which
+`Strategy` (``trainer.strategy``) to these functions, which
 are no-ops in one process (a strategy of world size 1, or none: a module used outside a
 ``Trainer``). Under DDP they use the strategy's own ``all_gather`` and ``broadcast``; where
 Lightning has no fitting operation, the call to ``torch.distributed`` is made here:
 
-* :func:`all_reduce`: ``Strategy.reduce`` runs a barrier before every all-reduce, which would
+* `all_reduce`: ``Strategy.reduce`` runs a barrier before every all-reduce, which would
   double the collectives of the gradient path (one all-reduce per optimizer step);
-* :func:`all_gather_objects`: Lightning gathers tensors of one shape only, and the per-rank
+* `all_gather_objects`: Lightning gathers tensors of one shape only, and the per-rank
   resume state is a tree of tensors of any size.
 
 Every function is a collective: every rank must call it, in the same order.

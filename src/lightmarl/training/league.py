@@ -1,14 +1,14 @@
 """League training inside ``lightmarl fit``: the recipe's ``league:`` section and its run-time side.
 
-:class:`LeagueConfig` is the recipe section; :class:`LeagueTraining` is what
-:class:`~lightmarl.training.module.MARLModule` calls at its hooks:
+[`LeagueConfig`][lightmarl.training.league.LeagueConfig] is the recipe section; `LeagueTraining` is what
+[`MARLModule`][lightmarl.training.module.MARLModule] calls at its hooks:
 
 - at construction it adds ``max_resident`` frozen *opponent slot* bindings (copies of the first
   player's binding spec) and reserves them in the binding table, so their policies exist from
   the start; historical players act through them with weights loaded from snapshot files;
 - during a rollout (the collector's step hook) it adds up each env copy's return per seat and,
   where a copy's episode ended, keeps the seat returns and installs the copy's on-deck seating
-  (:class:`~lightmarl.league.matchmaking.Matchmaker`) before that copy acts again;
+  (`Matchmaker`) before that copy acts again;
 - between iterations it records the rollout's finished episodes in the order they ended, counts
   each player's trained agent steps, snapshots and resets players (resetting their optimizer
   state too), draws the next on-deck seatings and logs ``league/<player>/...`` metrics;
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 
 class LeagueHost(Protocol):
-    """What the league needs of the :class:`~lightmarl.training.module.MARLModule` that runs it."""
+    """What the league needs of the [`MARLModule`][lightmarl.training.module.MARLModule] that runs it."""
 
     env_config: EnvConfig
     table: BindingTable
@@ -130,7 +130,7 @@ class LeagueConfig:
 
 
 class LeagueTraining:
-    """The league's run-time side in one process (see the module docstring).
+    """The league's run-time side in one process.
 
     Args:
         config: the recipe's ``league:`` section.
@@ -323,7 +323,7 @@ class LeagueTraining:
         """The collector's step hook: seat returns; a copy whose episode ended starts its on-deck seating.
 
         Nothing is exchanged between processes here: the ended episodes wait for
-        :meth:`after_iteration`.
+        `after_iteration`.
         """
         nxt = step.next[self.group]
         rewards = nxt.get(keys.ENV_REWARD, nxt[keys.REWARD])
@@ -370,7 +370,7 @@ class LeagueTraining:
         self.module.table.set_agent_binding_map({"default": self.eval_map, "per_env": per_env})
 
     def meta_strategy_player(self, binding: str) -> Any:
-        """The player with a meta-strategy (:class:`~lightmarl.league.meta.MetaStrategyPlayer`) that
+        """The player with a meta-strategy ([`MetaStrategyPlayer`][lightmarl.league.meta.MetaStrategyPlayer]) that
         ``binding`` trains, or ``None`` where its player has none (rank 0's view)."""
         player = next((p for p in self.manager.active_players if self.binding_of(p.player_id) == binding), None)
         return player if isinstance(player, MetaStrategyPlayer) else None
@@ -378,7 +378,7 @@ class LeagueTraining:
     def shown_policy(self, binding: str) -> list[tuple[str, float]] | None:
         """What the league shows as the policy of the player trained by ``binding`` (rank 0's view).
 
-        A player with a meta-strategy (:class:`~lightmarl.league.meta.MetaStrategyPlayer`) shows its
+        A player with a meta-strategy ([`MetaStrategyPlayer`][lightmarl.league.meta.MetaStrategyPlayer]) shows its
         mixture: ``(snapshot file, weight)`` per snapshot. ``None`` for other roles and before a
         first snapshot: the player's live binding is its policy.
 
@@ -574,7 +574,7 @@ class LeagueTraining:
 def write_payoff_heatmap(payoff: BattleSharedPayoff, players: list[str], path: str, max_players: int = 12) -> str:
     """A PNG of the (decayed) payoff between ``players``: the active ones and the newest snapshots.
 
-    Drawn by :func:`~lightmarl.evaluation.plots.plot_score_heatmap`; games are the decayed
+    Drawn by `plot_score_heatmap`; games are the decayed
     counts, rounded. Returns the path.
     """
     shown = players[-max_players:]

@@ -1,6 +1,6 @@
 """Memory of a long run, logged every iteration, so that growth shows before it kills the job.
 
-:class:`MemoryMonitor` is a Lightning callback; a recipe adds it under ``trainer.callbacks``
+[`MemoryMonitor`][lightmarl.training.memory.MemoryMonitor] is a Lightning callback; a recipe adds it under ``trainer.callbacks``
 (``class_path: lightmarl.training.MemoryMonitor``). Every training iteration it logs, from
 ``/proc`` (Linux; elsewhere only the peak, from ``getrusage``):
 
@@ -64,7 +64,7 @@ def peak_rss_bytes() -> int:
 
 
 def memory_metrics() -> dict[str, float]:
-    """``memory/rss_mb``, ``memory/peak_rss_mb`` and ``memory/children_rss_mb`` now (see the module doc)."""
+    """``memory/rss_mb``, ``memory/peak_rss_mb`` and ``memory/children_rss_mb`` now."""
     metrics = {"memory/peak_rss_mb": peak_rss_bytes() / _MB}
     rss = rss_bytes()
     if rss is not None:
@@ -74,7 +74,7 @@ def memory_metrics() -> dict[str, float]:
 
 
 class MemoryMonitor(Callback):
-    """Logs this process's and its children's resident memory after every training iteration (see the module doc)."""
+    """Logs this process's and its children's resident memory after every training iteration."""
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int

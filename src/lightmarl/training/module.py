@@ -54,7 +54,7 @@ class MARLModule(LightningModule):
 
     Args:
         env: the env and how many copies each process steps: a PettingZoo env (``env_fn``, no
-            ``class_path``) or another :class:`~lightmarl.envs.config.EnvConfig` by ``class_path``
+            ``class_path``) or another [`EnvConfig`][lightmarl.envs.config.EnvConfig] by ``class_path``
             (e.g. ``lightmarl.envs.vmas.VmasEnvConfig``), with optional ``transforms``.
         policy_bindings: the population (default: one trainable ``main`` binding with
             ``lightmarl.policies.MLPActorCritic``).
@@ -84,23 +84,23 @@ class MARLModule(LightningModule):
         eval_video_episodes: after each evaluation, rank 0 also plays this many episodes in one
             env copy built with ``render_mode="rgb_array"`` and writes them to
             ``<log_dir>/videos/<eval|test>_iter<iterations>.gif`` (0: no video); see
-            :mod:`lightmarl.evaluation.video`.
+            `lightmarl.evaluation.video`.
         stats_window: training episodes per binding in the running episode statistics.
         cpu_threads: torch intra-op threads per process (``None``: torch's default). Small
             policies step fastest with 1; more threads spin-wait on a busy machine.
         shared_modules: module name -> ``{class_path, init_args, shared_between, lr}``: one
             network object handed to several bindings' policies (e.g. a shared encoder or
             centralized value function), stepped once per iteration on the gradient all its
-            users' losses summed; see :mod:`lightmarl.population.shared`.
+            users' losses summed; see `lightmarl.population.shared`.
         marl_trainer: the MARLTrainer that coordinates the UnitTrainers:
             ``{class_path: lightmarl.algorithms.IndependentMARLTrainer}`` (the default) or a
-            subclass of :class:`~lightmarl.algorithms.MARLTrainer`, with its own knobs in
+            subclass of [`MARLTrainer`][lightmarl.algorithms.marl_trainer.MARLTrainer], with its own knobs in
             ``init_args``; built in ``setup`` with ``(table, policies, algorithms, shared)``.
-        league: league training (:mod:`lightmarl.training.league`): roles bound to trainable
+        league: league training (`lightmarl.training.league`): roles bound to trainable
             bindings, seats, opponent slots, snapshot rules; the league then chooses who plays
             whom per env copy and episode (``agent_binding_map`` is the league's: leave it unset).
         checkpoint_replay: keep the off-policy learners' replay buffers in checkpoints (per process),
-            so that ``--ckpt_path last`` resumes exactly (:mod:`lightmarl.training.resume`); ``false``
+            so that ``--ckpt_path last`` resumes exactly (`lightmarl.training.resume`); ``false``
             makes checkpoints smaller and a resumed learner refills its buffer from scratch.
     """
 
@@ -231,11 +231,11 @@ class MARLModule(LightningModule):
         return self.population.policies
 
     def get_weights(self, binding_id: str) -> dict[str, torch.Tensor]:
-        """A CPU copy of one binding's policy weights (what :class:`~lightmarl.training.weight_exchange.WeightExchange` publishes)."""
+        """A CPU copy of one binding's policy weights (what [`WeightExchange`][lightmarl.training.weight_exchange.WeightExchange] publishes)."""
         return {k: v.detach().cpu().clone() for k, v in self._policy_of(binding_id).state_dict().items()}
 
     def set_weights(self, binding_id: str, weights: dict[str, torch.Tensor]) -> None:
-        """Load weights into one binding's policy (another run's, from :class:`~lightmarl.training.weight_exchange.WeightExchange`); shapes must match."""
+        """Load weights into one binding's policy (another run's, from [`WeightExchange`][lightmarl.training.weight_exchange.WeightExchange]); shapes must match."""
         policy = self._policy_of(binding_id)
         try:
             policy.load_state_dict(weights)
@@ -628,7 +628,7 @@ class MARLModule(LightningModule):
             )
 
     def check_checkpoint_fits(self, state_dict: Any, *, field: str) -> None:
-        """Raise a :class:`ConfigError` naming what differs when ``state_dict`` cannot load into this module.
+        """Raise a [`ConfigError`][lightmarl.errors.ConfigError] naming what differs when ``state_dict`` cannot load into this module.
 
         (Lightning's strict load raises a multi-line ``RuntimeError``, or TensorDict's "key sets don't match".)
         """

@@ -1,9 +1,9 @@
 """Evaluation scenarios during ``fit``: a Lightning callback that plays them every K training frames.
 
-The recipe's ``evaluation:`` section (:class:`~lightmarl.evaluation.scenarios.EvaluationConfig`)
-with ``every_n_frames: K`` makes ``lightmarl fit`` add a :class:`PeriodicEvaluation`. After each
+The recipe's ``evaluation:`` section ([`EvaluationConfig`][lightmarl.evaluation.scenarios.EvaluationConfig])
+with ``every_n_frames: K`` makes ``lightmarl fit`` add a `PeriodicEvaluation`. After each
 training iteration that crosses a multiple of K frames, rank 0 plays every scenario
-(:class:`~lightmarl.evaluation.suite.EvaluationSuite`), the metrics are broadcast to every rank
+(`EvaluationSuite`), the metrics are broadcast to every rank
 and logged as ``eval/<scenario>/<binding>/...`` (so ``ModelCheckpoint(monitor="eval/...")`` can
 keep the best checkpoint), and videos go to ``<log dir>/videos/frames_<N>/``.
 
@@ -51,7 +51,7 @@ def run_suite(
 ) -> EvaluationResult:
     """Play ``suite`` with the module's current policies (on its device); the report names the training
     seed, frames, iterations and ``checkpoint``. ``mixtures``: the league mixtures bindings show
-    (:meth:`EvaluationSuite.run`)."""
+    (`EvaluationSuite.run`)."""
     metadata: dict[str, Any] = {"iterations": module.iterations, "env": module.env_config.describe()}
     if checkpoint is not None:
         metadata["checkpoint"] = str(checkpoint)

@@ -4,10 +4,10 @@ Schedulers preempt jobs with SIGTERM and people stop them with Ctrl-C. Lightning
 on SIGTERM (its ``SIGTERMException`` is a ``SystemExit`` without a code, raised before the
 epoch-end checkpoint when validation is due), so a killed run looks finished to a scheduler,
 and Ctrl-C raises ``KeyboardInterrupt`` wherever the process happens to be. During ``fit``,
-:class:`Preemption` takes both signals over and turns them into a request: the current
+`Preemption` takes both signals over and turns them into a request: the current
 iteration (rollout + update) completes, training stops at that boundary, the epoch-end
 ``ModelCheckpoint`` writes ``last`` (so ``--ckpt_path last`` resumes from there), env workers
-shut down with the run, and the command exits with :data:`PREEMPTED_EXIT_CODES` so a
+shut down with the run, and the command exits with `PREEMPTED_EXIT_CODES` so a
 scheduler can requeue it. A second signal stops at once.
 """
 
@@ -29,7 +29,7 @@ PREEMPTED_EXIT_CODES = {"SIGTERM": 128 + signal.SIGTERM, "SIGINT": 128 + signal.
 
 
 class Preemption(Callback):
-    """Stop training at the next iteration boundary on SIGTERM or SIGINT (see the module doc).
+    """Stop training at the next iteration boundary on SIGTERM or SIGINT.
 
     ``stopped_by`` names the signal once a stop was requested (``None`` otherwise); the CLI
     turns it into the exit code.

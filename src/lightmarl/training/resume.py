@@ -2,23 +2,23 @@
 
 `fit` for 2N iterations and `fit` for N, then `--ckpt_path last` for N more, give bit-identical
 weights and optimizer states. Lightning's checkpoint already holds the weights, optimizers and
-loop counters, and :class:`~lightmarl.training.module.MARLModule` adds the trainers' target
+loop counters, and [`MARLModule`][lightmarl.training.module.MARLModule] adds the trainers' target
 networks and counters, the transforms' statistics and the league; what differs between
-processes is kept here, under :data:`CHECKPOINT_KEY`, one entry per rank (gathered to rank 0,
+processes is kept here, under `CHECKPOINT_KEY`, one entry per rank (gathered to rank 0,
 which writes the file):
 
 * the RNG streams: torch (CPU, and the CUDA device's where the run uses one), NumPy's global
   one and Python's ``random``;
 * the replay buffers (TorchRL storages, tensors only; ``model.checkpoint_replay: false`` leaves
   them out, and a resumed off-policy learner then refills its buffer from scratch);
-* the collector (:meth:`~lightmarl.data.collector.RolloutCollector.state_dict`): counters,
+* the collector ([`state_dict`][lightmarl.data.collector.RolloutCollector.state_dict]): counters,
   running episode statistics, recurrent states, the env copies' episodes in flight, the
   transforms' per-copy memory and statistics; and the league's running seat returns.
 
 **The env rule.** A checkpoint falls between two rollouts, when the env copies are mid-episode,
 and a PettingZoo env cannot be snapshotted. Instead every copy's episode ``k`` is reset with a
 seed derived from the copy's seed (run seed, rank and copy index) and ``k``
-(:func:`~lightmarl.envs.layout.episode_seed`), and the checkpoint keeps the actions of each
+(`episode_seed`), and the checkpoint keeps the actions of each
 episode in flight. On resume each copy is reset for its episode and replays those actions, which
 puts an env that is deterministic given its seed and actions back in the same state. Where the
 replayed observations differ from the saved ones (an env with randomness of its own), the run
@@ -27,9 +27,9 @@ RNG streams are still restored, but the run is no longer bit-identical. Vectors 
 replay (VMAS) start new episodes on resume, with a warning.
 
 The pieces go back in the order the run needs them: the replay buffers when Lightning loads the
-checkpoint (:meth:`RunResume.load`), the env copies once the collector exists
-(:meth:`RunResume.restore_collector`, in ``on_fit_start``), and the RNG streams last, right before
-the first training step (:meth:`RunResume.restore_rng`, in ``on_train_start``), so that nothing in
+checkpoint (`RunResume.load`), the env copies once the collector exists
+(`RunResume.restore_collector`, in ``on_fit_start``), and the RNG streams last, right before
+the first training step (`RunResume.restore_rng`, in ``on_train_start``), so that nothing in
 between draws from them.
 """
 
@@ -71,7 +71,7 @@ def capture_rng(device: torch.device) -> dict[str, Any]:
 
 
 def restore_rng(state: dict[str, Any], device: torch.device) -> None:
-    """Set the process's RNG streams to :func:`capture_rng`'s ``state``."""
+    """Set the process's RNG streams to `capture_rng`'s ``state``."""
     torch.set_rng_state(state["torch"])
     if state["cuda"] is not None and device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda"], device)
@@ -83,7 +83,7 @@ def restore_rng(state: dict[str, Any], device: torch.device) -> None:
 
 
 class RunResume:
-    """Saves every rank's resume state into checkpoints and puts it back in a resumed run (see the module doc).
+    """Saves every rank's resume state into checkpoints and puts it back in a resumed run.
 
     Args:
         checkpoint_replay: keep the replay buffers in checkpoints.

@@ -57,7 +57,7 @@ def _first_process() -> bool:
 
 
 class RunLock:
-    """The lock of one run directory (see the module doc).
+    """The lock of one run directory.
 
     Args:
         run_dir: the run directory (``trainer.default_root_dir``).
@@ -97,7 +97,7 @@ class RunLock:
         return started is not None and holder.get("start_time") not in (None, started)
 
     def acquire(self) -> None:
-        """Take the lock, or raise a :class:`ConfigError` naming the process that holds it.
+        """Take the lock, or raise a [`ConfigError`][lightmarl.errors.ConfigError] naming the process that holds it.
 
         Raises:
             ConfigError: a live process (or one on another host) holds the lock, and

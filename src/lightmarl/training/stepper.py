@@ -15,7 +15,7 @@ from lightmarl.training import collectives
 
 
 class LightningStepper:
-    """The :class:`~lightmarl.algorithms.GradientStepper` a :class:`MARLModule` hands its trainers.
+    """The [`GradientStepper`][lightmarl.algorithms.base.GradientStepper] a `MARLModule` hands its trainers.
 
     RL updates take many backward passes per training step (epochs x minibatches x
     bindings), which DDP's reducer does not support (it expects one backward per forward,

@@ -1,6 +1,6 @@
 """Where a run writes: run directories checked before the first env step, checkpoint files written atomically.
 
-**Directories.** :func:`check_run_directories` creates and test-writes every directory a run
+**Directories.** `check_run_directories` creates and test-writes every directory a run
 will write to (``trainer.default_root_dir``, each logger's ``save_dir``, each
 ``ModelCheckpoint.dirpath``) and fails with one line naming the field and the path, before any
 env is built: a read-only or mistyped path is found in seconds, not at the first epoch end.
@@ -8,12 +8,12 @@ env is built: a read-only or mistyped path is found in seconds, not at the first
 **Checkpoints.** Lightning 2.6's ``TorchCheckpointIO`` writes through an fsspec transaction:
 the bytes go to a temporary file in the system's temp directory and are then moved into place,
 which is a copy where that directory is on another filesystem (a kill in the middle leaves a
-cut ``last.ckpt``) and is never synced to disk. :class:`AtomicCheckpointIO` writes a hidden
+cut ``last.ckpt``) and is never synced to disk. `AtomicCheckpointIO` writes a hidden
 ``.<name>.<pid>.partial`` file next to the target, flushes and ``fsync``\\ s it, and renames it over
 the target (``os.replace``, atomic on POSIX filesystems), then syncs the directory: whenever the
 process dies, the target is the previous checkpoint or the new one, whole. A write that fails
 (a full disk, a directory made read-only) removes its partial file and raises
-:class:`~lightmarl.errors.CheckpointWriteError`; the previous checkpoint is left as it was.
+[`CheckpointWriteError`][lightmarl.errors.CheckpointWriteError]; the previous checkpoint is left as it was.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from lightmarl.errors import CheckpointWriteError, ConfigError
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """``TorchCheckpointIO`` whose local writes are atomic and synced (see the module doc); remote
+    """``TorchCheckpointIO`` whose local writes are atomic and synced; remote
     paths (``s3://...``) keep Lightning's own write."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
@@ -83,7 +83,7 @@ def _sync_directory(directory: str) -> None:
 
 
 def use_atomic_checkpoints(trainer: Trainer) -> None:
-    """Give the trainer's strategy an :class:`AtomicCheckpointIO` where it has Lightning's default one
+    """Give the trainer's strategy an `AtomicCheckpointIO` where it has Lightning's default one
     (a ``CheckpointIO`` the recipe chose itself is kept)."""
     strategy = trainer.strategy
     if type(strategy.checkpoint_io) is TorchCheckpointIO:
@@ -104,7 +104,7 @@ def run_directories(trainer: Trainer) -> list[tuple[str, str]]:
 
 
 def check_run_directories(trainer: Trainer) -> None:
-    """Create and test-write every directory of :func:`run_directories` (on the process that writes).
+    """Create and test-write every directory of `run_directories` (on the process that writes).
 
     Raises:
         ConfigError: naming the field and the path, with the reason the system gave.

@@ -1,7 +1,7 @@
 """Turn-based (AEC) PettingZoo envs in the same vector layout as parallel envs.
 
 A PettingZoo ``AECEnv`` lets one agent act at a time (``env.agent_selection``). lightmarl
-steps it with the vector machinery of parallel envs (:class:`~lightmarl.envs.pettingzoo.parallel.ParallelSlice`
+steps it with the vector machinery of parallel envs (`ParallelSlice`
 and the runners), so the collector, the policies and evaluation see the usual rows
 ``[num_envs, agents_in_group, ...]``. One vector step is one turn in every env copy:
 
@@ -27,7 +27,7 @@ and the runners), so the collector, the policies and evaluation see the usual ro
   leaves ``env.agents``; the adapter does those steps itself, right after the turn, so policies
   never see them.
 
-:class:`AECSlice` is the stepping code; :func:`~lightmarl.envs.pettingzoo.slices.pettingzoo_slice` picks it
+`AECSlice` is the stepping code; `pettingzoo_slice` picks it
 for AEC envs, in-process and in worker processes. This module imports no torch at module
 level (worker processes import it).
 """
@@ -58,7 +58,7 @@ def is_aec_env(env: Any) -> bool:
 class AECSlice(ParallelSlice):
     """Steps AEC env copies ``start .. start + len(envs) - 1`` of a vector: one turn per copy per step.
 
-    Same constructor, arrays and error messages as :class:`~lightmarl.envs.pettingzoo.parallel.ParallelSlice`
+    Same constructor, arrays and error messages as `ParallelSlice`
     (whose helpers it reuses); the rules for rows are in this module's docstring. Groups with an
     action mask read it from the observation dict, or from ``env.infos[agent]["action_mask"]``
     when observations are plain arrays.
@@ -248,12 +248,12 @@ def _info_mask(env: Any, agent: Hashable) -> Any:
 
 
 def aec_env_spec(env: Any, name: str, state: bool = False, seed: int = 0) -> EnvSpec:
-    """The :class:`~lightmarl.envs.spec.EnvSpec` of an AEC env, after checking it keeps the AEC API.
+    """The [`EnvSpec`][lightmarl.envs.spec.EnvSpec] of an AEC env, after checking it keeps the AEC API.
 
-    Groups and spaces as for parallel envs (:func:`~lightmarl.envs.pettingzoo.spec.env_spec_of`); a
+    Groups and spaces as for parallel envs ([`env_spec_of`][lightmarl.envs.pettingzoo.spec.env_spec_of]); a
     group whose observations are plain arrays but whose agents find an ``action_mask`` in their
     ``infos`` gets ``has_action_mask``. Resets ``env`` with ``seed`` and plays one turn
-    (:func:`check_aec_env`): a broken env fails here, before training, with an error naming it.
+    (`check_aec_env`): a broken env fails here, before training, with an error naming it.
     """
     spec = env_spec_of(env, name=name, state=state)
     where = f"env {name!r} (API check with seed {seed})"
@@ -274,7 +274,7 @@ def aec_env_spec(env: Any, name: str, state: bool = False, seed: int = 0) -> Env
 def check_aec_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
     """Reset ``env`` with ``seed`` and play one turn with the first legal action, checking the AEC API.
 
-    Checks what :class:`AECSlice` relies on: after ``reset`` the selected agent is one of
+    Checks what `AECSlice` relies on: after ``reset`` the selected agent is one of
     ``env.agents`` (all known agents), each agent's ``observe()`` has the declared shape (and the
     acting agent an action mask where its group has one), ``rewards`` / ``terminations`` /
     ``truncations`` are dicts keyed by known agents, before and after the turn. Leaves ``env``

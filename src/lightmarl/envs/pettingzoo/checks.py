@@ -1,12 +1,12 @@
 """Checks that a raw PettingZoo env keeps the API the env layer relies on, before any training.
 
-:func:`check_parallel_env`: one ``reset`` and one ``step`` of a ``ParallelEnv`` against its
-:class:`~lightmarl.envs.spec.EnvSpec` (observations only for known agents, of the declared
+`check_parallel_env`: one ``reset`` and one ``step`` of a ``ParallelEnv`` against its
+[`EnvSpec`][lightmarl.envs.spec.EnvSpec] (observations only for known agents, of the declared
 shapes), and a warning when no agent's image changed in that step (an env that draws its
-frames only when it renders). :meth:`~lightmarl.envs.pettingzoo.config.PettingZooEnvConfig.base_spec`
-runs it (and :func:`~lightmarl.envs.pettingzoo.aec.check_aec_env` for turn-based envs), so a recipe whose
+frames only when it renders). [`base_spec`][lightmarl.envs.pettingzoo.config.PettingZooEnvConfig.base_spec]
+runs it (and `check_aec_env` for turn-based envs), so a recipe whose
 env breaks the PettingZoo API fails before training starts. Vectors of copies are checked by
-:mod:`lightmarl.envs.checks`. Torch-free.
+`lightmarl.envs.checks`. Torch-free.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def check_parallel_env(env: Any, spec: EnvSpec, seed: int = 0) -> None:
     ``possible_agents``; observations (and action masks) have the shapes of the declared
     spaces. Leaves ``env`` mid-episode: close it or reset it afterwards. Warns (``UserWarning``)
     when the env has image observations and none of them changed in that step (see
-    :func:`warn_if_frames_frozen`).
+    `warn_if_frames_frozen`).
 
     Raises:
         EnvContractError: naming the env, the call and the agent.
@@ -97,7 +97,7 @@ def _images(observations: Any, spec: EnvSpec) -> dict[Any, np.ndarray]:
 
 
 def call_checked(where: str, call: str, fn: Callable[[], Any], detail: str = "") -> Any:
-    """``fn()``, its exception turned into an :class:`~lightmarl.errors.EnvContractError` naming
+    """``fn()``, its exception turned into an [`EnvContractError`][lightmarl.errors.EnvContractError] naming
     ``where`` and ``call`` (and ending with ``detail``)."""
     try:
         return fn()
@@ -141,7 +141,7 @@ def _check_observations(where: str, call: str, observations: Any, spec: EnvSpec)
 
 
 def _fixed_action(group: GroupSpec, observation: Any) -> Any:
-    """A legal action chosen without randomness (see :func:`first_legal_action`)."""
+    """A legal action chosen without randomness (see `first_legal_action`)."""
     return first_legal_action(group, observation["action_mask"] if group.has_action_mask else None)
 
 

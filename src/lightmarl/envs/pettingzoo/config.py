@@ -1,10 +1,10 @@
-"""Which PettingZoo env a recipe trains in, and how its copies are vectorized: :class:`PettingZooEnvConfig`.
+"""Which PettingZoo env a recipe trains in, and how its copies are vectorized: [`PettingZooEnvConfig`][lightmarl.envs.pettingzoo.config.PettingZooEnvConfig].
 
 The in-process vector writes straight into NumPy arrays laid out ``[num_envs, agents_in_group, ...]``
 per group and hands torch views of them to the collector; it skips TorchRL's per-step spec
 checks and TensorDict churn, which cost ~4x in speed on small envs (see
 ``benchmarks/README.md``). ``num_workers >= 1`` steps the copies in worker processes instead
-(:class:`~lightmarl.envs.runners.process.ProcessVecEnv`), with the same stepping code and trajectories.
+([`ProcessVecEnv`][lightmarl.envs.runners.process.ProcessVecEnv]), with the same stepping code and trajectories.
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ class PettingZooEnvConfig(EnvConfig):
     Attributes:
         env_fn: import path of a callable returning a PettingZoo ``ParallelEnv``
             (e.g. ``mpe2.simple_spread_v3.parallel_env``, or your own class) or ``AECEnv``
-            (turn-based, one agent acts per step: :mod:`lightmarl.envs.pettingzoo.aec`; e.g.
+            (turn-based, one agent acts per step: `lightmarl.envs.pettingzoo.aec`; e.g.
             ``pettingzoo.classic.connect_four_v3.env``).
         env_kwargs: keyword arguments passed to ``env_fn``.
         num_envs: env copies stepped together by each training process.
-        num_workers: ``0`` steps the copies in the training process (:class:`ParallelVecEnv`);
+        num_workers: ``0`` steps the copies in the training process ([`ParallelVecEnv`][lightmarl.envs.pettingzoo.vector.ParallelVecEnv]);
             ``k >= 1`` splits them over ``k`` worker processes
-            (:class:`~lightmarl.envs.runners.process.ProcessVecEnv`, same trajectories). At most
+            ([`ProcessVecEnv`][lightmarl.envs.runners.process.ProcessVecEnv], same trajectories). At most
             ``num_envs``; a vector asked for fewer copies gets at most one worker per copy.
         overlap: with worker processes, step the copies as two halves in alternation, so that the
             policy computes one half's actions while the workers step the other (the
@@ -56,7 +56,7 @@ class PettingZooEnvConfig(EnvConfig):
         state: also record the env's global ``state()`` (PettingZoo's ``state_space``) at the
             experience root, ``"state"`` and ``("next", "state")``, e.g. for a QMIX mixer. Off by
             default: it costs a ``state()`` call per env step.
-        transforms: optional :mod:`~lightmarl.envs.transforms` applied, in order, to the vector's
+        transforms: optional `transforms` applied, in order, to the vector's
             outputs (e.g. ``class_path: lightmarl.envs.transforms.ObservationNorm``); ``spec()``
             is the transformed spec.
         worker_timeout: seconds a worker process may take to answer a step or reset before it
@@ -69,12 +69,12 @@ class PettingZooEnvConfig(EnvConfig):
         max_worker_restarts: restarts allowed over a run (per training process); the next
             failure stops the run.
         pin_workers: run each worker process on one CPU of its own, one hardware thread of each
-            physical core first (:mod:`~lightmarl.envs.runners.placement`). Workers step in
+            physical core first (`placement`). Workers step in
             lockstep, so two of them sharing a core slow every step; pinned, they share one only
             when there are more workers than cores. Off by default: two runs on one machine
             would pin their workers to the same CPUs.
         info_fields: numeric fields of the env's per-agent ``infos`` that evaluation reports
-            per binding (see :class:`~lightmarl.envs.config.EnvConfig`); for turn-based envs the
+            per binding (see [`EnvConfig`][lightmarl.envs.config.EnvConfig]); for turn-based envs the
             ``infos`` after each turn.
     """
 
@@ -151,7 +151,7 @@ class PettingZooEnvConfig(EnvConfig):
 
     def base_spec(self) -> EnvSpec:
         """The env's groups and spaces, after one ``reset`` and ``step`` that check it keeps the
-        PettingZoo API (:func:`~lightmarl.envs.pettingzoo.checks.check_parallel_env`): a broken env fails
+        PettingZoo API (`check_parallel_env`): a broken env fails
         here, before any training, with an error that names it."""
         env = self.make_one()
         try:
@@ -174,7 +174,7 @@ class PettingZooEnvConfig(EnvConfig):
             raise ValueError(f"evaluation video: the env must accept render_mode='rgb_array': {err}") from None
 
     def make_base_recording_vector(self, seed: int, record: Callable[[Any, Callable[[Any], Any]], Any]) -> VecEnv:
-        """One in-process copy of :meth:`make_rendering_one`, drawn by its ``render()``."""
+        """One in-process copy of [`make_rendering_one`][lightmarl.envs.pettingzoo.config.PettingZooEnvConfig.make_rendering_one], drawn by its ``render()``."""
         env = self.make_rendering_one()
         env, spec = self._framed([env], env_spec_of(env, name=self.name, state=self.state))
         recorder = record(env[0], lambda env: env.render())

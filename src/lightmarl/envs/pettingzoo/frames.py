@@ -1,8 +1,8 @@
-"""A PettingZoo parallel env whose image observations pass through :mod:`~lightmarl.envs.image_ops`.
+"""A PettingZoo parallel env whose image observations pass through `image_ops`.
 
-:class:`FramedParallelEnv` is how a recipe's image transforms (``Grayscale``, ``Resize``) reach
+`FramedParallelEnv` is how a recipe's image transforms (``Grayscale``, ``Resize``) reach
 the env: it wraps each env copy, in the training process or in a worker process (which builds it
-with :func:`framed_env` from import paths and plain data), so frames are shrunk where the env
+with `framed_env` from import paths and plain data), so frames are shrunk where the env
 renders them and only small ones are copied into the vector's arrays. Torch-free (worker
 processes import it).
 """
@@ -34,7 +34,7 @@ def fixed_ops(
 
 
 class FramedParallelEnv(BaseParallelWrapper):
-    """``env`` with each agent's observations passed through its frame ops (see the module doc).
+    """``env`` with each agent's observations passed through its frame ops.
 
     Args:
         env: a PettingZoo parallel env (AEC envs are refused: their observations are read
@@ -95,6 +95,6 @@ class FramedParallelEnv(BaseParallelWrapper):
 def framed_env(
     env_fn: str, env_kwargs: Mapping[str, Any], ops: Mapping[Hashable, Sequence[FrameOp]]
 ) -> FramedParallelEnv:
-    """The env ``env_fn(**env_kwargs)`` wrapped in :class:`FramedParallelEnv`: the constructor a
+    """The env ``env_fn(**env_kwargs)`` wrapped in `FramedParallelEnv`: the constructor a
     worker process is given (by import path) when a recipe has image transforms."""
     return FramedParallelEnv(import_object(env_fn, field="env.env_fn")(**env_kwargs), ops)

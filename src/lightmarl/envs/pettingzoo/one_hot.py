@@ -1,7 +1,7 @@
 """PettingZoo parallel envs with ``Discrete`` observations, seen as one-hot vectors.
 
 The env layer reads ``Box`` observations; games such as ``pettingzoo.classic.rps_v2`` observe
-a ``Discrete`` value (there: the opponent's last move, or "none yet"). :func:`one_hot_parallel_env`
+a ``Discrete`` value (there: the opponent's last move, or "none yet"). `one_hot_parallel_env`
 wraps such an env so that each observation is the one-hot vector of that value::
 
     env:

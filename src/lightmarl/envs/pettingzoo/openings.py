@@ -5,7 +5,7 @@ positions and learn little that carries over to an opponent that plays different
 four, a main player trained that way missed most of the immediate wins and blocks it met against
 a scripted opponent that plays random moves between its tactical ones, docs/league.md). Opening
 each episode with a few uniformly random legal moves spreads the positions the players learn
-from, as random openings do for game-playing agents generally. :func:`random_opening_env` wraps
+from, as random openings do for game-playing agents generally. `random_opening_env` wraps
 an AEC env by import path::
 
     env:
@@ -94,5 +94,5 @@ class RandomOpening(BaseWrapper):
 
 
 def random_opening_env(env_fn: str, max_moves: int, min_moves: int = 0, **kwargs: Any) -> RandomOpening:
-    """``env_fn(**kwargs)`` (an AEC env, by import path) wrapped in :class:`RandomOpening`."""
+    """``env_fn(**kwargs)`` (an AEC env, by import path) wrapped in `RandomOpening`."""
     return RandomOpening(import_object(env_fn, field="env.env_kwargs.env_fn")(**kwargs), max_moves, min_moves)

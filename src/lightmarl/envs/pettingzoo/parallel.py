@@ -1,4 +1,4 @@
-"""Stepping PettingZoo parallel envs into the vector layout: :class:`ParallelSlice`.
+"""Stepping PettingZoo parallel envs into the vector layout: `ParallelSlice`.
 
 The one implementation of stepping, auto-reset and error messages for parallel envs, run by
 the in-process vector (one slice over every copy) and by each env worker process. This module
@@ -21,15 +21,15 @@ from lightmarl.errors import TrainingFault
 class ParallelSlice:
     """Steps PettingZoo parallel env copies ``start .. start + len(envs) - 1`` of a vector, writing their rows.
 
-    An :class:`~lightmarl.envs.layout.EnvSlice`. Rows are written, never cleared: the caller
-    hands in zeroed rows. Arrays that carry a :data:`~lightmarl.envs.layout.ROOT` entry also get
+    An `EnvSlice`. Rows are written, never cleared: the caller
+    hands in zeroed rows. Arrays that carry a `ROOT` entry also get
     each copy's global ``env.state()``, next to its observations.
 
     Args:
         envs: the env copies of this slice.
         groups: the env's groups.
         seeds: each copy's seed: its episode ``k`` is reset with
-            :func:`~lightmarl.envs.layout.episode_seed` ``(seed, k)`` (the first with ``seed``).
+            `episode_seed` ``(seed, k)`` (the first with ``seed``).
         start: index of ``envs[0]`` in the vector.
         env_name: the env's name, for messages.
         possible_agents: every agent's id in the env (``EnvSpec.env_agents``), for messages.
@@ -121,7 +121,7 @@ class ParallelSlice:
             ) from err
 
     def step(self, actions: dict[str, np.ndarray], nxt: Arrays, current: Arrays, ended: np.ndarray) -> None:
-        """Step every copy; see :meth:`~lightmarl.envs.base.VecEnv.step`.
+        """Step every copy; see [`step`][lightmarl.envs.base.VecEnv.step].
 
         Writes the step's results into ``nxt`` (final observation where the episode ended),
         the observations for the next step into ``current`` (the reset ones where it ended) and
@@ -189,7 +189,7 @@ class ParallelSlice:
 
     def replay(self, e: int, episode: int, actions: dict[str, np.ndarray], current: Arrays) -> bool:
         """Reset copy ``e`` for its episode ``episode`` and step it with ``actions``; see
-        :meth:`~lightmarl.envs.layout.EnvSlice.replay`."""
+        `replay`."""
         j = e - self.start
         rows = len(current[self.groups[0].name][keys.VALID])  # the vector's copies: arrays are indexed by `e`
         state_shape = current[ROOT][keys.STATE].shape[1:] if ROOT in current else None

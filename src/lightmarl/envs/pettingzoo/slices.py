@@ -1,6 +1,6 @@
-"""PettingZoo's :class:`~lightmarl.envs.layout.SliceFactory`: parallel or turn-based stepping, by env.
+"""PettingZoo's `SliceFactory`: parallel or turn-based stepping, by env.
 
-Worker processes import it by path (:class:`~lightmarl.envs.runners.process.ProcessVecEnv`'s default
+Worker processes import it by path ([`ProcessVecEnv`][lightmarl.envs.runners.process.ProcessVecEnv]'s default
 ``make_slice``), so it imports no torch.
 """
 
@@ -14,12 +14,12 @@ from lightmarl.envs.pettingzoo.parallel import ParallelSlice
 
 
 def pettingzoo_slice(envs: Sequence[Any], *args: Any) -> ParallelSlice:
-    """The stepping code for these env copies: :class:`~lightmarl.envs.pettingzoo.parallel.ParallelSlice`
-    for parallel envs, :class:`~lightmarl.envs.pettingzoo.aec.AECSlice` (one turn per step) for AEC envs.
+    """The stepping code for these env copies: `ParallelSlice`
+    for parallel envs, `AECSlice` (one turn per step) for AEC envs.
 
     Args:
         envs: the copies.
-        args: the rest of :class:`~lightmarl.envs.layout.SliceFactory`'s arguments, passed on.
+        args: the rest of `SliceFactory`'s arguments, passed on.
     """
     slice_class = AECSlice if envs and is_aec_env(envs[0]) else ParallelSlice
     return slice_class(envs, *args)

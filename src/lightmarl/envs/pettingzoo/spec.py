@@ -1,4 +1,4 @@
-"""The :class:`~lightmarl.envs.spec.EnvSpec` of a PettingZoo env: agents grouped by name prefix, spaces checked.
+"""The [`EnvSpec`][lightmarl.envs.spec.EnvSpec] of a PettingZoo env: agents grouped by name prefix, spaces checked.
 
 Torch-free (worker processes import the AEC module, which uses it).
 """
@@ -12,7 +12,7 @@ from lightmarl.envs.spec import EnvSpec, GroupSpec, agent_names, default_group_n
 
 
 def env_spec_of(env: Any, name: str, state: bool = False) -> EnvSpec:
-    """Name the env's agents (:func:`~lightmarl.envs.spec.agent_name`: any hashable id), group them by
+    """Name the env's agents (`agent_name`: any hashable id), group them by
     name prefix (TorchRL's convention) and check each group's spaces; with ``state``, also read the
     shape of the env's global state (``state_space``)."""
     env_agents = tuple(env.possible_agents)

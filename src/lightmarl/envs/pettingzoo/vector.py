@@ -1,4 +1,4 @@
-"""PettingZoo envs stepped in the training process: :class:`ParallelVecEnv`."""
+"""PettingZoo envs stepped in the training process: [`ParallelVecEnv`][lightmarl.envs.pettingzoo.vector.ParallelVecEnv]."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ from lightmarl.envs.spec import EnvSpec
 class ParallelVecEnv(InProcessVecEnv):
     """``num_envs`` PettingZoo envs (parallel, or turn-based AEC) stepped in one process, with auto-reset.
 
-    An :class:`~lightmarl.envs.runners.inprocess.InProcessVecEnv` with PettingZoo's stepping code
-    (:class:`~lightmarl.envs.pettingzoo.parallel.ParallelSlice`; for AEC envs
-    :class:`~lightmarl.envs.pettingzoo.aec.AECSlice`, one turn per step), the code the worker
-    processes of :class:`~lightmarl.envs.runners.process.ProcessVecEnv` run too.
+    An [`InProcessVecEnv`][lightmarl.envs.runners.inprocess.InProcessVecEnv] with PettingZoo's stepping code
+    (`ParallelSlice`; for AEC envs
+    `AECSlice`, one turn per step), the code the worker
+    processes of [`ProcessVecEnv`][lightmarl.envs.runners.process.ProcessVecEnv] run too.
 
     Args:
         envs: the env copies (already constructed).
-        spec: their shared :class:`~lightmarl.envs.spec.EnvSpec`.
+        spec: their shared [`EnvSpec`][lightmarl.envs.spec.EnvSpec].
         seeds: one seed per env copy: its episode ``k`` is reset with
-            :func:`~lightmarl.envs.layout.episode_seed` ``(seed, k)``.
+            `episode_seed` ``(seed, k)``.
     """
 
     def __init__(self, envs: list[Any], spec: EnvSpec, seeds: list[int]) -> None:

@@ -19,17 +19,17 @@ class InProcessVecEnv(ReplayingVecEnv):
 
     ``reset()`` and ``step()`` return, per group, tensors shaped ``[num_envs, agents_in_group, ...]``.
     A copy whose agents are all gone (or all done) is reset inside ``step``: the step reports
-    the episode's final observation, and :attr:`current` holds the reset one. The stepping
-    itself is one :class:`~lightmarl.envs.layout.EnvSlice` over every copy, the code worker
-    processes of :class:`~lightmarl.envs.runners.process.ProcessVecEnv` run too.
+    the episode's final observation, and `current` holds the reset one. The stepping
+    itself is one `EnvSlice` over every copy, the code worker
+    processes of [`ProcessVecEnv`][lightmarl.envs.runners.process.ProcessVecEnv] run too.
 
     Args:
         envs: the env copies (already constructed).
-        spec: their shared :class:`~lightmarl.envs.spec.EnvSpec`.
+        spec: their shared [`EnvSpec`][lightmarl.envs.spec.EnvSpec].
         seeds: one seed per env copy: its episode ``k`` is reset with
-            :func:`~lightmarl.envs.layout.episode_seed` ``(seed, k)``.
+            `episode_seed` ``(seed, k)``.
         make_slice: builds the stepping code for ``envs`` (e.g.
-            :func:`~lightmarl.envs.pettingzoo.slices.pettingzoo_slice`).
+            `pettingzoo_slice`).
     """
 
     def __init__(self, envs: list[Any], spec: EnvSpec, seeds: list[int], make_slice: SliceFactory) -> None:
@@ -86,7 +86,7 @@ class InProcessVecEnv(ReplayingVecEnv):
         return diverged, self._to_torch(current)
 
     def observation_td(self) -> TensorDict:
-        """What the policies see now: see :func:`~lightmarl.envs.base.observation_td`."""
+        """What the policies see now: see `observation_td`."""
         return observation_td(self.spec, self.current, self.num_envs, self._agent_ids)
 
     def render(self, index: int = 0) -> np.ndarray | None:

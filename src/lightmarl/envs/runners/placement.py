@@ -3,7 +3,7 @@
 Workers step in lockstep: every step waits for the slowest. Two workers on the two hardware
 threads of one physical core (simultaneous multithreading) each run at about 60% speed, and
 then so does the whole vector. Left to the scheduler, workers can land like that even with
-idle cores elsewhere; pinned, worker ``k`` runs on the ``k``-th CPU of :func:`cpu_order`: one
+idle cores elsewhere; pinned, worker ``k`` runs on the ``k``-th CPU of `cpu_order`: one
 hardware thread of every physical core first, the second threads after. Torch-free (workers
 import it).
 """
@@ -47,7 +47,7 @@ def cpu_order(cpus: Collection[int], core_of: Callable[[int], tuple[int, int] | 
 
 
 def worker_cpus(num_workers: int, cpus: Collection[int] | None = None) -> list[int]:
-    """The CPU of each of ``num_workers`` pinned workers: :func:`cpu_order` of ``cpus`` (default: the CPUs
+    """The CPU of each of ``num_workers`` pinned workers: `cpu_order` of ``cpus`` (default: the CPUs
     this process may run on), from the first; past the last CPU, round again."""
     order = cpu_order(os.sched_getaffinity(0) if cpus is None else cpus)
     return [order[k % len(order)] for k in range(num_workers)]

@@ -1,21 +1,21 @@
 """Env copies stepped in worker processes, results exchanged through shared memory.
 
-:class:`ProcessVecEnv` has the interface of :class:`~lightmarl.envs.runners.inprocess.InProcessVecEnv`
+[`ProcessVecEnv`][lightmarl.envs.runners.process.ProcessVecEnv] has the interface of [`InProcessVecEnv`][lightmarl.envs.runners.inprocess.InProcessVecEnv]
 but splits its ``num_envs`` copies over ``num_workers`` processes; each worker
-(:mod:`lightmarl.envs.runners.worker`) steps its contiguous slice of copies (one slice per
-phase, see :class:`ProcessVecEnv`) serially with the env family's stepping code (an
-:class:`~lightmarl.envs.layout.EnvSlice`, the same code the in-process vector runs), so both
+(`lightmarl.envs.runners.worker`) steps its contiguous slice of copies (one slice per
+phase, see [`ProcessVecEnv`][lightmarl.envs.runners.process.ProcessVecEnv]) serially with the env family's stepping code (an
+`EnvSlice`, the same code the in-process vector runs), so both
 produce the same trajectories for the same seeds and actions.
 
-One :class:`~lightmarl.envs.runners.shared_memory.SharedArrays` block holds the actions, the
+One `SharedArrays` block holds the actions, the
 step's results and the next observations; a duplex pipe per worker carries small commands and
 replies. The parent waits on every pending pipe *and* every worker's process sentinel with a
 timeout, so a worker that dies or hangs is seen instead of blocking forever. Then the vector
-either stops (``on_failure="stop"``: shut down, raise :class:`~lightmarl.errors.TrainingFault`
+either stops (``on_failure="stop"``: shut down, raise [`TrainingFault`][lightmarl.errors.TrainingFault]
 naming the worker, its env copies and their seeds) or restarts the worker (``"restart"``): a
 new process builds and resets the same copies, whose interrupted episodes end *truncated* at
 that step (reward 0, the last observation repeated, see
-:meth:`~lightmarl.envs.runners.shared_memory.SharedArrays.end_truncated`), and the other
+`end_truncated`), and the other
 copies go on untouched.
 """
 
@@ -63,36 +63,36 @@ class ProcessVecEnv(ReplayingVecEnv):
     """``num_envs`` env copies stepped by ``num_workers`` worker processes, with auto-reset.
 
     Each worker builds its copies from ``env_fn`` and steps them with the slices ``make_slice``
-    builds: by default PettingZoo's (:func:`~lightmarl.envs.pettingzoo.slices.pettingzoo_slice`:
+    builds: by default PettingZoo's (`pettingzoo_slice`:
     parallel envs, or turn-based AEC envs one turn per step).
 
-    Same interface and results as :class:`~lightmarl.envs.runners.inprocess.InProcessVecEnv` (copy
+    Same interface and results as [`InProcessVecEnv`][lightmarl.envs.runners.inprocess.InProcessVecEnv] (copy
     ``i`` reset with ``seeds[i]``): ``reset()`` / ``step()`` return per group tensors shaped
     ``[num_envs, agents_in_group, ...]`` (fresh tensors each call, safe to keep), and an env
     whose episode ended is reset inside ``step``. The parent waits for all workers, so the env
     work of a step runs in parallel while the policy's forward pass runs in the parent between
     steps.
 
-    Phases: with ``num_phases=2`` the copies form two halves (:meth:`phases`, each a
-    :class:`VecEnvPhase` with the same interface plus ``step_async`` / ``step_wait``), and
+    Phases: with ``num_phases=2`` the copies form two halves ([`phases`][lightmarl.envs.runners.process.ProcessVecEnv.phases], each a
+    `VecEnvPhase` with the same interface plus ``step_async`` / ``step_wait``), and
     every worker holds copies of both halves. A collector then sends one half's actions and
     computes the other half's while the workers step the first: the policy's forward pass
     overlaps env stepping instead of alternating with it. Phase ``p`` covers copies
     ``phase_bounds[p] .. phase_bounds[p + 1] - 1``; copy ``i`` is still reset with
     ``seeds[i]``, so the phases step exactly the trajectories of the whole vector.
 
-    Errors: an exception in a worker's env raises :class:`RuntimeError` here naming the env
+    Errors: an exception in a worker's env raises `RuntimeError` here naming the env
     copy and its seed, with the worker's traceback chained. A worker that dies or does not
-    answer within ``timeout`` seconds is handled by ``on_failure`` (see the module doc): a
+    answer within ``timeout`` seconds is handled by ``on_failure``: a
     restart (at most ``max_restarts`` over the vector's life, during a step) or a stop that
-    shuts the vector down and raises :class:`~lightmarl.errors.TrainingFault`.
-    :meth:`close` (also run when the vector is garbage-collected or the interpreter exits)
+    shuts the vector down and raises [`TrainingFault`][lightmarl.errors.TrainingFault].
+    [`close`][lightmarl.envs.runners.process.ProcessVecEnv.close] (also run when the vector is garbage-collected or the interpreter exits)
     joins the workers and frees the shared memory.
 
     Args:
         env_fn: import path of the env constructor (workers import it themselves).
         env_kwargs: its keyword arguments (picklable).
-        spec: the env's :class:`EnvSpec` (built in the parent, e.g. by ``PettingZooEnvConfig.spec()``).
+        spec: the env's [`EnvSpec`][lightmarl.envs.spec.EnvSpec] (built in the parent, e.g. by ``PettingZooEnvConfig.spec()``).
         seeds: one reset seed per env copy.
         num_workers: worker processes, ``1 <= num_workers <= len(seeds)``.
         num_phases: ``1``, or ``2`` halves stepped in alternation (needs ``2 * num_workers``
@@ -107,10 +107,10 @@ class ProcessVecEnv(ReplayingVecEnv):
             any other runnable process) before it sleeps. Between the steps of a rollout the
             next command comes within a few milliseconds, and on a virtual machine waking a
             sleeping process costs 0.3-1 ms, a large part of a step; ``0`` sleeps at once.
-        make_slice: import path of the :class:`~lightmarl.envs.layout.SliceFactory` the workers
+        make_slice: import path of the `SliceFactory` the workers
             step their copies with (they import it, so its module must not import torch).
         pin_cpus: run worker ``k`` on one CPU only, the ``k``-th of
-            :func:`~lightmarl.envs.runners.placement.cpu_order` over the CPUs this process may
+            `cpu_order` over the CPUs this process may
             use (distinct physical cores first); ``False``: the scheduler places them.
     """
 
@@ -253,7 +253,7 @@ class ProcessVecEnv(ReplayingVecEnv):
         Waits on the pipes and the process sentinels together: a dead worker is seen at once.
         Every answer is read before a worker's error is raised, so the pipes stay in step and
         the vector stays usable; a dead or silent worker is restarted or stops the vector
-        (:meth:`_recover`), an unstartable one shuts it down.
+        (`_recover`), an unstartable one shuts it down.
         """
         try:
             payloads, error, lost = self._exchange(workers, command, timeout)
@@ -405,7 +405,7 @@ class ProcessVecEnv(ReplayingVecEnv):
         return self._copy_out(self._shared.current, self._rows(phase))
 
     def step(self, actions: dict[str, torch.Tensor]) -> tuple[Outputs, torch.Tensor]:
-        """Step every env copy; arguments and results as in :meth:`~lightmarl.envs.base.VecEnv.step`."""
+        """Step every env copy; arguments and results as in [`step`][lightmarl.envs.base.VecEnv.step]."""
         self._drain()
         self._step_async(actions, None)
         nxt, ended, self.current = self._receive(None)
@@ -466,7 +466,7 @@ class ProcessVecEnv(ReplayingVecEnv):
         return diverged, self._copy_out(self._shared.current, rows)
 
     def phases(self) -> list[VecEnvPhase]:
-        """The copies as :attr:`num_phases` vectors of their own, to be stepped in alternation."""
+        """The copies as `num_phases` vectors of their own, to be stepped in alternation."""
         return [VecEnvPhase(self, p) for p in range(self.num_phases)]
 
     @property
@@ -474,7 +474,7 @@ class ProcessVecEnv(ReplayingVecEnv):
         return len(self.phase_bounds) - 1
 
     def observation_td(self) -> TensorDict:
-        """What the policies see now: see :func:`~lightmarl.envs.base.observation_td`."""
+        """What the policies see now: see `observation_td`."""
         return observation_td(self.spec, self.current, self.num_envs, self._agent_ids)
 
     def render(self, index: int = 0) -> Any:
@@ -485,7 +485,7 @@ class ProcessVecEnv(ReplayingVecEnv):
 
     @property
     def worker_processes(self) -> list[Any]:
-        """The worker :class:`multiprocessing.Process` objects (for monitoring and tests)."""
+        """The worker `multiprocessing.Process` objects (for monitoring and tests)."""
         return [w.process for w in self._workers]
 
     @property
@@ -504,13 +504,13 @@ class ProcessVecEnv(ReplayingVecEnv):
 
 
 class VecEnvPhase(ReplayingVecEnv):
-    """One phase (a contiguous range of copies) of a :class:`ProcessVecEnv`, as a vector of its own.
+    """One phase (a contiguous range of copies) of a [`ProcessVecEnv`][lightmarl.envs.runners.process.ProcessVecEnv], as a vector of its own.
 
-    The :class:`~lightmarl.envs.base.AsyncVecEnv` interface over copies
+    The [`AsyncVecEnv`][lightmarl.envs.base.AsyncVecEnv] interface over copies
     ``vector.phase_bounds[phase] ..`` (indices here are relative to the phase), plus
-    :meth:`step_async` / :meth:`step_wait`: send this phase's actions, do other work (e.g. the
+    `step_async` / `step_wait`: send this phase's actions, do other work (e.g. the
     other phase's forward pass), then read the results. Steps of different phases must be
-    waited for in the order they were sent. :meth:`close` closes the whole vector.
+    waited for in the order they were sent. [`close`][lightmarl.envs.runners.process.ProcessVecEnv.close] closes the whole vector.
     """
 
     def __init__(self, vector: ProcessVecEnv, phase: int) -> None:
@@ -535,7 +535,7 @@ class VecEnvPhase(ReplayingVecEnv):
         self.vector._step_async(actions, self.phase)
 
     def step_wait(self) -> tuple[Outputs, torch.Tensor]:
-        """The results of the step :meth:`step_async` started, as :meth:`~lightmarl.envs.base.VecEnv.step` returns them."""
+        """The results of the step `step_async` started, as [`step`][lightmarl.envs.base.VecEnv.step] returns them."""
         nxt, ended, self.current = self.vector._receive(self.phase)
         return nxt, ended
 

@@ -1,7 +1,7 @@
-"""One shared-memory block holding every array a :class:`~lightmarl.envs.runners.process.ProcessVecEnv` exchanges.
+"""One shared-memory block holding every array a [`ProcessVecEnv`][lightmarl.envs.runners.process.ProcessVecEnv] exchanges.
 
 Per group the actions ``[num_envs, agents, ...]``, the step's results and the observations for
-the next step (the layout of :mod:`lightmarl.envs.layout`), the global state where it is
+the next step (the layout of `lightmarl.envs.layout`), the global state where it is
 recorded, and one root ``ended [num_envs]`` flag. Worker ``k`` writes only the rows of its own
 copies. This module imports no torch (worker processes import it).
 """
@@ -24,7 +24,7 @@ _ALIGN = 64  # byte alignment of each array in the shared block
 
 
 class SharedArrays:
-    """Every array a :class:`ProcessVecEnv` exchanges with its workers, in one shared-memory block.
+    """Every array a `ProcessVecEnv` exchanges with its workers, in one shared-memory block.
 
     The layout (offsets) is a function of ``groups``, ``num_envs`` and ``state_shape`` alone, so a
     worker that knows them and the block's name sees the same arrays.
@@ -33,7 +33,7 @@ class SharedArrays:
         groups: the env's groups.
         num_envs: env copies in the vector.
         name: attach to this existing block (workers); ``None`` creates one (the parent).
-        state_shape: shape of the env's global state to record (under :data:`ROOT`), or ``None``.
+        state_shape: shape of the env's global state to record (under `ROOT`), or ``None``.
     """
 
     def __init__(

@@ -1,6 +1,6 @@
 """Starting, watching and stopping env worker processes, from the parent's side.
 
-Helpers of :class:`~lightmarl.envs.runners.process.ProcessVecEnv`: a handle per worker, the shutdown
+Helpers of [`ProcessVecEnv`][lightmarl.envs.runners.process.ProcessVecEnv]: a handle per worker, the shutdown
 that ``weakref.finalize`` runs, and the two context managers that keep starting workers cheap
 (single-threaded BLAS in children; no re-import of the parent's ``__main__``).
 """
@@ -53,7 +53,7 @@ class WorkerHandle:
 def shutdown(workers: list[WorkerHandle], shared: SharedArrays, timeout: float = 5.0) -> None:
     """Ask every worker to close, join them (terminate / kill stragglers), free the shared block.
 
-    A module-level function holding no reference to the :class:`ProcessVecEnv`, so it can run
+    A module-level function holding no reference to the `ProcessVecEnv`, so it can run
     from ``weakref.finalize`` when the vector is garbage-collected or the interpreter exits.
     """
     for w in workers:

@@ -1,17 +1,17 @@
 """The life of one env worker process: build its env copies, then step them on command.
 
-:class:`~lightmarl.envs.runners.process.ProcessVecEnv` starts :func:`worker_main` in each worker
+[`ProcessVecEnv`][lightmarl.envs.runners.process.ProcessVecEnv] starts `worker_main` in each worker
 process. A worker imports only this module and what it imports: NumPy, the standard library,
 the env layout and the env family's slice code, never torch, so it starts in well under a second
 (importing ``torch`` + ``tensordict`` takes about 5 s on a 2-core machine);
 ``tests/envs/test_workers.py`` checks it. The env and its stepping code (an
-:class:`~lightmarl.envs.layout.EnvSlice` factory) come by import path.
+`EnvSlice` factory) come by import path.
 
 Protocol: a duplex pipe carries small commands (``("step", phase)``, ``("reset", phase)`` with
 ``phase=None`` for all of the worker's copies, ``("replay", [(copy, episode, actions), ...])`` to
 put copies back mid-episode (a resumed run), ``("render", index)``, ``("close", None)``) and
 replies (``("ok", payload)`` or ``("error", (message, traceback))``); observations never go
-through the pipe but through :class:`~lightmarl.envs.runners.shared_memory.SharedArrays`.
+through the pipe but through `SharedArrays`.
 Between commands a worker spin-waits briefly before it sleeps (``spin_wait``). Workers ignore
 SIGINT and SIGTERM (they reach the parent, which shuts them down) and exit when their pipe closes or
 their parent process goes away.
@@ -71,7 +71,7 @@ def _describe(err: BaseException) -> tuple[str, str]:
 def worker_main(conn: Connection, args: WorkerArgs) -> None:
     """A worker's life: build its env copies, then answer commands until ``close`` or EOF.
 
-    The copies are held as one :class:`~lightmarl.envs.layout.EnvSlice` per phase of the
+    The copies are held as one `EnvSlice` per phase of the
     vector; ``step`` and ``reset`` name a phase (``None``: all of them).
     """
     # Ctrl-C and a scheduler's SIGTERM reach the whole process group: the parent handles them (it

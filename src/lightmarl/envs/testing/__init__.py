@@ -1,12 +1,12 @@
 """Tiny PettingZoo tasks that exercise what the mpe2 tasks do not (memory, masks, multi-discrete actions).
 
-* :class:`CueMemoryEnv` (:mod:`~lightmarl.envs.testing.memory`): only a recurrent policy can solve it.
-* :class:`MatchTargetEnv` (:mod:`~lightmarl.envs.testing.match`): ``MultiDiscrete`` actions,
+* [`CueMemoryEnv`][lightmarl.envs.testing.memory.CueMemoryEnv] (`memory`): only a recurrent policy can solve it.
+* [`MatchTargetEnv`][lightmarl.envs.testing.match.MatchTargetEnv] (`match`): ``MultiDiscrete`` actions,
   action masks, agents that leave early.
-* :class:`ReplyRewardEnv` (:mod:`~lightmarl.envs.testing.reply`): turn-based, every reward arrives
+* `ReplyRewardEnv` (`reply`): turn-based, every reward arrives
   on the other seat's turn.
-* :mod:`~lightmarl.envs.testing.agent_ids`: envs whose agent ids are ints or tuples
-  (:class:`IntIdsMatchEnv`, :class:`TupleIdsMatchEnv`, :class:`RenamedAECEnv`).
+* `agent_ids`: envs whose agent ids are ints or tuples
+  (`IntIdsMatchEnv`, `TupleIdsMatchEnv`, `RenamedAECEnv`).
 
 A recipe names them by class, e.g. ``env_fn: lightmarl.envs.CueMemoryEnv``. They import no torch
 (env worker processes build them).

@@ -1,10 +1,10 @@
 """Envs whose agent ids are not strings: PettingZoo allows any hashable id, and so does lightmarl.
 
-* :class:`IntIdsMatchEnv`: :class:`~lightmarl.envs.testing.match.MatchTargetEnv` with agents
+* `IntIdsMatchEnv`: [`MatchTargetEnv`][lightmarl.envs.testing.match.MatchTargetEnv] with agents
   ``0, 1, ...`` (as MettaGrid's PettingZoo env has); lightmarl names them ``agent_0, agent_1, ...``.
-* :class:`TupleIdsMatchEnv`: the same task with agents ``("red", 0), ("red", 1), ("blue", 0)``,
+* `TupleIdsMatchEnv`: the same task with agents ``("red", 0), ("red", 1), ("blue", 0)``,
   named ``red_0, red_1, blue_0``: two groups, ``red`` and ``blue``.
-* :class:`RenamedAECEnv`: a turn-based (AEC) env whose agents are renamed ``0, 1, ...``, e.g.
+* `RenamedAECEnv`: a turn-based (AEC) env whose agents are renamed ``0, 1, ...``, e.g.
   ``int_ids_aec_env("pettingzoo.classic.tictactoe_v3.env")``.
 
 They import no torch (env worker processes build them).
@@ -23,7 +23,7 @@ class IntIdsMatchEnv(MatchTargetEnv):
     """MatchTarget whose agents are the integers ``0 .. num_agents - 1``.
 
     Args:
-        kwargs: :class:`~lightmarl.envs.testing.match.MatchTargetEnv`'s arguments.
+        kwargs: [`MatchTargetEnv`][lightmarl.envs.testing.match.MatchTargetEnv]'s arguments.
     """
 
     def __init__(self, **kwargs: Any) -> None:
@@ -37,7 +37,7 @@ class TupleIdsMatchEnv(MatchTargetEnv):
     Args:
         num_red: agents ``("red", 0) ...``.
         num_blue: agents ``("blue", 0) ...``.
-        kwargs: the rest of :class:`~lightmarl.envs.testing.match.MatchTargetEnv`'s arguments.
+        kwargs: the rest of [`MatchTargetEnv`][lightmarl.envs.testing.match.MatchTargetEnv]'s arguments.
     """
 
     def __init__(self, num_red: int = 2, num_blue: int = 1, **kwargs: Any) -> None:

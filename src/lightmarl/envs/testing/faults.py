@@ -1,4 +1,4 @@
-"""FaultyMatchEnv: :class:`~lightmarl.envs.testing.match.MatchTargetEnv` with faults injected on purpose.
+"""FaultyMatchEnv: [`MatchTargetEnv`][lightmarl.envs.testing.match.MatchTargetEnv] with faults injected on purpose.
 
 For tests of what a run does when its env misbehaves: rewards that turn NaN, a step that
 never returns (a hung env worker) or a process that dies mid-step (a crashed one). Faults hit
@@ -29,14 +29,14 @@ class FaultyMatchEnv(MatchTargetEnv):
 
     Args:
         fault: ``nan_reward`` (the rewards of ``fault_agents`` are NaN), ``hang`` (``step`` sleeps
-            ``hang_seconds``), ``crash`` (the process exits with :data:`CRASH_EXIT_CODE` at once) or
+            ``hang_seconds``), ``crash`` (the process exits with `CRASH_EXIT_CODE` at once) or
             ``raise`` (``step`` raises a ``RuntimeError``, as a buggy env would).
         fault_seeds: reset seeds of the copies that fail (``None``: every copy reset with a seed).
         fault_step: the first step (since the env was built) that fails.
         fault_agents: agents whose rewards turn NaN (``nan_reward``; default: every agent).
         once_file: hang or crash only while this file does not exist (it is created as the fault happens).
         hang_seconds: how long a hung step sleeps.
-        **kwargs: :class:`MatchTargetEnv`'s arguments.
+        **kwargs: [`MatchTargetEnv`][lightmarl.envs.testing.match.MatchTargetEnv]'s arguments.
     """
 
     def __init__(

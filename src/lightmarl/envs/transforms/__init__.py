@@ -1,7 +1,7 @@
 """Optional transforms of a vector's outputs: observation and reward normalization, frame stacking, images.
 
 A recipe lists them under its env, applied in order to what every
-:class:`~lightmarl.envs.base.VecEnv` returns (in-process, worker processes or VMAS)::
+[`VecEnv`][lightmarl.envs.base.VecEnv] returns (in-process, worker processes or VMAS)::
 
     env:
       env_fn: mpe2.simple_spread_v3.parallel_env
@@ -14,24 +14,24 @@ A recipe lists them under its env, applied in order to what every
 
 Two kinds of state, kept apart:
 
-* **statistics** (running means and variances) belong to the :class:`VecTransform` object of
+* **statistics** (running means and variances) belong to the [`VecTransform`][lightmarl.envs.transforms.base.VecTransform] object of
   the recipe. Every vector built from the recipe shares them: training vectors update them,
   evaluation vectors read them frozen. They are saved in the model checkpoint
-  (:func:`transforms_state_dict`) and restored on resume and in ``validate --ckpt_path``.
+  (`transforms_state_dict`) and restored on resume and in ``validate --ckpt_path``.
 * **per-vector memory** (the last frames of each agent, each agent's discounted return) belongs
-  to the :class:`BoundTransform` that :meth:`VecTransform.bind` makes for one vector.
+  to the `BoundTransform` that [`VecTransform.bind`][lightmarl.envs.transforms.base.VecTransform.bind] makes for one vector.
 
 Transforms run in the training process on the vector's torch outputs
-(:class:`TransformedVecEnv`), so env worker processes stay torch-free; the image transforms
-(:mod:`~lightmarl.envs.transforms.image`: ``Grayscale``, ``Resize``) are the exception: they
+([`TransformedVecEnv`][lightmarl.envs.transforms.base.TransformedVecEnv]), so env worker processes stay torch-free; the image transforms
+(`image`: ``Grayscale``, ``Resize``) are the exception: they
 change each frame alone and run where the env runs, in NumPy, so they come first in the list. The spec a policy is built
 from, ``EnvConfig.spec()``, is the transformed one (frame stacking widens observations).
 Transforms apply to agent groups, never to the global ``state`` of the root.
 
-Modules: :mod:`~lightmarl.envs.transforms.base` (the transform interface, the transformed
-vector, checkpoint state), :mod:`~lightmarl.envs.transforms.normalization` (``ObservationNorm``,
-``RewardNorm``), :mod:`~lightmarl.envs.transforms.frame_stack` (``FrameStack``),
-:mod:`~lightmarl.envs.transforms.image` (``Grayscale``, ``Resize``).
+Modules: `base` (the transform interface, the transformed
+vector, checkpoint state), `normalization` (``ObservationNorm``,
+``RewardNorm``), `frame_stack` (``FrameStack``),
+`image` (``Grayscale``, ``Resize``).
 """
 
 from __future__ import annotations

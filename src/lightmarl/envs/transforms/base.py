@@ -1,4 +1,4 @@
-"""The transform interface (:class:`VecTransform`, :class:`BoundTransform`), the transformed vector and checkpoint state."""
+"""The transform interface ([`VecTransform`][lightmarl.envs.transforms.base.VecTransform], `BoundTransform`), the transformed vector and checkpoint state."""
 
 from __future__ import annotations
 
@@ -18,16 +18,16 @@ class BoundTransform(ABC):
     """One transform at work on one vector: holds that vector's memory, if any.
 
     Both methods replace entries of the given dicts (never write into the tensors they hold,
-    which may be the vector's own buffers). The attributes named in :attr:`per_copy_state`
+    which may be the vector's own buffers). The attributes named in `per_copy_state`
     (group -> tensor dicts: stacked frames, running returns, ...) are the memory a resumed run
-    needs back (:meth:`state_dict`).
+    needs back ([`state_dict`][lightmarl.envs.transforms.base.VecTransform.state_dict]).
     """
 
     #: attributes holding per-copy memory, each a dict group -> tensor.
     per_copy_state: tuple[str, ...] = ()
 
     def state_dict(self) -> dict[str, dict[str, torch.Tensor]]:
-        """The per-copy memory (copies of :attr:`per_copy_state`), for a resumed run."""
+        """The per-copy memory (copies of `per_copy_state`), for a resumed run."""
         return {name: {g: t.clone() for g, t in getattr(self, name).items()} for name in self.per_copy_state}
 
     def load_state_dict(self, state: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
@@ -54,8 +54,8 @@ class BoundTransform(ABC):
 class VecTransform(ABC):
     """A transform of a vector's outputs, configured in a recipe by ``class_path``.
 
-    Subclasses say how the spec changes (:meth:`transform_spec`), make the per-vector
-    :class:`BoundTransform` (:meth:`bind`) and, when they learn statistics, save and load them.
+    Subclasses say how the spec changes ([`transform_spec`][lightmarl.envs.transforms.base.VecTransform.transform_spec]), make the per-vector
+    `BoundTransform` ([`bind`][lightmarl.envs.transforms.base.VecTransform.bind]) and, when they learn statistics, save and load them.
 
     Args:
         groups: the agent groups it applies to (default: every group).
@@ -122,7 +122,7 @@ class VecTransform(ABC):
         return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": init_args}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+        """Restore what [`state_dict`][lightmarl.envs.transforms.base.VecTransform.state_dict] returned."""
         if state:
             raise ValueError(f"{self.field}: it keeps no statistics, but the checkpoint has {sorted(state)}")
 
@@ -135,9 +135,9 @@ def transformed_spec(spec: EnvSpec, transforms: Sequence[VecTransform]) -> EnvSp
 
 
 class TransformedVecEnv:
-    """A :class:`~lightmarl.envs.base.VecEnv` whose outputs pass through ``transforms``, in order.
+    """A [`VecEnv`][lightmarl.envs.base.VecEnv] whose outputs pass through ``transforms``, in order.
 
-    Implements the same protocol as the vector it wraps, with the transformed :attr:`spec`.
+    Implements the same protocol as the vector it wraps, with the transformed `spec`.
 
     Args:
         base: the vector (in-process, worker processes, VMAS, ...).
@@ -240,7 +240,7 @@ def transforms_state_dict(transforms: Sequence[VecTransform]) -> list[dict[str, 
 
 
 def load_transforms_state_dict(transforms: Sequence[VecTransform], states: Sequence[Mapping[str, Any]]) -> None:
-    """Restore :func:`transforms_state_dict`'s output; the checkpoint's transforms must be the recipe's.
+    """Restore `transforms_state_dict`'s output; the checkpoint's transforms must be the recipe's.
 
     Raises:
         ValueError: when the checkpoint was trained with other transforms (a policy would see

@@ -1,4 +1,4 @@
-"""Each agent's last observations side by side: :class:`FrameStack`."""
+"""Each agent's last observations side by side: [`FrameStack`][lightmarl.envs.transforms.frame_stack.FrameStack]."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Image observation transforms that run where the env runs: :class:`Grayscale`, :class:`Resize`.
+"""Image observation transforms that run where the env runs: [`Grayscale`][lightmarl.envs.transforms.image.Grayscale], [`Resize`][lightmarl.envs.transforms.image.Resize].
 
 Unlike the other transforms (which run in the training process on the vector's torch outputs),
 these change each frame alone, so they run inside the env's own process, in NumPy
-(:mod:`~lightmarl.envs.image_ops`): in the env worker processes too, which stay torch-free.
+(`image_ops`): in the env worker processes too, which stay torch-free.
 The vector's arrays, the rollout and the policies see only the transformed frames, ``uint8``
 where the env's are. They must come first in a recipe's ``env.transforms`` (before any
 transform that runs in the training process, such as ``FrameStack``)::
@@ -28,9 +28,9 @@ from lightmarl.envs.transforms.base import BoundTransform, VecTransform
 
 
 class FrameTransform(VecTransform):
-    """A transform of each observation alone, applied where the env runs (see the module doc).
+    """A transform of each observation alone, applied where the env runs.
 
-    Subclasses return their NumPy op (:meth:`frame_op`); the spec follows from the op's output.
+    Subclasses return their NumPy op (`frame_op`); the spec follows from the op's output.
     """
 
     @abstractmethod
@@ -106,7 +106,7 @@ class Resize(FrameTransform):
 
 
 def split_frame_transforms(transforms: Sequence[VecTransform]) -> tuple[list[FrameTransform], list[VecTransform]]:
-    """The leading :class:`FrameTransform` s (applied where the env runs) and the rest (on the
+    """The leading `FrameTransform` s (applied where the env runs) and the rest (on the
     vector's outputs).
 
     Raises:

@@ -1,4 +1,4 @@
-"""Observation and reward normalization with running statistics: :class:`ObservationNorm`, :class:`RewardNorm`."""
+"""Observation and reward normalization with running statistics: [`ObservationNorm`][lightmarl.envs.transforms.normalization.ObservationNorm], [`RewardNorm`][lightmarl.envs.transforms.normalization.RewardNorm]."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class RunningMeanStd:
 
 
 class _GroupStatistics(VecTransform):
-    """A transform that keeps one :class:`RunningMeanStd` per group (created when it first sees the spec),
+    """A transform that keeps one `RunningMeanStd` per group (created when it first sees the spec),
     and scales by ``1 / sqrt(var + epsilon)`` clipped to ``[-clip, clip]``."""
 
     def __init__(self, groups: list[str] | None, clip: float | None, epsilon: float) -> None:

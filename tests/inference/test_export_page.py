@@ -1,4 +1,4 @@
-"""README "Inference": every block of the section runs as written, on the shipped checkpoint laid out
+"""docs/howto/export.md, "Inference": every block of the section runs as written, on the shipped checkpoint laid out
 as a run directory (`runs/quickstart`) and a tiny turn-based run (`runs/connect_four_vs_heuristic`)."""
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from lightmarl.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 ASSET = ROOT / "assets/checkpoints/simple_spread_mappo_150k.ckpt"
 CONNECT_FOUR = ROOT / "recipes/connect_four_vs_heuristic.yaml"
+PAGE = "docs/howto/export.md"
 
 
 def section() -> str:
-    readme = (ROOT / "README.md").read_text()
-    return readme.split("### Inference\n", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / PAGE).read_text()
+    return page.split("## Inference\n", 1)[1].split("\n## ", 1)[0]
 
 
 def test_the_readme_inference_section_runs(tmp_path, monkeypatch, capsys):
@@ -46,15 +47,15 @@ def test_the_readme_inference_section_runs(tmp_path, monkeypatch, capsys):
         assert command[:2] == ["lightmarl", "export"], line
         main(command[1:])
     namespace: dict = {}
-    exec(compile(python[0], "README.md", "exec"), namespace)
+    exec(compile(python[0], PAGE, "exec"), namespace)
     assert "per-agent return -27.47 after 150400 training frames" in capsys.readouterr().out
     statements = [line for line in python[0].splitlines() if line.strip() and not line.startswith(("import ", "from "))]
-    assert len(statements) <= 8, "the README promises a few lines (imports aside)"
+    assert len(statements) <= 8, "the page promises a few lines (imports aside)"
     # The turn-based loop plays a whole game of the tiny run's population.
-    exec(compile(python[1], "README.md", "exec"), namespace)
+    exec(compile(python[1], PAGE, "exec"), namespace)
     assert not namespace["env"].agents, "the game ended"
     # ONNX: the graph's greedy actions are the population's.
-    exec(compile(python[2], "README.md", "exec"), namespace)
+    exec(compile(python[2], PAGE, "exec"), namespace)
     population = lightmarl.load_population("exported")
     observations, _ = namespace["env"].reset(seed=0)
     assert namespace["actions"] == population.act(observations)
