@@ -47,6 +47,7 @@ from lightmarl.evaluation.suite import write_outputs
 from lightmarl.inference.onnx import export_onnx
 from lightmarl.policies.artifact import parse_mixture, read_artifact, write_artifact
 from lightmarl.policies.loading import load_torch_file
+from lightmarl.policies.run_checkpoints import latest_checkpoint
 from lightmarl.training.module import MARLModule
 from lightmarl.training.periodic_evaluation import PeriodicEvaluation, run_suite, suite_for
 from lightmarl.training.preemption import PREEMPTED_EXIT_CODES, Preemption
@@ -75,6 +76,8 @@ COMMANDS = ("fit", "validate", "test", "predict", "evaluate", "export", "plot")
 COMMANDS_HINT = f"the commands are {', '.join(COMMANDS)} (`lightmarl COMMAND --help` lists its options)"
 #: set to 1 for full tracebacks instead of one-line user errors.
 DEBUG_ENV = "LIGHTMARL_DEBUG"
+#: set to 1 to start a fresh ``fit`` in a run directory that holds another run's checkpoints, deleting them.
+OVERWRITE_RUN_ENV = "LIGHTMARL_OVERWRITE_RUN"
 
 
 def readable(message: str) -> str:
@@ -222,9 +225,11 @@ class LightmarlCLI(LightningCLI):
         if config.get("weights_only") is None:
             config["weights_only"] = True  # lightmarl checkpoints hold tensors and plain data only
         ckpt_path = config.get("ckpt_path")
+        if subcommand == "fit" and ckpt_path is None:
+            self._refuse_a_finished_run()
         if ckpt_path == "last":
-            last = self._last_checkpoints()
-            if not last:
+            last = self._latest_checkpoint()
+            if last is None:
                 where = self._checkpoint_dirs() or ["(no ModelCheckpoint callback in this recipe)"]
                 if subcommand != "fit":
                     raise ConfigError(
@@ -236,7 +241,7 @@ class LightmarlCLI(LightningCLI):
                 )
                 config["ckpt_path"] = None
                 return
-            ckpt_path = max(last, key=os.path.getmtime)
+            ckpt_path = config["ckpt_path"] = str(last)  # Lightning's own "last" lookup goes by file times
         if ckpt_path == "best":
             # Lightning knows the best checkpoint only within the process that wrote it.
             files = self._checkpoint_files()
@@ -269,12 +274,31 @@ class LightmarlCLI(LightningCLI):
     def _checkpoint_dirs(self) -> list[str]:
         return [str(cb.dirpath) for cb in self._checkpoint_callbacks() if cb.dirpath is not None]
 
-    def _last_checkpoints(self) -> set[str]:
-        found: set[str] = set()
-        for callback in self._checkpoint_callbacks():
-            if callback.dirpath is not None:  # Lightning's own "last" lookup, before it raises or warns
-                found |= callback._find_last_checkpoints(self.trainer)
-        return found
+    def _latest_checkpoint(self) -> Path | None:
+        """The run's newest checkpoint by its counters (:mod:`lightmarl.policies.run_checkpoints`), said in a line."""
+        files = [path for d in self._checkpoint_dirs() if Path(d).is_dir() for path in Path(d).glob("*.ckpt")]
+        return latest_checkpoint(files, field="--ckpt_path last", say=lambda line: rank_zero_info(f"lightmarl: {line}"))
+
+    def _refuse_a_finished_run(self) -> None:
+        """A fresh ``fit`` into a folder holding another run's checkpoints stops (or, with
+        ``LIGHTMARL_OVERWRITE_RUN=1``, deletes them): Lightning would write ``last-v1.ckpt`` beside the
+        old ``last.ckpt``, and the two runs' files could not be told apart."""
+        found = sorted(path for d in self._checkpoint_dirs() if Path(d).is_dir() for path in Path(d).glob("*.ckpt"))
+        if not found:
+            return
+        if os.environ.get(OVERWRITE_RUN_ENV) == "1":
+            for path in found:
+                rank_zero_info(f"lightmarl: {OVERWRITE_RUN_ENV}=1: deleting {path} of the earlier run")
+                if self.trainer.global_rank == 0:  # type: ignore[attr-defined]
+                    path.unlink(missing_ok=True)
+            return
+        folder = found[0].parent
+        names = ", ".join(path.name for path in found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise ConfigError(
+            f"run directory {str(folder.parent)!r} holds checkpoints of a run ({folder}: {names}); "
+            "continue it with --ckpt_path last, start a new run with another --run_name, "
+            f"or set {OVERWRITE_RUN_ENV}=1 to delete them and start afresh"
+        )
 
 
 def run_name_of(config_files: Sequence[Any]) -> str:
@@ -337,7 +361,13 @@ def apply_run_defaults(config: Any, run_name: str) -> None:
             Namespace(
                 class_path=CHECKPOINT_CLASS,
                 init_args=Namespace(
-                    dirpath=f"{run_dir}/checkpoints", save_last=True, every_n_epochs=1, save_on_train_epoch_end=True
+                    dirpath=f"{run_dir}/checkpoints",
+                    save_last=True,
+                    every_n_epochs=1,
+                    save_on_train_epoch_end=True,
+                    # A resumed run (moved or renamed) overwrites last.ckpt rather than write last-v1.ckpt
+                    # beside it: the run's last.ckpt is always its newest state.
+                    enable_version_counter=False,
                 ),
             )
         )
@@ -377,14 +407,14 @@ class EvaluateCLI(LightmarlCLI):
         suite = suite_for(module, evaluation)  # a bad scenario fails before the checkpoint is read
         ckpt_path = config.get("ckpt_path")
         if ckpt_path == "last":
-            last = self._last_checkpoints()
-            if not last:
+            last = self._latest_checkpoint()
+            if last is None:
                 where = self._checkpoint_dirs() or ["(no ModelCheckpoint callback in this recipe)"]
                 raise ConfigError(
                     f"--ckpt_path last: no last checkpoint in {', '.join(where)}; "
                     "train first with `lightmarl fit`, pass a checkpoint file, or --ckpt_path null"
                 )
-            ckpt_path = max(last, key=os.path.getmtime)
+            ckpt_path = str(last)
         if ckpt_path is not None:
             checkpoint = _read_checkpoint(ckpt_path)
             module.check_checkpoint_fits(checkpoint["state_dict"], field="--ckpt_path")
@@ -552,7 +582,7 @@ def export_main(args: list[str]) -> None:
             out = write_artifact(artifact, options.out, with_snapshots=not options.no_snapshots)
     except OSError as err:
         raise ConfigError(f"--out: cannot write {options.out!r} ({err.strerror or err})") from err
-    print(f"lightmarl: exported {', '.join(artifact.bindings)} to {out}")  # noqa: T201
+    print(f"lightmarl: exported {', '.join(artifact.bindings)} to {out} (from {artifact.source})")  # noqa: T201
 
 
 def _one_line(err: BaseException) -> str:

@@ -38,9 +38,10 @@ from lightmarl.policies.exported import (
     write_export,
 )
 from lightmarl.policies.loading import load_torch_file, resolve_class
+from lightmarl.policies.run_checkpoints import COUNTERS_KEY, latest_checkpoint, run_checkpoint_files
 
 #: key under which a lightmarl checkpoint describes its bindings (see ``MARLModule.on_save_checkpoint``).
-CHECKPOINT_KEY = "lightmarl"
+CHECKPOINT_KEY = COUNTERS_KEY
 #: the ``format`` entry of a :meth:`PolicyDict.save` file.
 POLICY_DICT_FORMAT = "lightmarl.policy_dict/1"
 #: the Lightning checkpoint entry of the league's state (``lightmarl.training.league.CHECKPOINT_KEY``).
@@ -175,8 +176,8 @@ def group_from_dict(values: Mapping[str, Any]) -> GroupSpec:
 
 
 def read_artifact(path: str | Path, *, field: str = "load_population") -> Artifact:
-    """The :class:`Artifact` at ``path``: an export directory, a run directory (its
-    ``checkpoints/last.ckpt``), a training checkpoint, a ``PolicyDict.save`` file or a league snapshot file.
+    """The :class:`Artifact` at ``path``: an export directory, a run directory (its latest
+    checkpoint, :func:`run_checkpoint`), a training checkpoint, a ``PolicyDict.save`` file or a league snapshot file.
 
     Raises:
         ValueError: naming ``field`` and the path when it is none of those or cannot be read.
@@ -191,17 +192,15 @@ def read_artifact(path: str | Path, *, field: str = "load_population") -> Artifa
 
 
 def run_checkpoint(run_dir: Path, *, field: str) -> Path:
-    """The checkpoint a run directory stands for: ``checkpoints/last.ckpt``, else the newest ``*.ckpt`` in it."""
-    last = run_dir / "checkpoints" / "last.ckpt"
-    if last.is_file():
-        return last
-    found = sorted(run_dir.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
-    if not found:
+    """The checkpoint a run directory stands for: the newest by the run's own counters of the
+    ``*.ckpt`` in its ``checkpoints/`` (else anywhere under it), :func:`~lightmarl.policies.run_checkpoints.latest_checkpoint`."""
+    found = latest_checkpoint(run_checkpoint_files(run_dir), field=field)
+    if found is None:
         raise ValueError(
             f"{field}: {str(run_dir)!r} is neither an export (no {DESCRIPTION_FILE}) nor a run directory "
-            "with a checkpoint (no checkpoints/last.ckpt, no *.ckpt)"
+            "with a checkpoint (no *.ckpt in checkpoints/ or below)"
         )
-    return found[-1]
+    return found
 
 
 def _from_export(path: Path, field: str) -> Artifact:
