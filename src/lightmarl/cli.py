@@ -168,6 +168,7 @@ class LightmarlCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
+        check_run_name(config.get("run_name"))
         if not config.get("run_name"):
             config.run_name = run_name_of(config.get("config") or [])
         apply_run_defaults(config, config.run_name)
@@ -298,6 +299,19 @@ class LightmarlCLI(LightningCLI):
             f"run directory {str(folder.parent)!r} holds checkpoints of a run ({folder}: {names}); "
             "continue it with --ckpt_path last, start a new run with another --run_name, "
             f"or set {OVERWRITE_RUN_ENV}=1 to delete them and start afresh"
+        )
+
+
+def check_run_name(run_name: str | None) -> None:
+    """Refuse a ``--run_name`` that names no folder under ``runs/``: empty (it would become the recipe's
+    default name), absolute or leaving ``runs/`` with ``..`` (``trainer.default_root_dir`` moves a run)."""
+    if run_name is None:
+        return
+    path = PurePath(run_name)
+    if not run_name.strip() or path.is_absolute() or ".." in path.parts:
+        raise ConfigError(
+            f"--run_name: expected a folder name under {RUNS_DIR}/ (e.g. my_run or sweeps/lr_3e-4), got {run_name!r}; "
+            "leave it unset for the recipe's name, or set --trainer.default_root_dir to put the run elsewhere"
         )
 
 
@@ -488,9 +502,32 @@ def _config_files(args: list[str]) -> list[tuple[str, str]]:
     return found
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A YAML mapping that sets one key twice."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key set twice in one mapping is an error: plain YAML keeps
+    the later value without a word (a second ``model:`` section replaces the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            line = key_node.start_mark.line + 1
+            if isinstance(key, str | int | float | bool) and key in seen and key != "<<":
+                raise DuplicateKeyError(
+                    f"key {key!r} is set twice in one mapping (lines {seen[key]} and {line}); "
+                    "YAML would keep only the later value: remove one"
+                )
+            if isinstance(key, str | int | float | bool):
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def _check_config_files(args: list[str]) -> None:
-    """Fail on a recipe file that holds no settings, or no mapping of them, with a message
-    (LightningCLI prints only 'Unexpected config')."""
+    """Fail on a recipe file that holds no settings, no mapping of them, or a key set twice, with a
+    message (LightningCLI prints only 'Unexpected config', and YAML keeps a duplicate key's later value)."""
     for flag, value in _config_files(args):
         path = Path(value)
         if not path.is_file():
@@ -499,7 +536,9 @@ def _check_config_files(args: list[str]) -> None:
         if not text.strip():
             raise ConfigError(f"{flag} {value}: the file is empty; a recipe needs at least a `model:` section")
         try:
-            loaded = yaml.safe_load(text)
+            loaded = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader that refuses duplicate keys
+        except DuplicateKeyError as err:
+            raise ConfigError(f"{flag} {value}: {err}") from None
         except yaml.YAMLError as err:
             where = getattr(err, "problem_mark", None)
             at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
@@ -517,9 +556,16 @@ def _check_config_files(args: list[str]) -> None:
             )
 
 
+class _OneLineArgumentParser(argparse.ArgumentParser):
+    """``lightmarl export``'s argument errors as one ``lightmarl: error:`` line, without argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{self.prog}: {message} (`{self.prog} --help` lists every option)")
+
+
 def export_main(args: list[str]) -> None:
     """``lightmarl export SOURCE --out DIR``: the trained population, for inference, as NPCs or as ONNX."""
-    parser = argparse.ArgumentParser(
+    parser = _OneLineArgumentParser(
         prog="lightmarl export",
         description="Write everything a run's population needs to act (policies, env transforms with their "
         "statistics, the agent -> binding map, counters, league snapshots and mixtures; no optimizer or trainer "
@@ -567,6 +613,13 @@ def export_main(args: list[str]) -> None:
         raise ConfigError(f"--out: {options.out!r} is a file; name a directory to write the export into")
     artifact = read_artifact(options.checkpoint, field="lightmarl export")
     artifact.check_classes(options.allow, trust_code=options.trust_code)
+    ungrouped = sorted(b for b, entry in artifact.bindings.items() if entry.get("group") not in artifact.groups)
+    if ungrouped:
+        # An export without them would be written, and then refused by load_population.
+        raise ConfigError(
+            f"lightmarl export: {artifact.source!r} records no agent group spec for binding(s) {ungrouped} "
+            "(a checkpoint without saved group specs); load it as a policy_uri in a recipe, whose env gives them"
+        )
     if options.bindings:
         artifact = artifact.select(options.bindings)
     for text in options.mixture:
