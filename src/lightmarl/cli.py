@@ -39,6 +39,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lightmarl._imports import import_object
 from lightmarl.errors import TRAINING_FAULT_EXIT_CODE, CheckpointWriteError, ConfigError, TrainingFault
 from lightmarl.evaluation import plot_cli
 from lightmarl.evaluation.report import markdown_summary
@@ -174,6 +175,7 @@ class LightmarlCLI(LightningCLI):
         apply_run_defaults(config, config.run_name)
 
     def instantiate_classes(self) -> None:
+        check_class_paths(self.config[self.subcommand] if self.subcommand else self.config)
         try:
             super().instantiate_classes()
         except (ValueError, TypeError) as err:
@@ -300,6 +302,37 @@ class LightmarlCLI(LightningCLI):
             "continue it with --ckpt_path last, start a new run with another --run_name, "
             f"or set {OVERWRITE_RUN_ENV}=1 to delete them and start afresh"
         )
+
+
+def check_class_paths(config: Any) -> None:
+    """Refuse a ``class_path`` anywhere in the parsed recipe that names a function or another non-class
+    (``os.system``) before anything is built: jsonargparse calls ``{class_path, init_args}`` values
+    it finds in free-form fields (``policy_kwargs``, ``env_kwargs``) while it instantiates the recipe.
+    Each extension point then checks the class's base where it builds it."""
+    from jsonargparse import Namespace
+
+    def walk(value: Any, field: str) -> None:
+        if isinstance(value, Namespace):
+            value = value.as_dict()
+        if isinstance(value, dict):
+            path = value.get("class_path")
+            if isinstance(path, str) and "." in path:
+                try:
+                    target = import_object(path, field=f"{field}.class_path")
+                except ValueError:
+                    target = None  # an unimportable path is named where it is built, with its context
+                if target is not None and not isinstance(target, type):
+                    raise ConfigError(
+                        f"{field}.class_path: {path!r} is a {type(target).__name__}, not a class; "
+                        "a class_path names a class to build"
+                    )
+            for key, item in value.items():
+                walk(item, f"{field}.{key}" if field else str(key))
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                walk(item, f"{field}[{i}]")
+
+    walk(config, "")
 
 
 def check_run_name(run_name: str | None) -> None:
