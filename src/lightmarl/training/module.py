@@ -437,7 +437,9 @@ class MARLModule(LightningModule):
             self.league.start(self._collector)
 
     def on_train_start(self) -> None:
-        self._resume.restore_rng(self.device)  # last: nothing may draw from the RNG streams after them
+        self._resume.restore_rng(
+            self.device, dict(self.policies.items())
+        )  # last: nothing may draw from the RNG streams after them
         if self.frames >= self.max_frames:
             # Resumed from a checkpoint of a finished run: no iteration would run, so no training
             # step would ever stop the (max_epochs: -1) fit loop, which would spin on empty epochs.
@@ -624,7 +626,12 @@ class MARLModule(LightningModule):
             checkpoint[LEAGUE_CHECKPOINT_KEY] = self.league.state_dict()
         if self._collector is not None:  # fit: every process's RNG streams, env copies and replay buffers
             checkpoint[RESUME_CHECKPOINT_KEY] = self._resume.save(
-                self._collector, self.marl_trainer, self.league, self.device, self.trainer.strategy
+                self._collector,
+                self.marl_trainer,
+                self.league,
+                self.device,
+                self.trainer.strategy,
+                policies=dict(self.policies.items()),
             )
 
     def check_checkpoint_fits(self, state_dict: Any, *, field: str) -> None:
