@@ -37,7 +37,7 @@ from lightmarl.population.shared import SharedModuleConfig
 from lightmarl.training.league import CHECKPOINT_KEY as LEAGUE_CHECKPOINT_KEY
 from lightmarl.training.league import LeagueConfig, LeagueTraining
 from lightmarl.training.resume import CHECKPOINT_KEY as RESUME_CHECKPOINT_KEY
-from lightmarl.training.resume import RunResume
+from lightmarl.training.resume import RunResume, seed_rank_streams
 from lightmarl.training.rollouts import tick_loader
 from lightmarl.training.stepper import LightningStepper, assert_ranks_in_sync
 from lightmarl.training.storage import check_run_directories, use_atomic_checkpoints
@@ -422,6 +422,7 @@ class MARLModule(LightningModule):
         self._place_bindings()
         self.marl_trainer.to(self.device)
         rank, num_envs = self.global_rank, self.env_config.num_envs
+        seed_rank_streams(self._base_seed(), rank, dict(self.policies.items()))  # each rank samples its own actions
         # Per-rank env seeds: seed + num_envs * rank + i.
         env = self.env_config.make_vector(seed=self._base_seed() + num_envs * rank)
         self._collector = RolloutCollector(

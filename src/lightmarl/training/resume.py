@@ -83,6 +83,28 @@ def restore_rng(state: dict[str, Any], device: torch.device) -> None:
     random.setstate((python["version"], tuple(python["internal"].tolist()), python["gauss_next"]))
 
 
+def seed_rank_streams(base_seed: int, rank: int, policies: Mapping[str, Any]) -> None:
+    """Give a DDP rank RNG streams of its own: rank 0 keeps those ``seed_everything`` started, rank
+    ``r > 0`` restarts torch's, NumPy's and Python's from ``SeedSequence([base_seed, r])`` and each
+    seeded scripted policy's own generator from ``SeedSequence([its seed, r])``.
+
+    Every rank starts from the same seed, so without this N ranks sample the same actions and, in an
+    env without randomness of its own (connect four), collect N copies of the same games. Called
+    once the policies are built (their initial weights stay identical on every rank) and before the
+    first rollout; a resumed run then puts each rank's saved streams back (:meth:`RunResume.restore_rng`).
+    """
+    if rank == 0:
+        return
+    torch_seed, numpy_seed, python_seed = np.random.SeedSequence([base_seed, rank]).generate_state(3)
+    torch.manual_seed(int(torch_seed))
+    np.random.seed(int(numpy_seed))
+    random.seed(int(python_seed))
+    for policy in policies.values():
+        generator, seed = getattr(policy, "generator", None), getattr(policy, "random_seed", None)
+        if isinstance(generator, torch.Generator) and seed is not None:
+            generator.manual_seed(int(np.random.SeedSequence([seed, rank]).generate_state(1)[0]))
+
+
 class RunResume:
     """Saves every rank's resume state into checkpoints and puts it back in a resumed run (see the module doc).
 
