@@ -120,6 +120,14 @@ class Population:
                 raise ValueError(f"{artifact.source!r}: agent {agent!r} is mapped to unknown binding {binding!r}")
 
     # -- metadata -------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        snapshots = [s.id for s in self.artifact.snapshots]
+        shown = snapshots if len(snapshots) <= 6 else [*snapshots[:3], "...", *snapshots[-2:]]
+        return (
+            f"Population({self.artifact.source!r}: bindings {sorted(self.bindings)}, agents {self.agent_map}, "
+            f"{len(snapshots)} league snapshots {shown}, mixtures {sorted(self.mixtures)}, frames {self.frames:,})"
+        )
+
     def snapshots(self) -> list[Snapshot]:
         """The league's snapshots (id, parent player, how to build it, where its weights are)."""
         return list(self.artifact.snapshots)

@@ -244,6 +244,14 @@ def _default_map(description: Mapping[str, Any]) -> dict[str, Any]:
     return {"default": default, "per_env": {}}
 
 
+def _without_slots(agent_map: dict[str, Any], bindings: Mapping[str, Any], groups: Mapping[str, Any]) -> dict[str, Any]:
+    """A league run's agent map with its opponent slots replaced: an agent a slot played at the
+    checkpoint goes to its group's first binding (the per-env seatings of the league are dropped)."""
+    first = _default_map({"bindings": bindings, "groups": groups})["default"]
+    default = {agent: b if b in bindings else first.get(agent, b) for agent, b in agent_map["default"].items()}
+    return {"default": default, "per_env": {}}
+
+
 def artifact_of_saved(saved: Any, path: Path, field: str) -> Artifact:
     """The artifact of a torch file already read (weights-only): a checkpoint, a PolicyDict file or a snapshot."""
     if isinstance(saved, dict) and saved.get("format") == SNAPSHOT_FORMAT:
@@ -267,7 +275,11 @@ def artifact_of_saved(saved: Any, path: Path, field: str) -> Artifact:
             transforms_recorded=False,
         )
     run = saved[CHECKPOINT_KEY]
-    bindings = {b: e for b, e in description["bindings"].items() if e.get("group") is not None}
+    league = saved.get(LEAGUE_KEY) or {}
+    # A league's opponent slots are no bindings of a user's: they hold whichever snapshot was last
+    # loaded into them; the snapshots themselves are the artifact's `snapshots`.
+    slots = set(league.get("slots", []))
+    bindings = {b: e for b, e in description["bindings"].items() if e.get("group") is not None and b not in slots}
     saved_map = run.get("agent_binding_map")
     possible = list(run.get("possible_agents") or [a for g in description["groups"].values() for a in g["agents"]])
     if saved_map is not None:
@@ -277,7 +289,8 @@ def artifact_of_saved(saved: Any, path: Path, field: str) -> Artifact:
         }
     else:
         agent_map = _default_map({"bindings": bindings, "groups": description["groups"]})
-    league = saved.get(LEAGUE_KEY) or {}
+    if slots:
+        agent_map = _without_slots(agent_map, bindings, description["groups"])
     return Artifact(
         bindings=bindings,
         groups=description["groups"],
