@@ -66,6 +66,7 @@ def test_documented_error(case, command, message, tmp_path, monkeypatch, capsys)
     (tmp_path / "assets").symlink_to(ROOT / "assets")
     write_fixtures(tmp_path)
     fixtures = set(tmp_path.rglob("*.ckpt"))
+    files_before = {p for p in tmp_path.rglob("*") if p.is_file()}
     with pytest.raises(SystemExit) as exit_info:
         main(shlex.split(command)[1:])
     assert exit_info.value.code == 2, case
@@ -76,4 +77,6 @@ def test_documented_error(case, command, message, tmp_path, monkeypatch, capsys)
     expected = "^" + ".*".join(re.escape(part) for part in message.split("…")) + "$"
     assert re.match(expected, errors[0].removeprefix(prefix)), (case, errors[0])
     assert set(tmp_path.rglob("*.ckpt")) == fixtures, "nothing may train"
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file() and p not in files_before)
+    assert written == [], f"a refused command wrote {written} (logs, config.yaml)"
     assert not (tmp_path / "pwned").exists(), "nothing the recipe names may run before it is checked"

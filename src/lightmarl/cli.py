@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 import warnings
 from collections.abc import Sequence
@@ -207,6 +208,30 @@ class LightmarlCLI(LightningCLI):
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if ckpt_path not in (None, "last", "best", "hpc"):
             _read_checkpoint(ckpt_path)
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        # Lightning creates the loggers' files (TensorBoard's event file, config.yaml in the CSV
+        # version folder) before the module's set-up checks the recipe: a run refused there leaves
+        # nothing behind, and the next run is not pushed to version_1.
+        fresh = [Path(log_dir) for log_dir in self._log_dirs() if not Path(log_dir).exists()]
+        try:
+            super()._run_subcommand(subcommand)
+        except ConfigError:
+            if self.trainer.global_rank == 0:  # type: ignore[attr-defined]
+                for folder in fresh:
+                    shutil.rmtree(folder, ignore_errors=True)
+            raise
+
+    def _log_dirs(self) -> list[str]:
+        found = []
+        for logger in self.trainer.loggers:  # type: ignore[attr-defined]
+            try:
+                log_dir = logger.log_dir
+            except (AttributeError, TypeError):
+                continue
+            if isinstance(log_dir, str):
+                found.append(log_dir)
+        return found
 
     def before_fit(self) -> None:
         # Before Lightning writes config.yaml into the log directory: an unwritable one is named in one line.
