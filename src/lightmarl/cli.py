@@ -696,13 +696,34 @@ def export_main(args: list[str]) -> None:
     print(f"lightmarl: exported {', '.join(artifact.bindings)} to {out} (from {artifact.source})")  # noqa: T201
 
 
+#: a negative number argparse takes for an option (it knows only ``-5`` and ``-0.5``): ``-1e9``, ``-1.5E-3``, ``-inf``.
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)[eE][+-]?\d+$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
+
+def _join_negative_values(argv: list[str]) -> list[str]:
+    """``--field -1e9`` as ``--field=-1e9``: argparse reads a value such as ``-1e9`` as an option, and
+    the error then names the option before it instead of the field's value check."""
+    out: list[str] = []
+    for arg in argv:
+        previous = out[-1] if out else ""
+        if _NEGATIVE_NUMBER.match(arg) and previous.startswith("--") and "=" not in previous:
+            out[-1] = f"{previous}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def _one_line(err: BaseException) -> str:
     """An error message on one line (an env's or a library's message may span several)."""
     return " ".join(str(err).split())
 
 
 def main(args: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if args is None else args
+    argv = _join_negative_values(sys.argv[1:] if args is None else args)
+    if args is not None:
+        args = argv
+    else:
+        sys.argv[1:] = argv  # LightningCLI reads sys.argv itself when given no args
     if argv[:1] == ["plot"]:
         # LightningCLI's subcommands are fixed: `lightmarl plot` is dispatched before it.
         plot_cli.main(argv[1:])
