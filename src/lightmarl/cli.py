@@ -772,6 +772,16 @@ def _main(argv: list[str], args: list[str] | None, preemption: Preemption) -> No
         )
     except SIGTERMException:
         preemption.stopped_by = "SIGTERM"  # Lightning's own exit after the stop; it carries no exit code
+    except (SystemExit, KeyboardInterrupt):
+        if preemption.forced_by is None:
+            raise
+        # A second signal: Lightning's "Detected KeyboardInterrupt" exit 1, said in lightmarl's words.
+        print(  # noqa: T201
+            f"lightmarl: error: stopped at once by a second {preemption.forced_by}, without a final checkpoint; "
+            "resume from the last one with --ckpt_path last",
+            file=sys.stderr,
+        )
+        raise SystemExit(PREEMPTED_EXIT_CODES[preemption.forced_by]) from None
     except ConfigError as err:
         if os.environ.get(DEBUG_ENV):
             raise
