@@ -34,6 +34,14 @@ def write_fixtures(folder: Path) -> None:
     holder = {"pid": os.getppid(), "host": socket.gethostname(), "start_time": _start_time(os.getppid()),
               "since": "now", "command": "lightmarl fit --config busy.yaml"}  # fmt: skip
     (folder / "runs" / "busy" / LOCK_NAME).write_text(json.dumps(holder))
+    (folder / "duplicate.yaml").write_text("model:\n  max_frames: 1600\n  max_frames: 999999\n")
+    (folder / "twice.yaml").write_text("model:\n  max_frames: 1600\ntrainer: {}\nmodel:\n  rollout_steps: 5\n")
+    ungrouped = torch.load(ASSET, map_location="cpu", weights_only=True)
+    del ungrouped["lightmarl"]["groups"]  # a checkpoint without saved group specs
+    torch.save(ungrouped, folder / "nogroups.ckpt")
+    # A finished run: its directory holds a last.ckpt.
+    (folder / "runs" / "finished" / "checkpoints").mkdir(parents=True)
+    (folder / "runs" / "finished" / "checkpoints" / "last.ckpt").write_bytes(ASSET.read_bytes())
 
 
 ROW = re.compile(r"^\| (?P<case>[^|]+?) \| `(?P<command>lightmarl [^`]+)` \| `` (?P<message>.+) `` \|$")
@@ -57,11 +65,18 @@ def test_documented_error(case, command, message, tmp_path, monkeypatch, capsys)
     (tmp_path / "recipes").symlink_to(ROOT / "recipes")
     (tmp_path / "assets").symlink_to(ROOT / "assets")
     write_fixtures(tmp_path)
+    fixtures = set(tmp_path.rglob("*.ckpt"))
+    files_before = {p for p in tmp_path.rglob("*") if p.is_file()}
     with pytest.raises(SystemExit) as exit_info:
         main(shlex.split(command)[1:])
     assert exit_info.value.code == 2, case
-    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lightmarl: error: ")]
+    # `lightmarl plot` names itself in its lines.
+    prefix = "lightmarl plot: error: " if command.startswith("lightmarl plot") else "lightmarl: error: "
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith(prefix)]
     assert len(errors) == 1, errors
     expected = "^" + ".*".join(re.escape(part) for part in message.split("…")) + "$"
-    assert re.match(expected, errors[0].removeprefix("lightmarl: error: ")), (case, errors[0])
-    assert not list(tmp_path.rglob("*.ckpt")), "nothing may train"
+    assert re.match(expected, errors[0].removeprefix(prefix)), (case, errors[0])
+    assert set(tmp_path.rglob("*.ckpt")) == fixtures, "nothing may train"
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file() and p not in files_before)
+    assert written == [], f"a refused command wrote {written} (logs, config.yaml)"
+    assert not (tmp_path / "pwned").exists(), "nothing the recipe names may run before it is checked"

@@ -90,20 +90,24 @@ def _example(module: types.ModuleType, path: str) -> str:
     return f", e.g. '{path}.{names[0]}'" if names else ""
 
 
-def instantiate(spec: Mapping[str, Any], *, field: str, **context: Any) -> Any:
+def instantiate(spec: Mapping[str, Any], *, field: str, base: type | None = None, **context: Any) -> Any:
     """Build ``{class_path: ..., init_args: {...}}`` (the recipes' way to name an object).
 
     Keyword ``context`` (e.g. ``group=``) is passed only to classes whose constructor has a
-    parameter of that name, and never overrides an ``init_args`` entry.
+    parameter of that name, and never overrides an ``init_args`` entry. With ``base``, the class is
+    checked to be a subclass of it before it is called.
 
     Raises:
-        ValueError: naming ``field`` for unknown keys, an unimportable class or rejected arguments.
+        ValueError: naming ``field`` for unknown keys, an unimportable class, one that is not a
+            ``base`` subclass, or rejected arguments.
     """
     unknown = set(spec) - {"class_path", "init_args"}
     if "class_path" not in spec or unknown:
         raise ValueError(f"{field}: expected {{class_path, init_args}}, got keys {sorted(spec)}")
     class_path = str(spec["class_path"])
     cls = import_object(class_path, field=f"{field}.class_path")
+    if base is not None and not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ValueError(f"{field}.class_path: {class_path!r} is not a {base.__module__}.{base.__qualname__} subclass")
     kwargs = dict(spec.get("init_args") or {})
     try:
         parameters = inspect.signature(cls).parameters

@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 import warnings
 from collections.abc import Sequence
@@ -39,6 +40,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lightmarl._imports import import_object
 from lightmarl.errors import TRAINING_FAULT_EXIT_CODE, CheckpointWriteError, ConfigError, TrainingFault
 from lightmarl.evaluation import plot_cli
 from lightmarl.evaluation.report import markdown_summary
@@ -47,6 +49,7 @@ from lightmarl.evaluation.suite import write_outputs
 from lightmarl.inference.onnx import export_onnx
 from lightmarl.policies.artifact import parse_mixture, read_artifact, write_artifact
 from lightmarl.policies.loading import load_torch_file
+from lightmarl.policies.run_checkpoints import latest_checkpoint
 from lightmarl.training.module import MARLModule
 from lightmarl.training.periodic_evaluation import PeriodicEvaluation, run_suite, suite_for
 from lightmarl.training.preemption import PREEMPTED_EXIT_CODES, Preemption
@@ -86,6 +89,8 @@ TRAINER_COMMANDS = ("fit", "validate", "test")
 COMMANDS_HINT = f"the commands are {', '.join(COMMANDS)} (`lightmarl COMMAND --help` lists its options)"
 #: set to 1 for full tracebacks instead of one-line user errors.
 DEBUG_ENV = "LIGHTMARL_DEBUG"
+#: set to 1 to start a fresh ``fit`` in a run directory that holds another run's checkpoints, deleting them.
+OVERWRITE_RUN_ENV = "LIGHTMARL_OVERWRITE_RUN"
 
 
 def readable(message: str) -> str:
@@ -232,11 +237,13 @@ class LightmarlCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
+        check_run_name(config.get("run_name"))
         if not config.get("run_name"):
             config.run_name = run_name_of(config.get("config") or [])
         apply_run_defaults(config, config.run_name)
 
     def instantiate_classes(self) -> None:
+        check_class_paths(self.config[self.subcommand] if self.subcommand else self.config)
         try:
             super().instantiate_classes()
         except (ValueError, TypeError) as err:
@@ -269,6 +276,30 @@ class LightmarlCLI(LightningCLI):
         if ckpt_path not in (None, "last", "best", "hpc"):
             _read_checkpoint(ckpt_path)
 
+    def _run_subcommand(self, subcommand: str) -> None:
+        # Lightning creates the loggers' files (TensorBoard's event file, config.yaml in the CSV
+        # version folder) before the module's set-up checks the recipe: a run refused there leaves
+        # nothing behind, and the next run is not pushed to version_1.
+        fresh = [Path(log_dir) for log_dir in self._log_dirs() if not Path(log_dir).exists()]
+        try:
+            super()._run_subcommand(subcommand)
+        except ConfigError:
+            if self.trainer.global_rank == 0:  # type: ignore[attr-defined]
+                for folder in fresh:
+                    shutil.rmtree(folder, ignore_errors=True)
+            raise
+
+    def _log_dirs(self) -> list[str]:
+        found = []
+        for logger in self.trainer.loggers:  # type: ignore[attr-defined]
+            try:
+                log_dir = logger.log_dir
+            except (AttributeError, TypeError):
+                continue
+            if isinstance(log_dir, str):
+                found.append(log_dir)
+        return found
+
     def before_fit(self) -> None:
         # Before Lightning writes config.yaml into the log directory: an unwritable one is named in one line.
         check_run_directories(self.trainer)
@@ -289,9 +320,11 @@ class LightmarlCLI(LightningCLI):
         if config.get("weights_only") is None:
             config["weights_only"] = True  # lightmarl checkpoints hold tensors and plain data only
         ckpt_path = config.get("ckpt_path")
+        if subcommand == "fit" and ckpt_path is None:
+            self._refuse_a_finished_run()
         if ckpt_path == "last":
-            last = self._last_checkpoints()
-            if not last:
+            last = self._latest_checkpoint()
+            if last is None:
                 where = self._checkpoint_dirs() or ["(no ModelCheckpoint callback in this recipe)"]
                 if subcommand != "fit":
                     raise ConfigError(
@@ -303,7 +336,7 @@ class LightmarlCLI(LightningCLI):
                 )
                 config["ckpt_path"] = None
                 return
-            ckpt_path = max(last, key=os.path.getmtime)
+            ckpt_path = config["ckpt_path"] = str(last)  # Lightning's own "last" lookup goes by file times
         if ckpt_path == "best":
             # Lightning knows the best checkpoint only within the process that wrote it.
             files = self._checkpoint_files()
@@ -336,12 +369,75 @@ class LightmarlCLI(LightningCLI):
     def _checkpoint_dirs(self) -> list[str]:
         return [str(cb.dirpath) for cb in self._checkpoint_callbacks() if cb.dirpath is not None]
 
-    def _last_checkpoints(self) -> set[str]:
-        found: set[str] = set()
-        for callback in self._checkpoint_callbacks():
-            if callback.dirpath is not None:  # Lightning's own "last" lookup, before it raises or warns
-                found |= callback._find_last_checkpoints(self.trainer)
-        return found
+    def _latest_checkpoint(self) -> Path | None:
+        """The run's newest checkpoint by its counters (`lightmarl.policies.run_checkpoints`), said in a line."""
+        files = [path for d in self._checkpoint_dirs() if Path(d).is_dir() for path in Path(d).glob("*.ckpt")]
+        return latest_checkpoint(files, field="--ckpt_path last", say=lambda line: rank_zero_info(f"lightmarl: {line}"))
+
+    def _refuse_a_finished_run(self) -> None:
+        """A fresh ``fit`` into a folder holding another run's checkpoints stops (or, with
+        ``LIGHTMARL_OVERWRITE_RUN=1``, deletes them): Lightning would write ``last-v1.ckpt`` beside the
+        old ``last.ckpt``, and the two runs' files could not be told apart."""
+        found = sorted(path for d in self._checkpoint_dirs() if Path(d).is_dir() for path in Path(d).glob("*.ckpt"))
+        if not found:
+            return
+        if os.environ.get(OVERWRITE_RUN_ENV) == "1":
+            for path in found:
+                rank_zero_info(f"lightmarl: {OVERWRITE_RUN_ENV}=1: deleting {path} of the earlier run")
+                if self.trainer.global_rank == 0:  # type: ignore[attr-defined]
+                    path.unlink(missing_ok=True)
+            return
+        folder = found[0].parent
+        names = ", ".join(path.name for path in found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise ConfigError(
+            f"run directory {str(folder.parent)!r} holds checkpoints of a run ({folder}: {names}); "
+            "continue it with --ckpt_path last, start a new run with another --run_name, "
+            f"or set {OVERWRITE_RUN_ENV}=1 to delete them and start afresh"
+        )
+
+
+def check_class_paths(config: Any) -> None:
+    """Refuse a ``class_path`` anywhere in the parsed recipe that names a function or another non-class
+    (``os.system``) before anything is built: jsonargparse calls ``{class_path, init_args}`` values
+    it finds in free-form fields (``policy_kwargs``, ``env_kwargs``) while it instantiates the recipe.
+    Each extension point then checks the class's base where it builds it."""
+    from jsonargparse import Namespace
+
+    def walk(value: Any, field: str) -> None:
+        if isinstance(value, Namespace):
+            value = value.as_dict()
+        if isinstance(value, dict):
+            path = value.get("class_path")
+            if isinstance(path, str) and "." in path:
+                try:
+                    target = import_object(path, field=f"{field}.class_path")
+                except ValueError:
+                    target = None  # an unimportable path is named where it is built, with its context
+                if target is not None and not isinstance(target, type):
+                    raise ConfigError(
+                        f"{field}.class_path: {path!r} is a {type(target).__name__}, not a class; "
+                        "a class_path names a class to build"
+                    )
+            for key, item in value.items():
+                walk(item, f"{field}.{key}" if field else str(key))
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                walk(item, f"{field}[{i}]")
+
+    walk(config, "")
+
+
+def check_run_name(run_name: str | None) -> None:
+    """Refuse a ``--run_name`` that names no folder under ``runs/``: empty (it would become the recipe's
+    default name), absolute or leaving ``runs/`` with ``..`` (``trainer.default_root_dir`` moves a run)."""
+    if run_name is None:
+        return
+    path = PurePath(run_name)
+    if not run_name.strip() or path.is_absolute() or ".." in path.parts:
+        raise ConfigError(
+            f"--run_name: expected a folder name under {RUNS_DIR}/ (e.g. my_run or sweeps/lr_3e-4), got {run_name!r}; "
+            "leave it unset for the recipe's name, or set --trainer.default_root_dir to put the run elsewhere"
+        )
 
 
 def run_name_of(config_files: Sequence[Any]) -> str:
@@ -404,7 +500,13 @@ def apply_run_defaults(config: Any, run_name: str) -> None:
             Namespace(
                 class_path=CHECKPOINT_CLASS,
                 init_args=Namespace(
-                    dirpath=f"{run_dir}/checkpoints", save_last=True, every_n_epochs=1, save_on_train_epoch_end=True
+                    dirpath=f"{run_dir}/checkpoints",
+                    save_last=True,
+                    every_n_epochs=1,
+                    save_on_train_epoch_end=True,
+                    # A resumed run (moved or renamed) overwrites last.ckpt rather than write last-v1.ckpt
+                    # beside it: the run's last.ckpt is always its newest state.
+                    enable_version_counter=False,
                 ),
             )
         )
@@ -444,14 +546,14 @@ class EvaluateCLI(LightmarlCLI):
         suite = suite_for(module, evaluation)  # a bad scenario fails before the checkpoint is read
         ckpt_path = config.get("ckpt_path")
         if ckpt_path == "last":
-            last = self._last_checkpoints()
-            if not last:
+            last = self._latest_checkpoint()
+            if last is None:
                 where = self._checkpoint_dirs() or ["(no ModelCheckpoint callback in this recipe)"]
                 raise ConfigError(
                     f"--ckpt_path last: no last checkpoint in {', '.join(where)}; "
                     "train first with `lightmarl fit`, pass a checkpoint file, or --ckpt_path null"
                 )
-            ckpt_path = max(last, key=os.path.getmtime)
+            ckpt_path = str(last)
         if ckpt_path is not None:
             checkpoint = _read_checkpoint(ckpt_path)
             module.check_checkpoint_fits(checkpoint["state_dict"], field="--ckpt_path")
@@ -525,9 +627,32 @@ def _config_files(args: list[str]) -> list[tuple[str, str]]:
     return found
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A YAML mapping that sets one key twice."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key set twice in one mapping is an error: plain YAML keeps
+    the later value without a word (a second ``model:`` section replaces the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            line = key_node.start_mark.line + 1
+            if isinstance(key, str | int | float | bool) and key in seen and key != "<<":
+                raise DuplicateKeyError(
+                    f"key {key!r} is set twice in one mapping (lines {seen[key]} and {line}); "
+                    "YAML would keep only the later value: remove one"
+                )
+            if isinstance(key, str | int | float | bool):
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def _check_config_files(args: list[str]) -> None:
-    """Fail on a recipe file that holds no settings, or no mapping of them, with a message
-    (LightningCLI prints only 'Unexpected config')."""
+    """Fail on a recipe file that holds no settings, no mapping of them, or a key set twice, with a
+    message (LightningCLI prints only 'Unexpected config', and YAML keeps a duplicate key's later value)."""
     for flag, value in _config_files(args):
         path = Path(value)
         if not path.is_file():
@@ -536,7 +661,9 @@ def _check_config_files(args: list[str]) -> None:
         if not text.strip():
             raise ConfigError(f"{flag} {value}: the file is empty; a recipe needs at least a `model:` section")
         try:
-            loaded = yaml.safe_load(text)
+            loaded = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader that refuses duplicate keys
+        except DuplicateKeyError as err:
+            raise ConfigError(f"{flag} {value}: {err}") from None
         except yaml.YAMLError as err:
             where = getattr(err, "problem_mark", None)
             at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
@@ -554,9 +681,16 @@ def _check_config_files(args: list[str]) -> None:
             )
 
 
+class _OneLineArgumentParser(argparse.ArgumentParser):
+    """``lightmarl export``'s argument errors as one ``lightmarl: error:`` line, without argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{self.prog}: {message} (`{self.prog} --help` lists every option)")
+
+
 def export_main(args: list[str]) -> None:
     """``lightmarl export SOURCE --out DIR``: the trained population, for inference, as NPCs or as ONNX."""
-    parser = argparse.ArgumentParser(
+    parser = _OneLineArgumentParser(
         prog="lightmarl export",
         description="Write everything a run's population needs to act (policies, env transforms with their "
         "statistics, the agent -> binding map, counters, league snapshots and mixtures; no optimizer or trainer "
@@ -604,6 +738,13 @@ def export_main(args: list[str]) -> None:
         raise ConfigError(f"--out: {options.out!r} is a file; name a directory to write the export into")
     artifact = read_artifact(options.checkpoint, field="lightmarl export")
     artifact.check_classes(options.allow, trust_code=options.trust_code)
+    ungrouped = sorted(b for b, entry in artifact.bindings.items() if entry.get("group") not in artifact.groups)
+    if ungrouped:
+        # An export without them would be written, and then refused by load_population.
+        raise ConfigError(
+            f"lightmarl export: {artifact.source!r} records no agent group spec for binding(s) {ungrouped} "
+            "(a checkpoint without saved group specs); load it as a policy_uri in a recipe, whose env gives them"
+        )
     if options.bindings:
         artifact = artifact.select(options.bindings)
     for text in options.mixture:
@@ -619,7 +760,24 @@ def export_main(args: list[str]) -> None:
             out = write_artifact(artifact, options.out, with_snapshots=not options.no_snapshots)
     except OSError as err:
         raise ConfigError(f"--out: cannot write {options.out!r} ({err.strerror or err})") from err
-    print(f"lightmarl: exported {', '.join(artifact.bindings)} to {out}")  # noqa: T201
+    print(f"lightmarl: exported {', '.join(artifact.bindings)} to {out} (from {artifact.source})")  # noqa: T201
+
+
+#: a negative number argparse takes for an option (it knows only ``-5`` and ``-0.5``): ``-1e9``, ``-1.5E-3``, ``-inf``.
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)[eE][+-]?\d+$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
+
+def _join_negative_values(argv: list[str]) -> list[str]:
+    """``--field -1e9`` as ``--field=-1e9``: argparse reads a value such as ``-1e9`` as an option, and
+    the error then names the option before it instead of the field's value check."""
+    out: list[str] = []
+    for arg in argv:
+        previous = out[-1] if out else ""
+        if _NEGATIVE_NUMBER.match(arg) and previous.startswith("--") and "=" not in previous:
+            out[-1] = f"{previous}={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 def _one_line(err: BaseException) -> str:
@@ -628,7 +786,11 @@ def _one_line(err: BaseException) -> str:
 
 
 def main(args: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if args is None else args
+    argv = _join_negative_values(sys.argv[1:] if args is None else args)
+    if args is not None:
+        args = argv
+    else:
+        sys.argv[1:] = argv  # LightningCLI reads sys.argv itself when given no args
     if argv[:1] in (["-h"], ["--help"]):
         print(commands_help(), end="")  # noqa: T201 - the command's output
         return
@@ -684,6 +846,16 @@ def _main(argv: list[str], args: list[str] | None, preemption: Preemption) -> No
         )
     except SIGTERMException:
         preemption.stopped_by = "SIGTERM"  # Lightning's own exit after the stop; it carries no exit code
+    except (SystemExit, KeyboardInterrupt):
+        if preemption.forced_by is None:
+            raise
+        # A second signal: Lightning's "Detected KeyboardInterrupt" exit 1, said in lightmarl's words.
+        print(  # noqa: T201
+            f"lightmarl: error: stopped at once by a second {preemption.forced_by}, without a final checkpoint; "
+            "resume from the last one with --ckpt_path last",
+            file=sys.stderr,
+        )
+        raise SystemExit(PREEMPTED_EXIT_CODES[preemption.forced_by]) from None
     except ConfigError as err:
         if os.environ.get(DEBUG_ENV):
             raise

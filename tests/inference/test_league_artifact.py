@@ -68,6 +68,22 @@ def _logits(policy, observations: torch.Tensor) -> torch.Tensor:
         return policy(rows)["player", "logits"]
 
 
+def test_a_league_run_loads_as_its_bindings_with_the_snapshots_beside_them(league_run):
+    """The league's opponent slots (league_opponent_<k>, holding whichever snapshot was last loaded)
+    are no bindings of the loaded population; the snapshots are listed, and shown in its repr."""
+    where, module = league_run
+    assert any(b.startswith("league_opponent_") for b in module.policies)
+    population = lightmarl.load_population(where)
+    assert sorted(population.bindings) == ["main"]
+    assert set(population.agent_map.values()) == {"main"}
+    snapshots = [s.id for s in population.snapshots()]
+    assert snapshots and all(s.startswith("main") for s in snapshots)
+    assert "bindings ['main']" in repr(population) and f"{len(snapshots)} league snapshots" in repr(population)
+    seated = lightmarl.load_population(where)
+    seated.seat({"player_1": snapshots[-1]})  # a snapshot joins as a frozen binding on demand
+    assert seated.agent_map["player_1"] == snapshots[-1]
+
+
 def test_a_snapshot_opens_alone_and_acts_as_inside_the_league(league_run):
     where, module = league_run
     files = sorted((where / "league").glob("*.pt"))

@@ -115,6 +115,32 @@ def test_act_turn_keeps_to_the_mask(tmp_path):
     assert len(chosen) == 4
 
 
+@pytest.mark.parametrize(
+    ("observation", "mask", "expected"),
+    [
+        (np.full(5, np.nan, dtype=np.float32), None, r"5 non-finite \(NaN or infinite\) of 5 values"),
+        (np.array([0, 0, np.inf, 0, 0], dtype=np.float32), None, r"1 non-finite"),
+        (np.zeros(7, dtype=np.float32), None, r"has shape \[7\]; group 'player' observes \[5\]"),
+        (np.array(["a", "b", "c", "d", "e"]), None, r"<U1 values; expected numbers"),
+        (np.zeros(5, dtype=np.float32), np.zeros(4, dtype=np.int8), r"allows no action"),
+        (np.zeros(5, dtype=np.float32), np.ones(3, dtype=np.int8), r"shape \[3\]; expected \[4\]"),
+    ],
+    ids=["nan", "inf", "shape", "strings", "all-false-mask", "mask-shape"],
+)
+def test_bad_observations_and_masks_are_refused_naming_the_agent_and_binding(tmp_path, observation, mask, expected):
+    """Never a silent action: NaN observations gave action 0 to every agent, an all-False mask a masked-out action."""
+    population = masked_population(tmp_path)
+    given = {"observation": observation, "action_mask": np.ones(4, dtype=np.int8) if mask is None else mask}
+    with pytest.raises(
+        ValueError, match=r"^act: agent 'player_1' \(binding 'main'\): the (observation|action_mask) (.* )?" + expected
+    ):
+        population.act_turn("player_1", given)
+    with pytest.raises(
+        ValueError, match=r"^act: agent 'player_0' \(binding 'main'\): the (observation|action_mask) (.* )?" + expected
+    ):
+        population.act({"player_0": given})
+
+
 def test_recurrent_state_is_kept_per_agent_and_reset(tmp_path):
     group = GroupSpec("agent", ("agent_0", "agent_1"), (0, 1), (3,), "discrete", num_actions=3)
     policy = RecurrentActorCritic(group, hidden_size=8, encoder_sizes=[8])

@@ -24,8 +24,13 @@ RECIPES: dict[str, list[str]] = {
         "--model.algorithms.dqn_policy.init_args.updates_per_iteration=2",
     ],
     # turn-based PPO: the transitions open at the checkpoint (kept rows of the last rollout) close after it.
-    # Self-play: the scripted heuristic's own generator is not part of a checkpoint.
     "connect_four_vs_heuristic": ["--model.agent_binding_map=[main, main]"],
+    # A seeded scripted random binding beside the learner: its own generator is in the checkpoint.
+    "quickstart+seeded_random": [
+        "--model.policy_bindings=[{id: main, class_path: lightmarl.policies.MLPActorCritic},"
+        " {id: random, class_path: lightmarl.policies.UniformRandomPolicy, policy_kwargs: {seed: 7}, trainable: false}]",
+        "--model.agent_binding_map=[main, random, random]",
+    ],
     "qmix_simple_spread": [  # value decomposition (QMIX mixer on joint transitions)
         "--model.algorithm.init_args.learning_starts=30",
         "--model.algorithm.init_args.batch_size=16",
@@ -37,7 +42,7 @@ RECIPES: dict[str, list[str]] = {
 
 def fit_args(recipe: str, root: Path, iterations: int, world: int = 1) -> list[str]:
     """``lightmarl fit`` arguments for ``iterations`` iterations of ``recipe`` writing under ``root``."""
-    path = REPO / "recipes" / f"{recipe}.yaml"
+    path = REPO / "recipes" / f"{recipe.split('+')[0]}.yaml"  # "recipe+variant": the recipe with more overrides
     return [
         "fit",
         "--config", str(path),

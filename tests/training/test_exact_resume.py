@@ -33,7 +33,7 @@ def test_fit_2n_equals_fit_n_then_resume(recipe: str, tmp_path: Path, monkeypatc
     assert all(len(a) for copy in history["actions"] for a in copy.values()), "the checkpoint fell between episodes"
     if recipe == "connect_four_vs_heuristic":  # the open transitions are in the checkpoint
         assert half["lightmarl_resume"]["ranks"][0]["replay"]["main"]["open_transitions"]
-    elif recipe != "quickstart":  # the replay buffer is in the checkpoint, and learning ran on both sides of it
+    elif recipe.split("+")[0] != "quickstart":  # replay in the checkpoint, learning on both sides of it
         (replay,) = half["lightmarl_resume"]["ranks"][0]["replay"].values()
         assert replay["count"] > 0
         assert all(t["grad_steps"] > 0 for t in half["lightmarl"]["trainers"].values() if "grad_steps" in t)

@@ -41,11 +41,9 @@ def _resume_matches(recipe: str, tmp_path: Path) -> None:
     assert resumed["lightmarl"]["iterations"] == 2 * N
     ranks = resumed["lightmarl_resume"]["ranks"]
     assert len(ranks) == WORLD
-    # The ranks stepped different env copies: their states are their own, not rank 0's twice. (Connect
-    # four has no randomness of its own and every rank samples from the same torch seed: its ranks
-    # play the same games.)
-    if recipe != "connect_four_vs_heuristic":
-        assert differences(ranks[0]["collector"]["lanes"], ranks[1]["collector"]["lanes"])
+    # The ranks stepped different env copies: their states are their own, not rank 0's twice (connect
+    # four, which has no randomness of its own, too: each rank samples from streams of its own).
+    assert differences(ranks[0]["collector"]["lanes"], ranks[1]["collector"]["lanes"])
     assert differences(comparable(whole), comparable(resumed)) == []
 
 
@@ -54,3 +52,15 @@ def _resume_matches(recipe: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("recipe", list(RECIPES))
 def test_resume_exactly_under_ddp(recipe: str, tmp_path: Path) -> None:
     _resume_matches(recipe, tmp_path)
+
+
+@pytest.mark.timeout(300)
+def test_ddp_ranks_play_different_games_on_a_deterministic_env(tmp_path: Path) -> None:
+    """Connect four has no randomness of its own: the ranks' first rollouts differ only if each rank
+    samples from RNG streams of its own (training.resume.seed_rank_streams)."""
+    _fit_ddp(fit_args("connect_four_vs_heuristic", tmp_path, 1, world=WORLD), tmp_path)
+    ranks = last_checkpoint(tmp_path)["lightmarl_resume"]["ranks"]
+    first, second = (rank["collector"]["history"]["actions"] for rank in ranks)
+    assert all(len(a) for copy in first for a in copy.values()), "the games are in flight at the checkpoint"
+    assert differences(first, second), "both ranks played the same moves"
+    assert differences(ranks[0]["rng"], ranks[1]["rng"])

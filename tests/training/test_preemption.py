@@ -102,3 +102,40 @@ def test_a_signal_stops_fit_with_a_checkpoint_and_the_run_resumes(signum, to_gro
     assert (
         torch.load(last, map_location="cpu", weights_only=True)["lightmarl"]["iterations"] == stopped["iterations"] + 2
     )
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc to find leftover processes")
+def test_a_second_sigterm_stops_at_once_with_one_lightmarl_line(tmp_path):
+    """The second signal stops without a final checkpoint: one `lightmarl: error:` line and the signal's
+    exit code, not Lightning's "Detected KeyboardInterrupt" and exit 1."""
+    marker = f"LIGHTMARL_TEST_RUN={uuid.uuid4().hex}"
+    env = {**os.environ, marker.split("=")[0]: marker.split("=")[1]}
+    slow = ["--model.rollout_steps=400", "--model.algorithm.init_args.minibatch_size=1600"]  # iterations of seconds
+    run = subprocess.Popen(
+        [lightmarl(), "fit", *RUN, *slow, "--model.max_frames=10000000"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_for_iterations(tmp_path / "runs", 1)
+        run.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    errors = [line for line in err.splitlines() if line.startswith("lightmarl: error:")]
+    assert errors == [
+        "lightmarl: error: stopped at once by a second SIGTERM, without a final checkpoint; "
+        "resume from the last one with --ckpt_path last"
+    ], err[-2000:]
+    assert run.returncode == PREEMPTED_EXIT_CODES["SIGTERM"], err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    deadline = time.monotonic() + 10
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not processes_with(marker), "env workers outlived the run"

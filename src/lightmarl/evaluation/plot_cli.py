@@ -33,8 +33,15 @@ _DEFAULT_SUFFIX = "/episode_return"
 _LOGGER_FOLDERS = {"csv", "metrics.csv"}
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Argument errors as one ``lightmarl plot: error: ...`` line, without argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        _fail(f"{message} (`lightmarl plot --help` lists every option)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="lightmarl plot",
         description="Plot learning curves of one or several runs (seeds aggregated) and evaluation report figures.",
     )
@@ -126,6 +133,10 @@ def main(args: Sequence[str] | None = None) -> None:
     parsed = _parser().parse_args(list(sys.argv[1:] if args is None else args))
     if not parsed.runs and parsed.report is None:
         _fail("give run folders with metrics.csv files, or --report REPORT.json")
+    if parsed.points < 2:
+        _fail(f"--points: expected at least 2 grid points for a curve, got {parsed.points}")
+    if not 0 < parsed.confidence < 1:
+        _fail(f"--confidence: expected a coverage between 0 and 1 (e.g. 0.95), got {parsed.confidence}")
     try:
         written = []
         if parsed.runs:

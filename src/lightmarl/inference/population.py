@@ -120,6 +120,14 @@ class Population:
                 raise ValueError(f"{artifact.source!r}: agent {agent!r} is mapped to unknown binding {binding!r}")
 
     # -- metadata -------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        snapshots = [s.id for s in self.artifact.snapshots]
+        shown = snapshots if len(snapshots) <= 6 else [*snapshots[:3], "...", *snapshots[-2:]]
+        return (
+            f"Population({self.artifact.source!r}: bindings {sorted(self.bindings)}, agents {self.agent_map}, "
+            f"{len(snapshots)} league snapshots {shown}, mixtures {sorted(self.mixtures)}, frames {self.frames:,})"
+        )
+
     def snapshots(self) -> list[Snapshot]:
         """The league's snapshots (id, parent player, how to build it, where its weights are)."""
         return list(self.artifact.snapshots)
@@ -182,8 +190,10 @@ class Population:
             agent -> action (an ``int`` for discrete actions, a NumPy array otherwise), keyed as given.
 
         Raises:
-            ValueError: for an agent the population does not know, or a masked binding's agent
-                whose observation has no ``action_mask``.
+            ValueError: naming the agent and its binding, for an agent the population does not know,
+                a masked binding's agent whose observation has no ``action_mask`` or whose mask allows
+                no action, and an observation that is not numbers, has another shape than its group's
+                or holds NaN or infinite values.
         """
         return self._act(observations, greedy=greedy, advance=None)
 
@@ -221,11 +231,17 @@ class Population:
                 if group in masks:
                     if keys.ACTION_MASK not in observation:
                         raise ValueError(self._mask_message(agent, binding, group))
-                    masks[group][0, i] = torch.as_tensor(np.asarray(observation[keys.ACTION_MASK]), dtype=torch.bool)
+                    masks[group][0, i] = self._mask_row(
+                        agent, binding, observation[keys.ACTION_MASK], masks[group][0, i]
+                    )
+                if keys.OBSERVATION not in observation:
+                    raise ValueError(
+                        f"act: agent {agent!r} (binding {binding!r}): the dict has no {keys.OBSERVATION!r}"
+                    )
                 observation = observation[keys.OBSERVATION]
             elif group in masks:
                 raise ValueError(self._mask_message(agent, binding, group))
-            rows[group][0, i] = torch.as_tensor(self.pipeline.frame(group, observation)).to(rows[group].dtype)
+            rows[group][0, i] = self._observation_row(agent, binding, group, observation, rows[group][0, i])
             valid[group][0, i] = True
             placed.append((agent, group, i))
         transformed = self.pipeline(rows, valid)
@@ -279,6 +295,44 @@ class Population:
                 new = torch.where(keep.view(1, -1, *([1] * (new.dim() - 2))), new, entries[keys.RECURRENT_STATE])
             self._states[binding] = new
         return result.get(keys.ACTION)
+
+    def _observation_row(
+        self, agent: Any, binding: str, group: str, observation: Any, row: torch.Tensor
+    ) -> torch.Tensor:
+        """One agent's observation as its group's row; a non-numeric, misshapen or non-finite one is refused:
+        a policy would act on it without a word (NaN observations give every agent action 0)."""
+        where = f"act: agent {agent!r} (binding {binding!r})"
+        try:
+            frame = np.asarray(self.pipeline.frame(group, observation))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: the observation is not an array of numbers ({err})") from None
+        if frame.dtype.kind not in "biuf":
+            raise ValueError(f"{where}: the observation holds {frame.dtype} values; expected numbers")
+        if tuple(frame.shape) != tuple(row.shape):
+            raise ValueError(
+                f"{where}: the observation has shape {list(frame.shape)}; group {group!r} observes {list(row.shape)}"
+            )
+        values = torch.as_tensor(frame)
+        if values.is_floating_point() and not bool(torch.isfinite(values).all()):
+            bad = int((~torch.isfinite(values)).sum())
+            raise ValueError(
+                f"{where}: the observation holds {bad} non-finite (NaN or infinite) of {values.numel()} values"
+            )
+        return values.to(row.dtype)
+
+    @staticmethod
+    def _mask_row(agent: Any, binding: str, mask: Any, row: torch.Tensor) -> torch.Tensor:
+        """An agent's action mask; one that allows no action is refused (the action would not be legal)."""
+        where = f"act: agent {agent!r} (binding {binding!r})"
+        try:
+            values = torch.as_tensor(np.asarray(mask).astype(bool))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: the action_mask is not an array of booleans ({err})") from None
+        if tuple(values.shape) != tuple(row.shape):
+            raise ValueError(f"{where}: the action_mask has shape {list(values.shape)}; expected {list(row.shape)}")
+        if not bool(values.any()):
+            raise ValueError(f"{where}: the action_mask allows no action; there is no legal action to return")
+        return values
 
     def _mask_message(self, agent: Any, binding: str, group: str) -> str:
         return (

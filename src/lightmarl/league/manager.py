@@ -44,7 +44,9 @@ class LeagueRole:
 
     class_path: str = "lightmarl.league.MainPlayer"
     binding: str = "main"
-    settings: dict[str, Any] = field(default_factory=dict)
+    # A bare dict: jsonargparse leaves its values as written, whereas under dict[str, Any] it would build
+    # (call) a {class_path, init_args} value such as settings.meta_solver before the role checks its type.
+    settings: dict = field(default_factory=dict)  # type: ignore[type-arg]
 
 
 def player_id_of(binding: str) -> str:

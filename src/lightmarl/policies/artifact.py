@@ -38,9 +38,10 @@ from lightmarl.policies.exported import (
     write_export,
 )
 from lightmarl.policies.loading import load_torch_file, resolve_class
+from lightmarl.policies.run_checkpoints import COUNTERS_KEY, latest_checkpoint, run_checkpoint_files
 
 #: key under which a lightmarl checkpoint describes its bindings (see ``MARLModule.on_save_checkpoint``).
-CHECKPOINT_KEY = "lightmarl"
+CHECKPOINT_KEY = COUNTERS_KEY
 #: the ``format`` entry of a `PolicyDict.save` file.
 POLICY_DICT_FORMAT = "lightmarl.policy_dict/1"
 #: the Lightning checkpoint entry of the league's state (``lightmarl.training.league.CHECKPOINT_KEY``).
@@ -176,7 +177,7 @@ def group_from_dict(values: Mapping[str, Any]) -> GroupSpec:
 
 def read_artifact(path: str | Path, *, field: str = "load_population") -> Artifact:
     """The [`Artifact`][lightmarl.policies.artifact.Artifact] at ``path``: an export directory, a run directory (its
-    ``checkpoints/last.ckpt``), a training checkpoint, a ``PolicyDict.save`` file or a league snapshot file.
+    latest checkpoint, `run_checkpoint`), a training checkpoint, a ``PolicyDict.save`` file or a league snapshot file.
 
     Raises:
         ValueError: naming ``field`` and the path when it is none of those or cannot be read.
@@ -191,17 +192,15 @@ def read_artifact(path: str | Path, *, field: str = "load_population") -> Artifa
 
 
 def run_checkpoint(run_dir: Path, *, field: str) -> Path:
-    """The checkpoint a run directory stands for: ``checkpoints/last.ckpt``, else the newest ``*.ckpt`` in it."""
-    last = run_dir / "checkpoints" / "last.ckpt"
-    if last.is_file():
-        return last
-    found = sorted(run_dir.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
-    if not found:
+    """The checkpoint a run directory stands for: the newest by the run's own counters of the
+    ``*.ckpt`` in its ``checkpoints/`` (else anywhere under it), `latest_checkpoint`."""
+    found = latest_checkpoint(run_checkpoint_files(run_dir), field=field)
+    if found is None:
         raise ValueError(
             f"{field}: {str(run_dir)!r} is neither an export (no {DESCRIPTION_FILE}) nor a run directory "
-            "with a checkpoint (no checkpoints/last.ckpt, no *.ckpt)"
+            "with a checkpoint (no *.ckpt in checkpoints/ or below)"
         )
-    return found[-1]
+    return found
 
 
 def _from_export(path: Path, field: str) -> Artifact:
@@ -245,6 +244,14 @@ def _default_map(description: Mapping[str, Any]) -> dict[str, Any]:
     return {"default": default, "per_env": {}}
 
 
+def _without_slots(agent_map: dict[str, Any], bindings: Mapping[str, Any], groups: Mapping[str, Any]) -> dict[str, Any]:
+    """A league run's agent map with its opponent slots replaced: an agent a slot played at the
+    checkpoint goes to its group's first binding (the per-env seatings of the league are dropped)."""
+    first = _default_map({"bindings": bindings, "groups": groups})["default"]
+    default = {agent: b if b in bindings else first.get(agent, b) for agent, b in agent_map["default"].items()}
+    return {"default": default, "per_env": {}}
+
+
 def artifact_of_saved(saved: Any, path: Path, field: str) -> Artifact:
     """The artifact of a torch file already read (weights-only): a checkpoint, a PolicyDict file or a snapshot."""
     if isinstance(saved, dict) and saved.get("format") == SNAPSHOT_FORMAT:
@@ -268,7 +275,11 @@ def artifact_of_saved(saved: Any, path: Path, field: str) -> Artifact:
             transforms_recorded=False,
         )
     run = saved[CHECKPOINT_KEY]
-    bindings = {b: e for b, e in description["bindings"].items() if e.get("group") is not None}
+    league = saved.get(LEAGUE_KEY) or {}
+    # A league's opponent slots are no bindings of a user's: they hold whichever snapshot was last
+    # loaded into them; the snapshots themselves are the artifact's `snapshots`.
+    slots = set(league.get("slots", []))
+    bindings = {b: e for b, e in description["bindings"].items() if e.get("group") is not None and b not in slots}
     saved_map = run.get("agent_binding_map")
     possible = list(run.get("possible_agents") or [a for g in description["groups"].values() for a in g["agents"]])
     if saved_map is not None:
@@ -278,7 +289,8 @@ def artifact_of_saved(saved: Any, path: Path, field: str) -> Artifact:
         }
     else:
         agent_map = _default_map({"bindings": bindings, "groups": description["groups"]})
-    league = saved.get(LEAGUE_KEY) or {}
+    if slots:
+        agent_map = _without_slots(agent_map, bindings, description["groups"])
     return Artifact(
         bindings=bindings,
         groups=description["groups"],

@@ -336,7 +336,7 @@ def build_encoder(group: GroupSpec, encoder: nn.Module | Mapping[str, Any] | Non
     if encoder is None:
         return FlattenEncoder(group)
     if isinstance(encoder, Mapping):
-        encoder = instantiate(encoder, field=field, group=group)
+        encoder = instantiate(encoder, field=field, base=nn.Module, group=group)
     if not isinstance(encoder, nn.Module):
         raise ValueError(f"{field}: expected an nn.Module or {{class_path, init_args}}, got {type(encoder).__name__}")
     out_features = getattr(encoder, "out_features", None)

@@ -50,6 +50,8 @@ class PolicyRegistry:
     * ``path/to/run.ckpt#binding``: a lightmarl (Lightning) checkpoint and one of its
       bindings (without ``#binding``: the binding with the same id). The policy is rebuilt
       from the class and kwargs stored in the checkpoint.
+      An export directory, a league snapshot file, or a run directory (``runs/x#binding``: the
+      run's newest checkpoint by its counters, `lightmarl.policies.run_checkpoints`) too.
     * ``path/to/weights.pt?class_path=package.PolicyClass``: a plain ``state_dict`` file
       (``torch.save(policy.state_dict(), path)``); the class comes from the URI and its
       kwargs from the binding's ``policy_kwargs``.
@@ -163,7 +165,10 @@ def load_policy_from_uri(
     class_path = parse_qs(query).get("class_path", [None])[0]  # named by the recipe's URI: allowed
     allowed = frozenset(allowed) | ({class_path} if class_path else set())
     with loading_file(path, field=field, allowed=allowed, trust_code=trust_code):
-        saved = None if is_export(path) else load_torch_file(path, field=field, trust_pickle=trust_pickle)
+        # An export or a run directory (its latest checkpoint, lightmarl.policies.run_checkpoints): read_artifact.
+        saved = (
+            None if is_export(path) or path.is_dir() else load_torch_file(path, field=field, trust_pickle=trust_pickle)
+        )
         is_snapshot = isinstance(saved, dict) and saved.get("format") == SNAPSHOT_FORMAT
         if saved is None or _is_population(saved) or is_snapshot:
             artifact = read_artifact(path, field=field) if saved is None else artifact_of_saved(saved, path, field)

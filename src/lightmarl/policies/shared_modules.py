@@ -46,7 +46,9 @@ class SharedModules:
         for name, spec in self.specs.items():
             field = f"shared_modules.{name}"
             context: dict[str, Any] = {} if spec.group is None else {"group": env_spec.groups[spec.group]}
-            module = instantiate({"class_path": spec.class_path, "init_args": spec.init_args}, field=field, **context)
+            module = instantiate(
+                {"class_path": spec.class_path, "init_args": spec.init_args}, field=field, base=nn.Module, **context
+            )
             if not isinstance(module, nn.Module):
                 raise ValueError(f"{field}.class_path: {spec.class_path!r} did not build an nn.Module")
             self.modules[name] = module

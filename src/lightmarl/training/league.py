@@ -541,6 +541,9 @@ class LeagueTraining:
             # What the league shows as each meta-strategy player's policy, for exports and
             # load_population (read back as the artifact's mixtures, never by load_state_dict).
             "mixtures": self.shown_mixtures(),
+            # The frozen opponent slots among the bindings: internal, so exports and load_population
+            # leave them out (their weights are whichever snapshot was last loaded; the snapshots are listed).
+            "slots": list(self.slot_ids),
         }
 
     def shown_mixtures(self) -> dict[str, dict[str, float]]:

@@ -37,7 +37,7 @@ from lightmarl.population.shared import SharedModuleConfig
 from lightmarl.training.league import CHECKPOINT_KEY as LEAGUE_CHECKPOINT_KEY
 from lightmarl.training.league import LeagueConfig, LeagueTraining
 from lightmarl.training.resume import CHECKPOINT_KEY as RESUME_CHECKPOINT_KEY
-from lightmarl.training.resume import RunResume
+from lightmarl.training.resume import RunResume, seed_rank_streams
 from lightmarl.training.rollouts import tick_loader
 from lightmarl.training.stepper import LightningStepper, assert_ranks_in_sync
 from lightmarl.training.storage import check_run_directories, use_atomic_checkpoints
@@ -422,6 +422,7 @@ class MARLModule(LightningModule):
         self._place_bindings()
         self.marl_trainer.to(self.device)
         rank, num_envs = self.global_rank, self.env_config.num_envs
+        seed_rank_streams(self._base_seed(), rank, dict(self.policies.items()))  # each rank samples its own actions
         # Per-rank env seeds: seed + num_envs * rank + i.
         env = self.env_config.make_vector(seed=self._base_seed() + num_envs * rank)
         self._collector = RolloutCollector(
@@ -437,7 +438,9 @@ class MARLModule(LightningModule):
             self.league.start(self._collector)
 
     def on_train_start(self) -> None:
-        self._resume.restore_rng(self.device)  # last: nothing may draw from the RNG streams after them
+        self._resume.restore_rng(
+            self.device, dict(self.policies.items())
+        )  # last: nothing may draw from the RNG streams after them
         if self.frames >= self.max_frames:
             # Resumed from a checkpoint of a finished run: no iteration would run, so no training
             # step would ever stop the (max_epochs: -1) fit loop, which would spin on empty epochs.
@@ -624,7 +627,12 @@ class MARLModule(LightningModule):
             checkpoint[LEAGUE_CHECKPOINT_KEY] = self.league.state_dict()
         if self._collector is not None:  # fit: every process's RNG streams, env copies and replay buffers
             checkpoint[RESUME_CHECKPOINT_KEY] = self._resume.save(
-                self._collector, self.marl_trainer, self.league, self.device, self.trainer.strategy
+                self._collector,
+                self.marl_trainer,
+                self.league,
+                self.device,
+                self.trainer.strategy,
+                policies=dict(self.policies.items()),
             )
 
     def check_checkpoint_fits(self, state_dict: Any, *, field: str) -> None:

@@ -37,11 +37,13 @@ class Preemption(Callback):
 
     def __init__(self) -> None:
         self.stopped_by: str | None = None
+        #: the signal that came a second time and stopped the run at once (no final checkpoint).
+        self.forced_by: str | None = None
         self._received: str | None = None
         self._previous: dict[int, Any] = {}
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.stopped_by = self._received = None
+        self.stopped_by = self._received = self.forced_by = None
         if threading.current_thread() is threading.main_thread():
             # Lightning has registered its SIGTERM handler by now: this one replaces it while training.
             for signum in (signal.SIGTERM, signal.SIGINT):
@@ -50,6 +52,7 @@ class Preemption(Callback):
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if self._received is not None:
+            self.forced_by = name
             raise KeyboardInterrupt(f"second {name}")  # stop now, without a final checkpoint
         self._received = name
         rank_zero_info(f"lightmarl: {name}: finishing this iteration, then a checkpoint (send it again to stop now)")

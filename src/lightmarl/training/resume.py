@@ -8,7 +8,7 @@ processes is kept here, under `CHECKPOINT_KEY`, one entry per rank (gathered to 
 which writes the file):
 
 * the RNG streams: torch (CPU, and the CUDA device's where the run uses one), NumPy's global
-  one and Python's ``random``;
+  one and Python's ``random``, and each binding's own generator (a seeded scripted policy's);
 * the replay buffers (TorchRL storages, tensors only; ``model.checkpoint_replay: false`` leaves
   them out, and a resumed off-policy learner then refills its buffer from scratch);
 * the collector ([`state_dict`][lightmarl.data.collector.RolloutCollector.state_dict]): counters,
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import random
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -82,6 +83,28 @@ def restore_rng(state: dict[str, Any], device: torch.device) -> None:
     random.setstate((python["version"], tuple(python["internal"].tolist()), python["gauss_next"]))
 
 
+def seed_rank_streams(base_seed: int, rank: int, policies: Mapping[str, Any]) -> None:
+    """Give a DDP rank RNG streams of its own: rank 0 keeps those ``seed_everything`` started, rank
+    ``r > 0`` restarts torch's, NumPy's and Python's from ``SeedSequence([base_seed, r])`` and each
+    seeded scripted policy's own generator from ``SeedSequence([its seed, r])``.
+
+    Every rank starts from the same seed, so without this N ranks sample the same actions and, in an
+    env without randomness of its own (connect four), collect N copies of the same games. Called
+    once the policies are built (their initial weights stay identical on every rank) and before the
+    first rollout; a resumed run then puts each rank's saved streams back (`RunResume.restore_rng`).
+    """
+    if rank == 0:
+        return
+    torch_seed, numpy_seed, python_seed = np.random.SeedSequence([base_seed, rank]).generate_state(3)
+    torch.manual_seed(int(torch_seed))
+    np.random.seed(int(numpy_seed))
+    random.seed(int(python_seed))
+    for policy in policies.values():
+        generator, seed = getattr(policy, "generator", None), getattr(policy, "random_seed", None)
+        if isinstance(generator, torch.Generator) and seed is not None:
+            generator.manual_seed(int(np.random.SeedSequence([seed, rank]).generate_state(1)[0]))
+
+
 class RunResume:
     """Saves every rank's resume state into checkpoints and puts it back in a resumed run.
 
@@ -100,10 +123,13 @@ class RunResume:
         league: LeagueTraining | None,
         device: torch.device,
         strategy: Strategy | None,
+        policies: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Every rank's state (all ranks call it: under DDP ``strategy``'s ranks gather theirs)."""
+        """Every rank's state (all ranks call it: under DDP ``strategy``'s ranks gather theirs);
+        ``policies``: the bindings, whose own generators (a seeded scripted policy's) are saved too."""
         state = {
             "rng": capture_rng(device),
+            "generators": policy_generators(policies or {}),
             "collector": collector.state_dict(),
             "replay": trainer.replay_state_dict() if trainer is not None and self.checkpoint_replay else {},
             "league": league.rank_state_dict() if league is not None and league.matchmaker is not None else None,
@@ -146,8 +172,22 @@ class RunResume:
             f"lightmarl: resumed {collector.num_envs} env copies mid-episode ({replayed} actions replayed){buffers}"
         )
 
-    def restore_rng(self, device: torch.device) -> None:
-        """Set the RNG streams last, right before the first training step."""
+    def restore_rng(self, device: torch.device, policies: Mapping[str, Any] | None = None) -> None:
+        """Set the RNG streams last, right before the first training step (``policies``' own generators too)."""
         if self._pending is not None:
             restore_rng(self._pending["rng"], device)
+            for binding, generator_state in self._pending.get("generators", {}).items():
+                generator = getattr((policies or {}).get(binding), "generator", None)
+                if isinstance(generator, torch.Generator):
+                    generator.set_state(generator_state)
         self._pending = None
+
+
+def policy_generators(policies: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """binding -> the state of the binding's own ``torch.Generator`` (a seeded scripted policy's
+    `own_random_stream`), for the bindings that have one."""
+    return {
+        binding: policy.generator.get_state()
+        for binding, policy in policies.items()
+        if isinstance(getattr(policy, "generator", None), torch.Generator)
+    }
