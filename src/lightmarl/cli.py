@@ -44,6 +44,7 @@ from lightmarl.evaluation import plot_cli
 from lightmarl.evaluation.report import markdown_summary
 from lightmarl.evaluation.scenarios import EvaluationConfig
 from lightmarl.evaluation.suite import write_outputs
+from lightmarl.experiments import commands as experiment_commands
 from lightmarl.inference.onnx import export_onnx
 from lightmarl.policies.artifact import parse_mixture, read_artifact, write_artifact
 from lightmarl.policies.loading import load_torch_file
@@ -71,7 +72,7 @@ MAX_SEED = 2**32 - 1
 #: run locks this process holds (released when :func:`main` returns or raises).
 _RUN_LOCKS: list[RunLock] = []
 #: every command, for messages: LightningCLI's and those lightmarl dispatches itself.
-COMMANDS = ("fit", "validate", "test", "predict", "evaluate", "export", "plot")
+COMMANDS = ("fit", "validate", "test", "predict", "evaluate", "export", "plot", "sweep", "tune")
 COMMANDS_HINT = f"the commands are {', '.join(COMMANDS)} (`lightmarl COMMAND --help` lists its options)"
 #: set to 1 for full tracebacks instead of one-line user errors.
 DEBUG_ENV = "LIGHTMARL_DEBUG"
@@ -565,6 +566,10 @@ def main(args: list[str] | None = None) -> None:
     if argv[:1] == ["plot"]:
         # LightningCLI's subcommands are fixed: `lightmarl plot` is dispatched before it.
         plot_cli.main(argv[1:])
+        return
+    if argv[:1] in (["sweep"], ["tune"]):
+        # Many runs, each a `lightmarl fit` subprocess (lightmarl.experiments): dispatched before LightningCLI too.
+        experiment_commands.main(argv)
         return
     preemption = Preemption()
     try:
