@@ -32,11 +32,22 @@ ESTIMATORS = ("IQM", "mean", "median", "optimality gap")
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    # rliable prints a line per method and arch warns about its own random_state argument: keep the command's output clean.
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        yield
+def _seeded(seed: int) -> Iterator[None]:
+    """NumPy's global generator seeded for the block, then restored.
+
+    rliable's ``StratifiedBootstrap`` draws its resamples from ``np.random`` whatever ``random_state``
+    it is given (rliable 1.2.0), and so do its performance profiles: the global generator is what
+    makes an interval reproducible. rliable also prints a line per method and arch warns about the
+    ``random_state`` argument: both are kept out of the command's output.
+    """
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            yield
+    finally:
+        np.random.set_state(state)
 
 
 def _rliable() -> tuple[Any, Any]:
@@ -78,7 +89,7 @@ def aggregates(
     def estimate(matrix: np.ndarray) -> np.ndarray:
         return np.array([functions[e](matrix) for e in estimators])
 
-    with _quiet():
+    with _seeded(seed):
         points, intervals = library.get_interval_estimates(
             {m: np.asarray(s, dtype=float) for m, s in scores.items()},
             estimate,
@@ -111,7 +122,7 @@ def probability_of_improvement(
         seed: the bootstrap's random seed.
     """
     library, metrics = _rliable()
-    with _quiet():
+    with _seeded(seed):
         points, intervals = library.get_interval_estimates(
             {"pair": [np.asarray(x, dtype=float), np.asarray(y, dtype=float)]},
             metrics.probability_of_improvement,
@@ -132,21 +143,16 @@ def performance_profiles(
         taus: the thresholds.
         reps: bootstrap resamples.
         confidence: the bands' coverage.
-        seed: the bootstrap's random seed (rliable's profiles draw from NumPy's global generator: it is seeded).
+        seed: the bootstrap's random seed.
     """
     library, _ = _rliable()
-    state = np.random.get_state()
-    np.random.seed(seed)
-    try:
-        with _quiet():
-            profiles, cis = library.create_performance_profile(
-                {m: np.asarray(s, dtype=float) for m, s in scores.items()},
-                taus,
-                reps=reps,
-                confidence_interval_size=confidence,
-            )
-    finally:
-        np.random.set_state(state)
+    with _seeded(seed):
+        profiles, cis = library.create_performance_profile(
+            {m: np.asarray(s, dtype=float) for m, s in scores.items()},
+            taus,
+            reps=reps,
+            confidence_interval_size=confidence,
+        )
     return {m: {"profile": profiles[m].tolist(), "ci": [cis[m][0].tolist(), cis[m][1].tolist()]} for m in scores}
 
 
@@ -166,7 +172,7 @@ def iqm_curves(
     def iqm_per_point(matrix: np.ndarray) -> np.ndarray:
         return np.array([metrics.aggregate_iqm(matrix[..., point]) for point in range(matrix.shape[-1])])
 
-    with _quiet():
+    with _seeded(seed):
         points, intervals = library.get_interval_estimates(
             {m: np.asarray(s, dtype=float) for m, s in scores.items()},
             iqm_per_point,
