@@ -15,10 +15,11 @@ A tune file (docs/reference/tune_yaml.md has every field)::
 
 The study lives in Optuna's RDB storage, ``storage`` (any SQLAlchemy URL; default
 ``sqlite:///<out_dir>/study.db``). ``lightmarl tune`` runs trials until the study holds ``trials``
-finished ones (complete, pruned or failed), so a second call after a crash resumes it, and several
-calls at once (on one machine or several, sharing a database URL) share the study. A trial whose
-process died is failed by Optuna's heartbeat (``heartbeat_s``) and tried again once with the same
-parameters.
+finished ones (complete or pruned), so a second call after a crash resumes it, and several calls at
+once (on one machine or several, sharing a database URL) share the study. A trial whose process died
+is failed by Optuna's heartbeat (no heartbeat for ``2 * heartbeat_s`` seconds) and tried again once
+with the same parameters, resuming the dead trial's run from its ``last.ckpt`` (lightmarl's exact
+resume). One call runs at most ``trials`` trials, so a recipe whose every trial fails stops.
 
 Each trial's run directory is ``<out_dir>/trials/trial_<number>``. Its score is the objective metric
 of the trial's periodic validations during ``fit`` (``mode: final``: the last one, ``best``: the best
@@ -318,7 +319,11 @@ def _objective(spec: TuneSpec, study: Any) -> Any:
 
     def objective(trial: Any) -> float:
         params = suggest(trial, spec.search_space)
-        run_dir = spec.out_dir / "trials" / f"trial_{trial.number}"
+        # A retry of a trial whose process died (same parameters) resumes that trial's run from its last.ckpt.
+        frozen = next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number)
+        retried = optuna.storages.RetryFailedTrialCallback.retried_trial_number(frozen)
+        run_dir = spec.out_dir / "trials" / f"trial_{trial.number if retried is None else retried}"
+        (run_dir / PRUNED_FILE).unlink(missing_ok=True)
         callback = {
             "class_path": f"{OptunaPruning.__module__}.OptunaPruning",
             "init_args": {
@@ -337,9 +342,12 @@ def _objective(spec: TuneSpec, study: Any) -> Any:
             f"--trainer.default_root_dir={run_dir}",
             "--trainer.enable_progress_bar=false",
             f"--trainer.callbacks+={json.dumps(callback)}",
+            "--ckpt_path=last",
         ]
         run_dir.mkdir(parents=True, exist_ok=True)
-        log.info("lightmarl tune: trial %d: %s", trial.number, params)
+        log.info(
+            "lightmarl tune: trial %d%s: %s", trial.number, "" if retried is None else f" (retries {retried})", params
+        )
         with (run_dir / "tune.log").open("ab") as out:
             code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
         if code != 0:
@@ -356,8 +364,9 @@ def _objective(spec: TuneSpec, study: Any) -> Any:
 
 
 def finished(study: Any) -> int:
+    """Trials of the study that ran to their end (complete or pruned); failed ones are tried again."""
     optuna = _optuna()
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     return len(study.get_trials(deepcopy=False, states=states))
 
 
@@ -372,7 +381,8 @@ def run_tune(spec: TuneSpec, *, trials: int | None = None) -> list[Path]:
     study = open_study(spec)
     objective = _objective(spec, study)
     ran = 0
-    while finished(study) < spec.trials and (trials is None or ran < trials):
+    # At most `trials` (default spec.trials) per call: a recipe whose every trial fails does not loop forever.
+    while finished(study) < spec.trials and ran < (trials or spec.trials):
         # One trial per optimize call: the finished count is read again from the shared storage each time.
         study.optimize(objective, n_trials=1, catch=(RuntimeError,))
         ran += 1
@@ -395,6 +405,7 @@ def write_outputs(spec: TuneSpec, study: Any, optuna: Any) -> list[Path]:
         recipe: dict[str, Any] = {}
         for path in spec.recipes:
             _merge(recipe, yaml.safe_load(Path(path).read_text()) or {})
+        recipe["seed_everything"] = spec.seed
         for key, value in {**spec.overrides, **best.params}.items():
             _set_dotted(recipe, key, value)
         header = (
