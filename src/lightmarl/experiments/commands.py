@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 
+from lightmarl.experiments.launcher import submit_sweep
 from lightmarl.experiments.report import write_report
 from lightmarl.experiments.runner import check_out_dir, run_sweep, write_summary
 from lightmarl.experiments.spec import load_sweep
@@ -33,6 +34,11 @@ def sweep_main(argv: list[str]) -> None:
     )
     parser.add_argument("--config", required=True, help="the sweep YAML (docs/reference/sweep_yaml.md)")
     parser.add_argument("--workers", type=int, default=None, help="runs at once (default: the file's, else cores)")
+    parser.add_argument(
+        "--submit",
+        action="store_true",
+        help="run each pending run as a submitit job (SLURM, or a local executor) from the file's launcher: section",
+    )
     parser.add_argument("--report", action="store_true", help="after the runs, write the statistics report")
     parser.add_argument("--report-only", action="store_true", help="write the report of the runs on disk; run none")
     parser.add_argument("--metric", default=None, help="the report's score metric (default: the file's score.metric)")
@@ -44,7 +50,10 @@ def sweep_main(argv: list[str]) -> None:
     spec = load_sweep(options.config)
     check_out_dir(spec)
     if not options.report_only:
-        states = run_sweep(spec, workers=options.workers)
+        if options.submit:
+            states = submit_sweep(spec, options.config, spec.launcher, where=options.config)
+        else:
+            states = run_sweep(spec, workers=options.workers)
         done = sum(s.get("status") == "done" for s in states)
         print(f"lightmarl sweep: {done} of {len(states)} runs done")  # noqa: T201 - the command's output
     json_path, md_path = write_summary(spec)

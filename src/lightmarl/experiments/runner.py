@@ -220,13 +220,23 @@ class SweepRunner:
         self._lock = threading.Lock()
         self._live: set[subprocess.Popen[bytes]] = set()
 
-    def stop(self) -> None:
-        """Start no new run, and SIGTERM the runs in progress (each writes a final checkpoint)."""
+    def stop(self, *, wait_s: float = 0.0) -> None:
+        """Start no new run, and SIGTERM the runs in progress (each writes a final checkpoint).
+
+        Args:
+            wait_s: wait up to this long for them to end.
+        """
         self._stop.set()
         with self._lock:
-            for process in self._live:
-                if process.poll() is None:
-                    process.terminate()
+            live = [process for process in self._live if process.poll() is None]
+        for process in live:
+            process.terminate()
+        deadline = time.monotonic() + wait_s
+        for process in live:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("lightmarl sweep: a run did not stop within %.0f s of SIGTERM", wait_s)
 
     def run(self, runs: Sequence[RunSpec] | None = None) -> list[dict[str, Any]]:
         """Run ``runs`` (default: all of the sweep's), at most ``workers`` at once; the state of each, in order.

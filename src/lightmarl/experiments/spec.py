@@ -40,7 +40,7 @@ from lightmarl.errors import ConfigError
 
 #: where sweeps go by default, relative to the working directory: ``sweeps/<name>/``.
 SWEEPS_DIR = "sweeps"
-_TOP_LEVEL = {"name", "out_dir", "seeds", "workers", "validate", "overrides", "configs", "grid", "score"}
+_TOP_LEVEL = {"name", "out_dir", "seeds", "workers", "validate", "overrides", "configs", "grid", "score", "launcher"}
 _CONFIG_KEYS = {"name", "recipe", "task", "method", "overrides"}
 _SCORE_KEYS = {"metric", "normalize"}
 _SAFE = re.compile(r"[^A-Za-z0-9._=-]+")
@@ -118,6 +118,7 @@ class SweepSpec:
         configs: the base configurations.
         grid: recipe key -> values; every combination is applied to every config.
         score: what scores a run in the report.
+        launcher: the ``launcher`` section, for ``lightmarl sweep --submit`` (:mod:`lightmarl.experiments.launcher`).
     """
 
     name: str
@@ -129,6 +130,7 @@ class SweepSpec:
     configs: tuple[ConfigSpec, ...]
     grid: dict[str, list[Any]]
     score: ScoreSpec
+    launcher: dict[str, Any] = field(default_factory=dict)
 
     def runs(self) -> list[RunSpec]:
         """Every run, config by config, grid point by grid point, seed by seed."""
@@ -186,6 +188,16 @@ def _unknown(given: dict[str, Any], known: set[str], where: str) -> None:
     extra = sorted(set(given) - known)
     if extra:
         raise ConfigError(f"{where}: unknown field {extra[0]!r}; the fields are {', '.join(sorted(known))}")
+
+
+def _launcher(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"{where}: launcher: expected a mapping with folder:, cluster: and parameters:, got {value!r}"
+        )
+    return dict(value)
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
@@ -303,4 +315,5 @@ def parse_sweep(raw: dict[str, Any], *, default_name: str, where: str) -> SweepS
         configs=tuple(configs),
         grid=grid,
         score=ScoreSpec(metric=metric, normalize=normalize),
+        launcher=_launcher(raw.get("launcher"), where),
     )
