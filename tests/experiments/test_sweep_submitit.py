@@ -4,6 +4,8 @@ that resumes its run from its last.ckpt."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -80,7 +82,11 @@ def test_a_preempted_job_is_requeued_and_resumes_its_run(tmp_path, monkeypatch):
     while last_checkpoint(run_dir) is None:
         assert time.monotonic() < deadline and not job.done(), "no checkpoint before the job ended"
         time.sleep(0.5)
-    job._interrupt()  # what SLURM's preemption signal does: submitit calls SweepJob.checkpoint and requeues
+    # SLURM preempts by signalling the job's task (USR2 by default); submitit's handler there calls
+    # SweepJob.checkpoint and requeues. The task is the parent of the run's `lightmarl fit` (its lock names it).
+    fit_pid = json.loads((run_dir / ".lightmarl.lock").read_text())["pid"]
+    task_pid = int(Path(f"/proc/{fit_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    os.kill(task_pid, signal.SIGUSR2)
     deadline = time.monotonic() + 600
     while not (run_dir / STATE_FILE).is_file() or read_state(run_dir)["status"] != "done":
         assert time.monotonic() < deadline, read_state(run_dir)
