@@ -69,7 +69,7 @@ def test_a_preempted_job_is_requeued_and_resumes_its_run(tmp_path, monkeypatch):
         name="preempt",
         seeds=[0],
         validate=False,
-        overrides={**TINY, "model.max_frames": 2000},
+        overrides={**TINY, "model.max_frames": 800},
         configs=[{"name": "mappo", "recipe": QUICKSTART}],
     )
     spec = load_sweep(sweep)
@@ -92,7 +92,7 @@ def test_a_preempted_job_is_requeued_and_resumes_its_run(tmp_path, monkeypatch):
         assert time.monotonic() < deadline, read_state(run_dir)
         time.sleep(1.0)
     state = read_state(run_dir)
-    assert state["frames"] == 2000.0
+    assert state["frames"] == 800.0
     assert len(state["attempts"]) == 2 and state["attempts"][1]["resumed"]
     second_fit = (run_dir / "sweep.log").read_text().split("# lightmarl sweep: fit: ")[2]
     assert "Restoring states from the checkpoint" in second_fit

@@ -249,7 +249,12 @@ class SweepRunner:
             return []
         with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(runs)))) as pool:
             futures = [pool.submit(self.run_one, run) for run in runs]
-            return [future.result() for future in futures]
+            try:
+                return [future.result() for future in futures]
+            except BaseException:
+                # Ctrl-C: the queued runs must not start while the pool winds down.
+                self.stop()
+                raise
 
     def run_one(self, run: RunSpec) -> dict[str, Any]:
         """One run: skipped when done, else fit (resuming) and validate; its final state."""
