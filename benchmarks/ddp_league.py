@@ -15,7 +15,7 @@ ratios after / before per round. Run from the repository root with the project's
         --model.env.num_envs=16 --model.rollout_steps=32
 
 The result is a Markdown table on stdout; ``--write-result`` also writes
-``benchmarks/results/<--name>.json`` (shown in ``docs/results.md``, "The league under DDP").
+``benchmarks/results/<--name>.json`` (shown in ``docs/results/speed.md``, "The league under DDP").
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ optimizer step, and code never reaches back down-to-up::
     algorithms      how they learn
     league, evaluation   who plays whom / how well they do (siblings: neither imports the other)
     training        how it runs at scale: drives algorithms, league and evaluation
+    experiments     many runs: sweeps, their statistics, hyper-parameter search (runs `fit` as subprocesses)
     cli             the front door
 
 A package may import itself and any package of a lower layer, never one of its own layer or
@@ -45,6 +46,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("algorithms",),
     ("league", "evaluation"),
     ("training",),
+    ("experiments",),
     ("cli",),
 ]
 

@@ -46,6 +46,7 @@ from lightmarl.evaluation import plot_cli
 from lightmarl.evaluation.report import markdown_summary
 from lightmarl.evaluation.scenarios import EvaluationConfig
 from lightmarl.evaluation.suite import write_outputs
+from lightmarl.experiments import commands as experiment_commands
 from lightmarl.inference.onnx import export_onnx
 from lightmarl.policies.artifact import parse_mixture, read_artifact, write_artifact
 from lightmarl.policies.loading import load_torch_file
@@ -82,6 +83,8 @@ COMMANDS: dict[str, str] = {
     "evaluate": "play the recipe's evaluation: scenarios; write report.json, summary.md, plots and videos",
     "export": "write a run's policies for inference (safetensors or ONNX), without optimizer or trainer state",
     "plot": "draw learning curves, payoff heatmaps and return distributions from runs and reports",
+    "sweep": "run recipes x overrides x seeds as fit + validate runs, resumable, with a summary and an rliable report",
+    "tune": "search a recipe's hyper-parameters with Optuna in a study database; write the best trial as a recipe",
 }
 #: the commands that run a Lightning ``Trainer`` method through LightningCLI (``predict`` is not one:
 #: a population acts through ``lightmarl.load_population``, docs/howto/export.md).
@@ -797,6 +800,10 @@ def main(args: list[str] | None = None) -> None:
     if argv[:1] == ["plot"]:
         # LightningCLI's subcommands are fixed: `lightmarl plot` is dispatched before it.
         plot_cli.main(argv[1:])
+        return
+    if argv[:1] in (["sweep"], ["tune"]):
+        # Many runs, each a `lightmarl fit` subprocess (lightmarl.experiments): dispatched before LightningCLI too.
+        experiment_commands.main(argv)
         return
     preemption = Preemption()
     try:
