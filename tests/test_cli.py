@@ -54,6 +54,11 @@ TINY_EPISODES = {
     "vmas_navigation.yaml": ["--model.env.max_steps=10"],
     "vmas_transport.yaml": ["--model.env.max_steps=10"],
     "vmas_transport_kickstart.yaml": ["--model.env.max_steps=10"],
+    # recipes/benchmarl/: BenchMARL's algorithms with its settings on VMAS balance.
+    **{
+        f"{a}.yaml": ["--model.env.max_steps=10"]
+        for a in ("mappo", "ippo", "maddpg", "iddpg", "masac", "isac", "qmix", "vdn", "iql")
+    },
     # The GPU-sized recipe simulates on the GPU: here on the CPU (the `gpu` case still trains on the GPU).
     "vmas_navigation_gpu.yaml": ["--model.env.max_steps=10", "--model.env.device=cpu", "--trainer.accelerator=cpu"],
     "mappo_simple_spread_continuous.yaml": ["--model.env.env_kwargs.max_cycles=20"],
@@ -72,6 +77,7 @@ NEEDS = {
     "vmas_navigation_gpu.yaml": "vmas",
     "vmas_transport.yaml": "vmas",
     "vmas_transport_kickstart.yaml": "vmas",
+    **{f"{a}.yaml": "vmas" for a in ("mappo", "ippo", "maddpg", "iddpg", "masac", "isac", "qmix", "vdn", "iql")},
     "mettagrid_mines.yaml": "mettagrid",
     **{
         f"league_{game}.yaml": "pyspiel"
@@ -95,7 +101,7 @@ def trainable_bindings(recipe: Path) -> list[str]:
 
 
 def test_every_recipe_is_documented_and_every_documented_recipe_exists():
-    docs = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+    docs = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))])
     named = set(re.findall(r"recipes/[\w/]+\.yaml", docs))
     # A README row may name a recipe's siblings by file name: `recipes/two_trainers/ppo_run.yaml` + `dqn_run.yaml`.
     undocumented = [
