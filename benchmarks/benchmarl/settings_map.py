@@ -494,7 +494,10 @@ RULES: dict[str, dict[str, Rule]] = {
         "evaluation_interval": To(
             {"*": ["model.iterations_per_epoch"]}, convert=_evaluation_every, note="/ frames per batch"
         ),
-        "evaluation_episodes": To({"*": ["model.eval_episodes"]}),
+        "evaluation_episodes": To(
+            {"*": ["model.eval_episodes", "model.eval_num_envs"]},
+            note="BenchMARL plays them as one batch of as many VMAS env copies",
+        ),
         "evaluation_deterministic_actions": To({"*": ["model.eval_deterministic"]}),
         "evaluation_static": Ignored(
             "lightmarl plays the same seeded episodes (model.eval_seed) at every evaluation, as static=true; the "
