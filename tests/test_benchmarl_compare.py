@@ -231,7 +231,7 @@ def test_algorithm_table_has_a_row_per_algorithm_and_framework(tmp_path):
     assert lightmarl[8] == 12_000 / 8.0  # frames per training second
     assert lightmarl[9] == 200 / 4.0 and benchmarl[9] == 200 / 10.0  # 2 batches x 100 steps over the update seconds
     # lightmarl's seed mean (2.0) first reaches BenchMARL's final mean (2.0) at its first evaluation: 4 s of BenchMARL's 20.
-    assert lightmarl[11] == 0.2 and rows[2][5] is None  # one seed: no interval
+    assert lightmarl[11] == 0.2 and benchmarl[11] is None and rows[2][5] is None  # one seed: no interval
     path = compare.write_algorithms_json(
         "algorithms_test", "vmas_balance", results, ["--algorithms", "masac"], tmp_path
     )

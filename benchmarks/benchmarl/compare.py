@@ -712,7 +712,7 @@ def algorithm_rows(results: dict[str, Any], task: str) -> list[list[Any]]:
             update_s = [d["update_s"][-1] for d in data if d.get("update_s")]
             steps = data[0].get("optimizer_steps", 0) * frames / data[0].get("batch_frames", BENCHMARL_BATCH_FRAMES)
             reached = None
-            if target is not None and budget:
+            if target is not None and budget and framework != "benchmarl":
                 for k in range(min(len(d["returns"]) for d in data)):
                     if sum(d["returns"][k] for d in data) / len(data) >= target:
                         reached = sum(d["train_s"][k] for d in data) / len(data) / budget
@@ -772,7 +772,8 @@ def write_algorithms_json(
         notes=(
             f"{spec.benchmarl_task} ({', '.join(f'{k} {v}' for k, v in spec.settings.items())}); greedy evaluation "
             "return, mean per agent; both frameworks with BenchMARL 1.5.2's settings mapped by "
-            "benchmarks/benchmarl/settings_map.py and the changes in the command; '—' in the last column: never."
+            "benchmarks/benchmarl/settings_map.py and the changes in the command; '—' in the last column: never "
+            "(BenchMARL's own row: not applicable)."
         ),
         directory=directory,
     )
