@@ -202,3 +202,38 @@ def test_both_frameworks_are_told_absolute_folders_whatever_out_is(tmp_path, mon
         a.partition("=")[2] for command in commands for a in command if a.startswith("--trainer.default_root_dir=")
     ]
     assert len(roots) == 2 and all(Path(root).is_absolute() for root in roots)  # fit, then the random policy
+
+
+def test_algorithm_table_has_a_row_per_algorithm_and_framework(tmp_path):
+    import json
+
+    def curve(returns, train_s, update_s):
+        frames = [6000.0 * (k + 1) for k in range(len(returns))]
+        return {
+            **compare.Curve(frames, train_s, returns, 99.0, update_s).to_json(),
+            "optimizer_steps": 100,
+            "batch_frames": 6000,
+        }
+
+    results = {
+        "vmas_balance:masac/benchmarl/0": curve([0.0, 1.0], [10.0, 20.0], [5.0, 10.0]),
+        "vmas_balance:masac/benchmarl/1": curve([0.0, 3.0], [10.0, 20.0], [5.0, 10.0]),
+        "vmas_balance:masac/lightmarl/0": curve([2.0, 4.0], [4.0, 8.0], [2.0, 4.0]),
+        "vmas_balance:masac/lightmarl/1": curve([2.0, 2.0], [4.0, 8.0], [2.0, 4.0]),
+        "vmas_balance:masac/random": {"return": -8.0},
+        "vmas_balance:iql/lightmarl/0": curve([1.0], [5.0], [1.0]),
+        "vmas_balance/benchmarl/0": curve([9.0], [5.0], [1.0]),  # MAPPO with the task's recipe: not an algorithm row
+    }
+    rows = compare.algorithm_rows(results, "vmas_balance")
+    assert [row[:3] for row in rows] == [["masac", "benchmarl", 2], ["masac", "lightmarl", 2], ["iql", "lightmarl", 1]]
+    benchmarl, lightmarl = rows[0], rows[1]
+    assert benchmarl[4] == 2.0 and lightmarl[4] == 3.0 and benchmarl[7] == -8.0
+    assert lightmarl[8] == 12_000 / 8.0  # frames per training second
+    assert lightmarl[9] == 200 / 4.0 and benchmarl[9] == 200 / 10.0  # 2 batches x 100 steps over the update seconds
+    # lightmarl's seed mean (2.0) first reaches BenchMARL's final mean (2.0) at its first evaluation: 4 s of BenchMARL's 20.
+    assert lightmarl[11] == 0.2 and benchmarl[11] is None and rows[2][5] is None  # one seed: no interval
+    path = compare.write_algorithms_json(
+        "algorithms_test", "vmas_balance", results, ["--algorithms", "masac"], tmp_path
+    )
+    written = json.loads(path.read_text())
+    assert len(written["table"]["rows"]) == 3 and "vmas_balance/benchmarl/0" not in written["per_seed"]

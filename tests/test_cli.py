@@ -54,6 +54,20 @@ TINY_EPISODES = {
     "vmas_navigation.yaml": ["--model.env.max_steps=10"],
     "vmas_transport.yaml": ["--model.env.max_steps=10"],
     "vmas_transport_kickstart.yaml": ["--model.env.max_steps=10"],
+    # recipes/benchmarl/: BenchMARL's algorithms with its settings on VMAS balance; the off-policy ones
+    # learn from the tiny run's first batch (BenchMARL's batch of 128 env steps would not fill).
+    "mappo.yaml": ["--model.env.max_steps=10"],
+    "ippo.yaml": ["--model.env.max_steps=10"],
+    **{
+        f"{a}.yaml": [
+            "--model.env.max_steps=10",
+            "--model.algorithm.init_args.batch_size=8",
+            "--model.algorithm.init_args.learning_starts=8",
+            "--model.algorithm.init_args.buffer_size=1000",
+            "--model.algorithm.init_args.updates_per_iteration=2",
+        ]
+        for a in ("maddpg", "iddpg", "masac", "isac", "qmix", "vdn", "iql")
+    },
     # The GPU-sized recipe simulates on the GPU: here on the CPU (the `gpu` case still trains on the GPU).
     "vmas_navigation_gpu.yaml": ["--model.env.max_steps=10", "--model.env.device=cpu", "--trainer.accelerator=cpu"],
     "mappo_simple_spread_continuous.yaml": ["--model.env.env_kwargs.max_cycles=20"],
@@ -72,6 +86,7 @@ NEEDS = {
     "vmas_navigation_gpu.yaml": "vmas",
     "vmas_transport.yaml": "vmas",
     "vmas_transport_kickstart.yaml": "vmas",
+    **{f"{a}.yaml": "vmas" for a in ("mappo", "ippo", "maddpg", "iddpg", "masac", "isac", "qmix", "vdn", "iql")},
     "mettagrid_mines.yaml": "mettagrid",
     **{
         f"league_{game}.yaml": "pyspiel"

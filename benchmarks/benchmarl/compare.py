@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import platform
 import shlex
@@ -116,6 +117,7 @@ class Task:
         episode = settings.pop(self.max_steps_key)
         if self.lightmarl_env == "vmas":
             return [
+                f"--model.env.init_args.scenario={self.benchmarl_task.split('/')[1]}",
                 f"--model.env.init_args.scenario_kwargs={json.dumps(settings)}",
                 f"--model.env.init_args.max_steps={episode}",
                 "--model.env.init_args.continuous_actions=true",
@@ -170,6 +172,20 @@ TASKS = {
             "agent_radius": 0.1,
         },
     ),
+    "vmas_sampling": Task(
+        benchmarl_task="vmas/sampling",
+        recipe="recipes/benchmarl/mappo.yaml",
+        settings={
+            "max_steps": 100,
+            "n_agents": 3,
+            "shared_rew": False,
+            "n_gaussians": 3,
+            "lidar_range": 0.2,
+            "cov": 0.05,
+            "collisions": True,
+            "spawn_same_pos": False,
+        },
+    ),
     "vmas_transport": Task(
         benchmarl_task="vmas/transport",
         recipe="recipes/vmas_transport.yaml",
@@ -200,13 +216,21 @@ class Curve:
     train_s: list[float]
     returns: list[float]
     process_s: float
+    #: the update part of ``train_s`` (BenchMARL's ``timers/training_time``, lightmarl's ``time/update_s``).
+    update_s: list[float] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"frames": self.frames, "train_s": self.train_s, "returns": self.returns, "process_s": self.process_s}
+        return {
+            "frames": self.frames,
+            "train_s": self.train_s,
+            "returns": self.returns,
+            "process_s": self.process_s,
+            "update_s": self.update_s,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Curve:
-        return cls(data["frames"], data["train_s"], data["returns"], data["process_s"])
+        return cls(data["frames"], data["train_s"], data["returns"], data["process_s"], data.get("update_s", []))
 
 
 # -- setup ----------------------------------------------------------------------------------------
@@ -255,14 +279,24 @@ def run_logged(command: Sequence[str], cwd: Path, log: Path) -> float:
     return seconds
 
 
-def run_benchmarl(python: Path, task: Task, seed: int, frames: int, run_dir: Path, eval_episodes: int) -> Curve:
+def run_benchmarl(
+    python: Path,
+    task: Task,
+    seed: int,
+    frames: int,
+    run_dir: Path,
+    eval_episodes: int,
+    algorithm: str = "mappo",
+    settings: Sequence[str] = (),
+) -> Curve:
+    """BenchMARL's command line on ``task`` with ``algorithm`` and ``settings`` (``section.key=value``)."""
     # BenchMARL runs in run_dir and reads its save folder relative to that: give it an absolute one.
     run_dir = run_dir.resolve()
     command = [
         str(python),
         "-m",
         "benchmarl.run",
-        "algorithm=mappo",
+        f"algorithm={algorithm}",
         f"task={task.benchmarl_task}",
         f"seed={seed}",
         f"experiment.max_n_frames={frames}",
@@ -273,6 +307,7 @@ def run_benchmarl(python: Path, task: Task, seed: int, frames: int, run_dir: Pat
         f"experiment.save_folder={run_dir}",
         f"hydra.run.dir={run_dir / 'hydra'}",
         *task.benchmarl_overrides(),
+        *settings,
     ]
     seconds = run_logged(command, run_dir, run_dir / "log.txt")
     return read_benchmarl_curve(run_dir, seconds)
@@ -291,17 +326,112 @@ def read_benchmarl_curve(run_dir: Path, process_s: float) -> Curve:
 
     evals = series("eval_reward_episode_reward_mean")
     frames = series("counters_total_frames")
-    spent = {k: v + series("timers_training_time")[k] for k, v in series("timers_collection_time").items()}
-    cumulative, total = {}, 0.0
+    training = series("timers_training_time")
+    spent = {k: v + training[k] for k, v in series("timers_collection_time").items()}
+    cumulative, updating, total, total_update = {}, {}, 0.0, 0.0
     for step in sorted(spent):
         total += spent[step]
-        cumulative[step] = total
+        total_update += training[step]
+        cumulative[step], updating[step] = total, total_update
     steps = sorted(evals)
-    return Curve([frames[s] for s in steps], [cumulative[s] for s in steps], [evals[s] for s in steps], process_s)
+    return Curve(
+        [frames[s] for s in steps],
+        [cumulative[s] for s in steps],
+        [evals[s] for s in steps],
+        process_s,
+        [updating[s] for s in steps],
+    )
 
 
 def run_lightmarl(task: Task, seed: int, frames: int, run_dir: Path, recipe: str | None) -> Curve:
     return fit_recipe(recipe or task.recipe, seed, frames, run_dir, task.lightmarl_overrides())
+
+
+# -- every algorithm, through the settings map ------------------------------------------------------
+#: BenchMARL's algorithm names, each trained by lightmarl from recipes/benchmarl/<name>.yaml.
+ALGORITHMS = ("mappo", "ippo", "maddpg", "iddpg", "masac", "isac", "qmix", "vdn", "iql")
+
+
+def settings_map() -> Any:
+    """benchmarks/benchmarl/settings_map.py, BenchMARL's settings and their lightmarl keys."""
+    sys.path.insert(0, str(HERE))
+    import settings_map as module
+
+    return module
+
+
+def parse_benchmarl_settings(assignments: Sequence[str]) -> dict[str, Any]:
+    """``section.key=value`` (BenchMARL's command-line form, values read as YAML) -> {``section.key``: value}."""
+    import yaml
+
+    changes: dict[str, Any] = {}
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        if not sep or key.count(".") != 1:
+            raise ValueError(
+                f"{assignment!r}: write SECTION.KEY=VALUE, e.g. experiment.off_policy_n_optimizer_steps=100"
+            )
+        changes[key] = yaml.safe_load(value)
+    return changes
+
+
+@dataclass(frozen=True)
+class AlgorithmRun:
+    """One algorithm on one task as both frameworks run it: BenchMARL's arguments and lightmarl's.
+
+    Attributes:
+        algorithm: BenchMARL's algorithm name.
+        recipe: lightmarl's recipe (``recipes/benchmarl/<algorithm>.yaml``).
+        benchmarl_settings: BenchMARL command-line settings beyond the task and budget (the reductions).
+        lightmarl_overrides: every lightmarl setting the map derives from BenchMARL's configuration.
+        optimizer_steps: optimizer steps per collected batch (off-policy: ``off_policy_n_optimizer_steps``).
+        batch_frames: frames per collected batch.
+    """
+
+    algorithm: str
+    recipe: str
+    benchmarl_settings: tuple[str, ...]
+    lightmarl_overrides: tuple[str, ...]
+    optimizer_steps: int
+    batch_frames: int
+
+
+def algorithm_run(
+    task: Task, algorithm: str, frames: int, eval_episodes: int, changes: Sequence[str] = ()
+) -> AlgorithmRun:
+    """``algorithm`` on ``task`` with BenchMARL's configuration (its defaults, the task's settings, the frame
+    budget, an evaluation after every batch, and ``changes``) and lightmarl's settings mapped from it."""
+    module = settings_map()
+    user = parse_benchmarl_settings(changes)
+    off_policy = module.ALGORITHMS[algorithm][0] in module.OFF_POLICY
+    prefix = "off_policy" if off_policy else "on_policy"
+    batch = int(user.get(f"experiment.{prefix}_collected_frames_per_batch", BENCHMARL_BATCH_FRAMES))
+    run = {
+        "experiment.max_n_frames": frames,
+        "experiment.evaluation_interval": batch,
+        "experiment.evaluation_episodes": eval_episodes,
+        "experiment.render": False,
+        "experiment.loggers": ["csv"],
+        **{f"task.{key}": value for key, value in task.settings.items()},
+        **user,
+    }
+    config = module.benchmarl_config(algorithm, task.benchmarl_task, run)
+    settings = module.lightmarl_settings(algorithm, config)
+    overrides = [f"--model.env.init_args.scenario={task.benchmarl_task.split('/')[1]}"]
+    overrides += module.cli_overrides(algorithm, settings)
+    if off_policy:
+        steps = int(config["experiment"]["off_policy_n_optimizer_steps"])
+    else:
+        minibatches = int(config["experiment"]["on_policy_n_minibatch_iters"])
+        steps = minibatches  # one optimizer step per minibatch
+    return AlgorithmRun(
+        algorithm=algorithm,
+        recipe=f"{module.RECIPES_DIR}/{algorithm}.yaml",
+        benchmarl_settings=tuple(changes),
+        lightmarl_overrides=tuple(overrides),
+        optimizer_steps=steps,
+        batch_frames=batch,
+    )
 
 
 def fit_recipe(recipe: str, seed: int, frames: int, run_dir: Path, overrides: Sequence[str] = ()) -> Curve:
@@ -345,12 +475,13 @@ def read_lightmarl_curve(run_dir: Path, process_s: float, evaluation_only: bool 
     if not found:
         raise SystemExit(f"{run_dir}: no csv/version_*/metrics.csv")
     curve = Curve([], [], [], process_s)
-    frames, spent = 0.0, 0.0
+    frames, spent, updating = 0.0, 0.0, 0.0
     with open(found[-1]) as f:
         for row in csv.DictReader(f):
             if row.get("counters/frames"):
                 frames = float(row["counters/frames"])
                 spent += float(row["time/collect_s"]) + float(row["time/update_s"])
+                updating += float(row["time/update_s"])
             returns = [
                 float(v) for k, v in row.items() if k.startswith("eval/") and k.endswith("/episode_return") and v
             ]
@@ -358,6 +489,7 @@ def read_lightmarl_curve(run_dir: Path, process_s: float, evaluation_only: bool 
                 curve.frames.append(frames)
                 curve.train_s.append(spent)
                 curve.returns.append(sum(returns) / len(returns))
+                curve.update_s.append(updating)
     if not curve.returns:
         raise SystemExit(f"{found[-1]}: no eval/<binding>/episode_return rows")
     return curve
@@ -552,6 +684,101 @@ def write_json(
     )
 
 
+def algorithm_rows(results: dict[str, Any], task: str) -> list[list[Any]]:
+    """Per algorithm of ``task`` in ``results`` and framework: seeds, frames, final return (mean and 95% t
+    interval over seeds), random play's return, frames per training second, optimizer steps per update
+    second, and the training seconds at which the framework's seed mean first reaches BenchMARL's final mean
+    (as a fraction of BenchMARL's training seconds)."""
+    from lightmarl.evaluation.statistics import t_interval
+
+    rows: list[list[Any]] = []
+    for cell in cell_names(results):
+        name, _, algorithm = cell.partition(":")
+        if name != task or not algorithm:
+            continue
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for key, data in results.items():
+            if key.count("/") == 2 and key.split("/")[0] == cell:
+                runs.setdefault(key.split("/")[1], []).append(data)
+        reference = runs.get("benchmarl", [])
+        target = sum(d["returns"][-1] for d in reference) / len(reference) if reference else None
+        budget = sum(d["train_s"][-1] for d in reference) / len(reference) if reference else None
+        for framework in framework_order(runs):
+            data = runs[framework]
+            finals = [d["returns"][-1] for d in data]
+            low, high = t_interval(finals)
+            frames = sum(d["frames"][-1] for d in data) / len(data)
+            train_s = sum(d["train_s"][-1] for d in data) / len(data)
+            update_s = [d["update_s"][-1] for d in data if d.get("update_s")]
+            steps = data[0].get("optimizer_steps", 0) * frames / data[0].get("batch_frames", BENCHMARL_BATCH_FRAMES)
+            reached = None
+            if target is not None and budget and framework != "benchmarl":
+                for k in range(min(len(d["returns"]) for d in data)):
+                    if sum(d["returns"][k] for d in data) / len(data) >= target:
+                        reached = sum(d["train_s"][k] for d in data) / len(data) / budget
+                        break
+            rows.append(
+                [
+                    algorithm,
+                    framework,
+                    len(data),
+                    frames,
+                    sum(finals) / len(finals),
+                    None if math.isnan(low) else low,
+                    None if math.isnan(high) else high,
+                    results.get(f"{cell}/random", {}).get("return"),
+                    frames / train_s if train_s else None,
+                    steps / (sum(update_s) / len(update_s)) if update_s and steps else None,
+                    train_s,
+                    reached,
+                ]
+            )
+    return rows
+
+
+def write_algorithms_json(
+    name: str, task: str, results: dict[str, Any], argv: Sequence[str], directory: Path | None = None
+) -> Path:
+    """Every algorithm cell of ``task`` in ``results`` as ``benchmarks/results/<name>.json`` (the docs' table
+    of the task), every run's curve kept under ``per_seed``."""
+    sys.path.insert(0, str(HERE.parent))  # benchmarks/, where results.py lives
+    from results import write_result
+
+    rows = algorithm_rows(results, task)
+    if not rows:
+        raise SystemExit(f"--json: no algorithm runs of task {task!r} in the results")
+    per_seed = {key: data for key, data in results.items() if key.split("/")[0].startswith(f"{task}:")}
+    command = shlex.join(["python", "benchmarks/benchmarl/compare.py", *argv])
+    spec = TASKS[task]
+    return write_result(
+        name,
+        command=command,
+        per_seed=per_seed,
+        columns=[
+            "algorithm",
+            "framework",
+            "seeds",
+            {"name": "frames", "format": ",.0f"},
+            {"name": "final eval return (mean)", "format": ".3f"},
+            {"name": "95% low", "format": ".3f"},
+            {"name": "95% high", "format": ".3f"},
+            {"name": "random actions", "format": ".3f"},
+            {"name": "frames / train s", "format": ",.0f"},
+            {"name": "optimizer steps / update s", "format": ",.0f"},
+            {"name": "train s", "format": ",.0f"},
+            {"name": "reaches BenchMARL's final mean at (x its train s)", "format": ".2f"},
+        ],
+        rows=rows,
+        notes=(
+            f"{spec.benchmarl_task} ({', '.join(f'{k} {v}' for k, v in spec.settings.items())}); greedy evaluation "
+            "return, mean per agent; both frameworks with BenchMARL 1.5.2's settings mapped by "
+            "benchmarks/benchmarl/settings_map.py and the changes in the command; '—' in the last column: never "
+            "(BenchMARL's own row: not applicable)."
+        ),
+        directory=directory,
+    )
+
+
 def plot_task(name: str, runs: dict[str, dict[int, Curve]], path: Path) -> None:
     import matplotlib
 
@@ -662,6 +889,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="NAME",
         help="also write benchmarks/results/NAME.json, the docs' table of the (one) task's runs",
     )
+    parser.add_argument(
+        "--algorithms",
+        nargs="+",
+        choices=ALGORITHMS,
+        help="BenchMARL algorithms to compare with BenchMARL's own settings in both frameworks "
+        "(recipes/benchmarl/<name>.yaml, settings mapped by settings_map.py); without it, MAPPO with each task's "
+        "lightmarl recipe",
+    )
+    parser.add_argument(
+        "--benchmarl-setting",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="with --algorithms: change one of BenchMARL's settings in both frameworks (repeatable), e.g. "
+        "experiment.off_policy_n_optimizer_steps=100",
+    )
     args = parser.parse_args(argv)
     if args.setup:
         print("BenchMARL ready:", setup_venv(DEFAULT_VENV))
@@ -670,6 +913,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--frames: BenchMARL collects {BENCHMARL_BATCH_FRAMES} frames per batch; give a multiple of it")
     if args.recipe and len(args.tasks) != 1:
         parser.error("--recipe: name exactly one task with --tasks")
+    if args.recipe and args.algorithms:
+        parser.error("--recipe: the --algorithms runs train recipes/benchmarl/<algorithm>.yaml")
+    if args.benchmarl_setting and not args.algorithms:
+        parser.error("--benchmarl-setting: only with --algorithms")
     try:
         variants = lightmarl_variants(args.recipe)
     except ValueError as error:
@@ -684,6 +931,19 @@ def main(argv: Sequence[str] | None = None) -> None:
             tasks[args.tasks[0]] = with_settings(TASKS[args.tasks[0]], args.task_setting)
         except ValueError as error:
             parser.error(f"--task-setting: {error}")
+    # Every cell's settings are derived (and any unmatched BenchMARL value refused) before anything runs.
+    plans: dict[str, AlgorithmRun] = {}
+    for name in args.tasks:
+        for algorithm in args.algorithms or ():
+            lightmarl_frames = args.lightmarl_frames or args.frames
+            if lightmarl_frames != args.frames:
+                parser.error("--lightmarl-frames: the --algorithms runs use BenchMARL's budget on both sides")
+            try:
+                plans[cell_name(name, algorithm)] = algorithm_run(
+                    tasks[name], algorithm, args.frames, args.benchmarl_eval_episodes, args.benchmarl_setting
+                )
+            except ValueError as error:
+                parser.error(f"--algorithms {algorithm} on {name}: {error}")
     if "benchmarl" in args.frameworks:
         check_benchmarl(args.benchmarl_python)
     # Both frameworks run inside their run folders: every folder they are given must be absolute.
@@ -692,56 +952,102 @@ def main(argv: Sequence[str] | None = None) -> None:
     results_path = args.out / "results.json"
     results: dict[str, Any] = json.loads(results_path.read_text()) if results_path.exists() else {}
 
-    for name in args.tasks:
+    cells = [(name, cell_name(name, a), a) for name in args.tasks for a in (args.algorithms or [None])]
+    for name, cell, algorithm in cells:
         task = tasks[name]
+        plan = plans.get(cell)
         for seed in args.seeds:
             runs = [(f, None) for f in args.frameworks if f == "benchmarl"]
-            runs += [(f, recipe) for f, recipe in variants.items() if "lightmarl" in args.frameworks]
+            if plan is not None:
+                runs += [("lightmarl", plan.recipe)] if "lightmarl" in args.frameworks else []
+            else:
+                runs += [(f, recipe) for f, recipe in variants.items() if "lightmarl" in args.frameworks]
             for framework, recipe in runs:
-                key = f"{name}/{framework}/{seed}"
+                key = f"{cell}/{framework}/{seed}"
                 if key in results and not args.rerun:
                     continue
-                run_dir = args.out / name / f"{framework.replace(':', '-')}_seed{seed}"
+                run_dir = args.out / cell.replace(":", "-") / f"{framework.replace(':', '-')}_seed{seed}"
                 if framework == "benchmarl":
                     curve = run_benchmarl(
-                        args.benchmarl_python, task, seed, args.frames, run_dir, args.benchmarl_eval_episodes
+                        args.benchmarl_python,
+                        task,
+                        seed,
+                        args.frames,
+                        run_dir,
+                        args.benchmarl_eval_episodes,
+                        algorithm=algorithm or "mappo",
+                        settings=plan.benchmarl_settings if plan else (),
                     )
+                elif plan is not None:
+                    curve = fit_recipe(plan.recipe, seed, args.frames, run_dir, plan.lightmarl_overrides)
                 else:
                     curve = run_lightmarl(task, seed, args.lightmarl_frames or args.frames, run_dir, recipe)
-                results[key] = {**curve.to_json(), "load": load_average(), "date": time.strftime("%Y-%m-%d %H:%M")}
+                extra = {"optimizer_steps": plan.optimizer_steps, "batch_frames": plan.batch_frames} if plan else {}
+                results[key] = {
+                    **curve.to_json(),
+                    **extra,
+                    "load": load_average(),
+                    "date": time.strftime("%Y-%m-%d %H:%M"),
+                }
                 results_path.write_text(json.dumps(results, indent=1))
                 print(
                     f"{key}: return {curve.returns[-1]:.3f} at {curve.frames[-1]:,.0f} frames, "
                     f"{curve.train_s[-1]:.0f} train s, {curve.process_s:.0f} process s, load {load_average()}"
                 )
-
-    for name in args.tasks:
-        key = f"{name}/random"
+        key = f"{cell}/random"
         if key not in results or args.rerun:
-            results[key] = {"return": run_random(tasks[name], args.out / name / "random")}
+            if plan is not None:
+                value = random_return(
+                    plan.recipe, args.out / cell.replace(":", "-") / "random", plan.lightmarl_overrides
+                )
+            else:
+                value = run_random(task, args.out / name / "random")
+            results[key] = {"return": value}
             results_path.write_text(json.dumps(results, indent=1))
 
     lines = [f"Machine: {platform.machine()}, {os.cpu_count()} CPUs; load at the end {load_average()}.", ""]
-    for name in TASKS:
+    for cell in cell_names(results):
         runs: dict[str, dict[int, Curve]] = {}
-        random_return = results.get(f"{name}/random", {}).get("return")
+        random_value = results.get(f"{cell}/random", {}).get("return")
         for key, data in results.items():
             if key.count("/") != 2:
                 continue
-            task_name, framework, seed = key.split("/")
-            if task_name == name:
+            cell_of, framework, seed = key.split("/")
+            if cell_of == cell:
                 runs.setdefault(framework, {})[int(seed)] = Curve.from_json(data)
         if not runs:
             continue
-        lines += [*task_table(name, runs), "", f"Uniformly random actions: {_fmt(random_return)}.", ""]
+        lines += [*task_table(cell, runs), "", f"Uniformly random actions: {_fmt(random_value)}.", ""]
         lines += seed_mean_tables(runs)
-        lines += [f"![{name}]({name}.png)", ""]
-        plot_task(name, runs, args.out / f"{name}.png")
+        lines += [f"![{cell}]({cell.replace(':', '-')}.png)", ""]
+        plot_task(cell, runs, args.out / f"{cell.replace(':', '-')}.png")
     (args.out / "results.md").write_text("\n".join(lines))
     print("\n".join(lines))
     if args.json:
         argv = argv if argv is not None else sys.argv[1:]
-        print("wrote", write_json(args.json, args.tasks[0], results, argv, spec=tasks[args.tasks[0]]))
+        if args.algorithms:
+            print("wrote", write_algorithms_json(args.json, args.tasks[0], results, argv))
+        else:
+            print("wrote", write_json(args.json, args.tasks[0], results, argv, spec=tasks[args.tasks[0]]))
+
+
+def cell_name(task: str, algorithm: str | None) -> str:
+    """A comparison's key in ``results.json``: the task (MAPPO with the task's recipe) or ``task:algorithm``."""
+    return task if algorithm is None else f"{task}:{algorithm}"
+
+
+def cell_names(results: dict[str, Any]) -> list[str]:
+    """The cells in ``results``, by task in :data:`TASKS` order, then algorithm in :data:`ALGORITHMS` order."""
+    found = {key.split("/")[0] for key in results}
+
+    def order(cell: str) -> tuple[int, int]:
+        task, _, algorithm = cell.partition(":")
+        return (
+            list(TASKS).index(task) if task in TASKS else len(TASKS),
+            ALGORITHMS.index(algorithm) + 1 if algorithm else 0,
+        )
+
+    return sorted(found, key=order)
 
 
 if __name__ == "__main__":

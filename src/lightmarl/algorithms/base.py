@@ -257,7 +257,8 @@ class UnitTrainer(ABC):
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """One Adam with a parameter group per entry of [`parameter_groups`][lightmarl.algorithms.base.UnitTrainer.parameter_groups] (empty ones left out)."""
-        return torch.optim.Adam([{"params": params, "lr": lr} for params, lr in self.parameter_groups() if params])
+        groups = [{"params": params, "lr": lr} for params, lr in self.parameter_groups() if params]
+        return torch.optim.Adam(groups, eps=self.config.adam_eps)
 
     @abstractmethod
     def update(
@@ -344,6 +345,8 @@ class Algorithm(ABC):
     max_loss_growth: float | None = 1e4
     """Divergence limit: a critic / Q loss above this many times its mean over the binding's first 5 learning
     updates (at least 0.01) (``null``: no limit)."""
+    adam_eps: float = 1e-8
+    """The epsilon of the binding's Adam optimizer (torch's default; BenchMARL's runs use 1e-6)."""
 
     def __post_init__(self) -> None:
         check_hyperparameters(*self.hyperparameter_checks())
@@ -375,6 +378,7 @@ class Algorithm(ABC):
                 self.max_loss_growth is None or self.max_loss_growth > 1,
                 "max_loss_growth is None or max_loss_growth > 1",
             ),
+            ("adam_eps", self.adam_eps, self.adam_eps > 0, "adam_eps > 0"),
         )
 
     @property

@@ -76,10 +76,10 @@ class DQNUnitTrainer(OffPolicyUnitTrainer):
         # The Q-network only: the policy's epsilon is a buffer, and it has no other trainable part.
         return [(self.own_parameters([self.qvalue]), self.config.lr)]
 
-    def _batch_metrics(self, batch: TensorDictBase) -> dict[str, float]:
+    def _last_batch_metrics(self, batch: TensorDictBase) -> dict[str, float]:
         with torch.no_grad():
             chosen = self.qvalue(batch.select(*self.qvalue.in_keys)).get((self.group.name, keys.CHOSEN_ACTION_VALUE))
-        return {**super()._batch_metrics(batch), "q_mean": float(chosen.mean())}
+        return {"q_mean": float(chosen.mean())}
 
 
 @dataclass(kw_only=True)

@@ -226,7 +226,7 @@ class OffPolicyUnitTrainer(UnitTrainer):
 
     Subclasses set `loss_name` and implement `_make_loss` (a TorchRL loss with target
     parameters, finished with `_td0`); they may override [`exploration`][lightmarl.algorithms.off_policy.OffPolicyUnitTrainer.exploration] (a schedule the
-    policy explores with), `_batch_metrics` and `_make_target_updater`.
+    policy explores with), `_batch_metrics`, `_last_batch_metrics` and `_make_target_updater`.
     """
 
     config: OffPolicyAlgorithm
@@ -391,6 +391,7 @@ class OffPolicyUnitTrainer(UnitTrainer):
     def _train(self, optimizer: torch.optim.Optimizer, stepper: GradientStepper) -> dict[str, float]:
         params = self.parameters()
         means = MetricMeans()
+        batch = None
         for _ in range(self.config.updates_per_iteration):
             batch = self.replay.sample().to(self.device)
             terms = dict(self.loss(batch).items())
@@ -398,12 +399,19 @@ class OffPolicyUnitTrainer(UnitTrainer):
             self.target_updater.step()
             self.grad_steps += 1
             means.add({**terms, **self._batch_metrics(batch)})
-        return means.means()
+        # Diagnostics that need another forward pass: once per update (on its last batch), not once per step.
+        return {**means.means(), **({} if batch is None else self._last_batch_metrics(batch))}
 
     def _batch_metrics(self, batch: TensorDictBase) -> dict[str, float]:
-        """Extra per-batch metrics read after the loss ran on ``batch`` (default: its mean TD error)."""
+        """Extra per-batch metrics read after the loss ran on ``batch`` (default: its mean TD error);
+        averaged over the update's steps, so only what the loss already computed."""
         td_error = batch.get((self.group.name, keys.TD_ERROR), None)
         return {} if td_error is None else {keys.TD_ERROR: float(td_error.float().mean())}
+
+    def _last_batch_metrics(self, batch: TensorDictBase) -> dict[str, float]:
+        """Metrics that cost a forward pass, taken on the update's last batch after its step (default: none)."""
+        del batch
+        return {}
 
     # -- state ------------------------------------------------------------------------------
     #: prefixes of the loss's ``state_dict`` entries that a checkpoint keeps: the target networks

@@ -248,10 +248,10 @@ class ValueDecompositionUnitTrainer(DQNUnitTrainer):
         return self.mixer_module(td).get(keys.TEAM_ACTION_VALUE).squeeze(-1)
 
     def _batch_metrics(self, batch: TensorDictBase) -> dict[str, float]:
-        return {
-            keys.TD_ERROR: float(batch.get(keys.TD_ERROR).mean()),
-            "q_team": float(self.team_action_value(batch).mean()),
-        }
+        return {keys.TD_ERROR: float(batch.get(keys.TD_ERROR).mean())}
+
+    def _last_batch_metrics(self, batch: TensorDictBase) -> dict[str, float]:
+        return {"q_team": float(self.team_action_value(batch).mean())}
 
     # -- state ------------------------------------------------------------------------------
     # The mixer lives in the loss, not in the policy: its weights are checkpointed with the targets.
