@@ -132,3 +132,26 @@ def test_bad_average_networks_fail_naming_the_field():
     with pytest.raises(ValueError, match=r"league\.average_networks\.frames: expected a positive integer"):
         AverageNetworkConfig(player="main", frames=0)
     np.testing.assert_equal(AverageNetworkConfig(player="main").binding_id, "main_average")
+
+
+def test_distilling_where_some_actions_are_illegal(tmp_path):
+    """Leduc poker masks actions (no check after a raise, ...): the KL skips illegal actions, so it
+    stays small and falls, and the student ends near the mixture's exploitability."""
+    from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
+    from lightmarl.policies import MLPActorCritic
+    from lightmarl.training.average_network import distill_mixture
+
+    env = PettingZooEnvConfig(env_fn="lightmarl.envs.openspiel.openspiel_env", env_kwargs={"game": "leduc_poker"})
+    env.num_envs = 64
+    group = env.spec().groups["player"]
+    torch.manual_seed(1)
+    members = [MLPActorCritic(group, hidden_sizes=[32]).eval() for _ in range(2)]
+    spiel = openspiel_game("leduc_poker")
+    tables = [tabular_policy(spiel, m, "player") for m in members]
+    target = measure(spiel, mixture_policy(spiel, tables, [0.5, 0.5])).exploitability
+    student = MLPActorCritic(group, hidden_sizes=[32])
+    config = AverageNetworkConfig(player="main", frames=20000, epochs=10, minibatch_size=256, lr=0.003)
+    found = distill_mixture(student, members, [0.5, 0.5], env, [["player_0"], ["player_1"]], config, 16)
+    assert found["kl"] < found["kl_before"] and found["kl"] < 0.1, found
+    learned = measure(spiel, tabular_policy(spiel, student.eval(), "player")).exploitability
+    assert abs(learned - target) < 0.15, (learned, target)

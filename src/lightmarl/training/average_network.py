@@ -188,7 +188,9 @@ def distill_mixture(
                 where = binding == table.index[b]
                 if bool(where.any()):
                     probs = policy_probabilities(policy, group.name, obs[where], mask[where], agent[where])
-                    logp[where] = probs.clamp_min(1e-30).log().float()
+                    # Illegal actions have probability 0 (log -inf): the KL skips them, as for a neural teacher.
+                    legal = mask[where]
+                    logp[where] = torch.where(legal, probs.clamp_min(1e-30).log(), float("-inf")).float()
             observations.append(obs.clone())
             masks.append(mask.clone())
             agent_ids.append(agent.clone())
