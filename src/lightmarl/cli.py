@@ -43,14 +43,16 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightmarl._imports import import_object
 from lightmarl.errors import TRAINING_FAULT_EXIT_CODE, CheckpointWriteError, ConfigError, TrainingFault
 from lightmarl.evaluation import plot_cli
+from lightmarl.evaluation.best_response import best_response_logs
 from lightmarl.evaluation.report import markdown_summary
 from lightmarl.evaluation.scenarios import EvaluationConfig
-from lightmarl.evaluation.suite import write_outputs
+from lightmarl.evaluation.suite import EvaluationResult, write_outputs
 from lightmarl.experiments import commands as experiment_commands
 from lightmarl.inference.onnx import export_onnx
 from lightmarl.policies.artifact import parse_mixture, read_artifact, write_artifact
 from lightmarl.policies.loading import load_torch_file
 from lightmarl.policies.run_checkpoints import latest_checkpoint
+from lightmarl.training.best_response import measure_best_response
 from lightmarl.training.module import MARLModule
 from lightmarl.training.periodic_evaluation import PeriodicEvaluation, run_suite, suite_for
 from lightmarl.training.preemption import PREEMPTED_EXIT_CODES, Preemption
@@ -565,14 +567,38 @@ class EvaluateCLI(LightmarlCLI):
         if module.cpu_threads is not None:
             torch.set_num_threads(module.cpu_threads)
         out = Path(config.get("out") or evaluation.out_dir or Path(self.trainer.default_root_dir) / "evaluation")
-        mixtures = checkpoint_mixtures(ckpt_path, module, evaluation.exploitability) if ckpt_path is not None else {}
+        shown = [*evaluation.exploitability, *(c.target for c in evaluation.best_response if c.mixture)]
+        mixtures = checkpoint_mixtures(ckpt_path, module, list(dict.fromkeys(shown))) if ckpt_path is not None else {}
         result = run_suite(suite, module, out / "videos", checkpoint=ckpt_path, mixtures=mixtures)
+        if evaluation.best_response:
+            add_best_responses(result, module, evaluation, suite.bindings, mixtures, out / "best_response")
         written = write_outputs(result, out) + list(result.videos.values())
         for logger in self.trainer.loggers:
             logger.log_metrics(result.logs, step=module.iterations)
             logger.finalize("success")
         print(markdown_summary(result.report))  # noqa: T201 - the command's output
         print("\n".join(f"lightmarl: wrote {path}" for path in written))  # noqa: T201
+
+
+def add_best_responses(
+    result: EvaluationResult,
+    module: MARLModule,
+    evaluation: EvaluationConfig,
+    bindings: dict[str, Any],
+    mixtures: dict[str, list[tuple[dict[str, torch.Tensor], float]]],
+    root: Path,
+) -> None:
+    """Train ``evaluation.best_response``'s best responses and add their block and metrics to ``result``."""
+    blocks = {}
+    for config in evaluation.best_response:
+        try:
+            blocks[config.name] = measure_best_response(
+                module, config, bindings, mixtures, evaluation.confidence, str(root / config.name)
+            )
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+    result.report["best_response"] = blocks
+    result.logs.update(best_response_logs(result.report))
 
 
 def checkpoint_mixtures(

@@ -332,6 +332,24 @@ def markdown_summary(report: Mapping[str, Any], digits: int = 2) -> str:
                 f"| {shown} | {value['game']} | {_number(value['exploitability'], digits + 2)} | "
                 f"{_number(value['nash_conv'], digits + 2)} |"
             )
+    if report.get("best_response"):
+        lines += [
+            "",
+            "Approximate exploitability: the return of best responses trained against the target "
+            "(exact values where the game allows).",
+            "",
+            "| measurement | target | frames | runs | return of the best response | exact return | exploitability |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for name, block in report["best_response"].items():
+            value = block["value"]
+            target = block["target"]
+            lines.append(
+                f"| {name} | {target.get('binding')} ({target.get('policy')}) | {block['frames']} | "
+                f"{len(block['runs'])} | {_number(value['mean'], digits + 2)} "
+                f"[{_number(value['ci_low'], digits + 2)}, {_number(value['ci_high'], digits + 2)}] | "
+                f"{_number(block.get('exact_return'), digits + 2)} | {_number(block.get('exploitability'), digits + 2)} |"
+            )
     info_rows = [
         (name, binding, field_name, value)
         for name, scenario in report["scenarios"].items()

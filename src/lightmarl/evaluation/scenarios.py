@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from lightmarl.evaluation.best_response import BestResponseConfig
 from lightmarl.evaluation.episodes import WinRule
 from lightmarl.evaluation.statistics import IntervalMethod
 from lightmarl.population import PerEnvAgentBindingMap, PolicyBindingConfig
@@ -156,6 +157,10 @@ class EvaluationConfig:
             (``report.json``'s ``exploitability``; ``eval/exploitability/<binding>``), for
             two-player zero-sum OpenSpiel games (``lightmarl.evaluation.exploitability``): each
             binding's own weights.
+        best_response: approximate exploitability (`lightmarl.evaluation.best_response`):
+            best responses trained by ``lightmarl evaluate`` against a frozen binding or the
+            league mixture it shows, with the recipe's network and algorithm, and the return
+            they earn against it.
     """
 
     bindings: list[PolicyBindingConfig] = field(default_factory=list)
@@ -169,6 +174,7 @@ class EvaluationConfig:
     episodes: int | None = None
     out_dir: str | None = None
     exploitability: list[str] = field(default_factory=list)
+    best_response: list[BestResponseConfig] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from lightmarl.envs.config import EnvConfig
+from lightmarl.evaluation.best_response import check_best_response
 from lightmarl.evaluation.episodes import EpisodeRecord, play_episodes
 from lightmarl.evaluation.exploitability import (
     OpenSpielGame,
@@ -132,6 +133,7 @@ class EvaluationSuite:
                 self._spiel = openspiel_game_of(env_config)
             except (ValueError, ImportError) as err:
                 raise ValueError(f"evaluation.exploitability: {err}") from None
+        check_best_response(config.best_response, {b.id: b.trainable for b in bindings}, [b.id for b in extra])
         # Each mix builds its table now: a binding that controls agents of two groups, a per-env
         # index out of range, ... fail before training.
         self._tables = {

@@ -25,6 +25,7 @@ shared filesystem).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from lightmarl.league.player import ActivePlayer, HistoricalPlayer
 from lightmarl.population import PolicyBindingConfig
 from lightmarl.population.bindings import as_binding
 from lightmarl.training import collectives
+from lightmarl.training.average_network import AverageNetworkConfig, distill_mixture
 
 if TYPE_CHECKING:
     from lightmarl.algorithms.marl_trainer import MARLTrainer
@@ -70,6 +72,15 @@ class LeagueHost(Protocol):
     def device(self) -> torch.device: ...
 
     def _base_seed(self) -> int: ...
+
+    @property
+    def policies(self) -> Any: ...
+
+    iterations: int
+    rollout_steps: int
+
+    @property
+    def total_iterations(self) -> int: ...
 
     def get_weights(self, binding_id: str) -> dict[str, torch.Tensor]: ...
 
@@ -114,6 +125,10 @@ class LeagueConfig:
         max_redraws: new draws for a job whose snapshot finds every opponent slot busy; after
             them the env copy plays one unrecorded episode against the player itself.
         heatmap: write ``<log_dir>/league/payoff_epoch<n>.png`` at each epoch end.
+        average_networks: the shown policy of a player as one network
+            (`lightmarl.training.average_network`): a frozen binding ``<player>_average``
+            into which the player's shown mixture is distilled every ``every_n_iterations``
+            iterations and after the last; checkpoints and exports carry it like any binding.
     """
 
     roles: list[LeagueRole] = field(default_factory=lambda: [LeagueRole()])
@@ -127,6 +142,7 @@ class LeagueConfig:
     seed: int | None = None
     max_redraws: int = 8
     heatmap: bool = True
+    average_networks: list[AverageNetworkConfig] = field(default_factory=list)
 
 
 class LeagueTraining:
@@ -189,7 +205,28 @@ class LeagueTraining:
             dataclasses.replace(template, id=slot, trainable=False, policy_uri=None, class_path=template.class_path)
             for slot in self.slot_ids
         ]
-        self.policy_bindings: list[Any] = [*bindings, *slots]
+        #: player binding -> its average network's config (``league.average_networks``)
+        self.averages: dict[str, AverageNetworkConfig] = {}
+        for average in config.average_networks:
+            if average.player not in self.player_binding_ids:
+                raise ValueError(
+                    f"league.average_networks: player {average.player!r} is not a player's binding; "
+                    f"players' bindings: {self.player_binding_ids}"
+                )
+            if average.player in self.averages:
+                raise ValueError(f"league.average_networks: player {average.player!r} has two average networks")
+            if average.binding_id in by_id or average.binding_id in self.slot_ids:
+                raise ValueError(
+                    f"league.average_networks: binding id {average.binding_id!r} is taken; name another (binding: ...)"
+                )
+            self.averages[average.player] = average
+        averages = [
+            dataclasses.replace(by_id[a.player], id=a.binding_id, trainable=False, policy_uri=None)
+            for a in self.averages.values()
+        ]
+        #: average network binding -> the members (snapshot file -> policy) it was last distilled from
+        self._member_policies: dict[str, Any] = {}
+        self.policy_bindings: list[Any] = [*bindings, *slots, *averages]
         #: every agent -> the first player's binding: the map before the league seats copies, and in evaluation.
         self.eval_map = [self.player_binding_ids[0]] * len(self.agents)
         self.store = SnapshotStore(max_resident=config.max_resident)
@@ -232,7 +269,13 @@ class LeagueTraining:
 
     def reserve(self, table: BindingTable) -> None:
         """Give every player and slot binding a policy from the start (they enter the map later)."""
-        table.reserve({b: self.group for b in [*self.player_binding_ids, *self.slot_ids]})
+        averages = [a.binding_id for a in self.averages.values()]
+        table.reserve({b: self.group for b in [*self.player_binding_ids, *self.slot_ids, *averages]})
+
+    def average_binding(self, binding: str) -> str | None:
+        """The binding of ``binding``'s average network (``league.average_networks``), or ``None``."""
+        average = self.averages.get(binding)
+        return average.binding_id if average is not None else None
 
     # -- set-up ---------------------------------------------------------------------------
     def setup(self, module: LeagueHost) -> None:
@@ -241,6 +284,11 @@ class LeagueTraining:
             return
         self.module = module
         trainer = module.trainer
+        if self.averages and trainer.world_size > 1:
+            raise ConfigError(
+                f"league.average_networks: distillation runs in one process; this run has {trainer.world_size} "
+                "(train with one process, or leave average_networks out)"
+            )
         folder = self.config.snapshot_dir or os.path.join(trainer.default_root_dir, "league")
         seed = self.config.seed if self.config.seed is not None else module._base_seed()
         manager = LeagueManager(
@@ -453,7 +501,53 @@ class LeagueTraining:
         self._apply(on_deck, on_deck=True)
         self._rollout_ends, self._lane_steps = [], {}
         self._ends.zero_()
+        iteration = self.module.iterations
+        for player_binding, average in self.averages.items():
+            if iteration % average.every_n_iterations == 0 or iteration >= self.module.total_iterations:
+                metrics.update(self.distill_average(player_binding))
         return metrics
+
+    def distill_average(self, player: str) -> dict[str, float]:
+        """Distil the shown policy of ``player`` (a binding) into its average network; ``league/<binding>/average_*`` metrics.
+
+        Before the player's first snapshot (or for a role without a mixture) the shown policy is the
+        live binding: its weights are copied.
+        """
+        assert self.module is not None
+        average = self.averages[player]
+        policies = self.module.policies
+        shown = self.shown_policy(player)
+        prefix = f"league/{player}"
+        if shown is None:
+            self.module.set_weights(average.binding_id, self.module.get_weights(player))
+            return {f"{prefix}/average_members": 1.0}
+        members = []
+        for path, _ in shown:
+            if path not in self._member_policies:
+                member = copy.deepcopy(policies[player]).eval().requires_grad_(False)
+                member.load_state_dict(self.store.load(path))
+                self._member_policies[path] = member
+            members.append(self._member_policies[path])
+        student = policies[average.binding_id]
+        student.requires_grad_(True)
+        try:
+            found = distill_mixture(
+                student,
+                members,
+                [w for _, w in shown],
+                self.module.env_config,
+                self.seats,
+                average,
+                self.module.rollout_steps,
+                seed=self.module.iterations,
+            )
+        finally:
+            student.requires_grad_(False)
+        return {
+            f"{prefix}/average_kl": found["kl"],
+            f"{prefix}/average_kl_before": found["kl_before"],
+            f"{prefix}/average_members": float(len(shown)),
+        }
 
     def _save_snapshot(self, player: ActivePlayer, snapshot: HistoricalPlayer) -> None:
         assert self.module is not None

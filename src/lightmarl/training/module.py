@@ -16,7 +16,7 @@ from torch import nn
 from lightmarl import keys
 from lightmarl.algorithms import PPO, Algorithm, IndependentMARLTrainer, MARLTrainer
 from lightmarl.algorithms.marl_trainer import MARLTrainerFactory
-from lightmarl.data.collector import RolloutCollector
+from lightmarl.data.collector import RolloutCollector, StepHook
 from lightmarl.envs.config import EnvConfig
 from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.transforms import (
@@ -431,11 +431,16 @@ class MARLModule(LightningModule):
             self.rollout_steps,
             stats_window=self.stats_window,
             device=self.device,
-            on_step=self.league.on_step if self.league is not None else None,
+            on_step=self.step_hook(),
         )
         self._resume.restore_collector(self._collector, self.league)  # a resumed run: env copies back mid-episode
         if self.league is not None:
             self.league.start(self._collector)
+
+    def step_hook(self) -> StepHook | None:
+        """What the collector calls after every env step (`RolloutCollector`'s
+        ``on_step``): the league's seating of the copies whose episode ended, where there is one."""
+        return self.league.on_step if self.league is not None else None
 
     def on_train_start(self) -> None:
         self._resume.restore_rng(
