@@ -10,29 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+from tiny_sweeps import QUICKSTART, TINY, write_sweep
 
 from lightmarl.cli import main
 from lightmarl.experiments.runner import STATE_FILE, error_line, fit_command, last_checkpoint, lightmarl_command
 from lightmarl.experiments.spec import load_sweep, override_args
-
-ROOT = Path(__file__).resolve().parents[2]
-QUICKSTART = str(ROOT / "recipes" / "quickstart.yaml")
-#: 160 frames in two epochs of 80 (a checkpoint after each), validated after each: a few seconds of training.
-TINY = {
-    "model.env.num_envs": 4,
-    "model.rollout_steps": 10,
-    "model.max_frames": 160,
-    "model.iterations_per_epoch": 2,
-    "model.eval_episodes": 2,
-    "model.algorithm.init_args.minibatch_size": 40,
-    "trainer.enable_model_summary": False,
-}
-
-
-def write_sweep(path: Path, **fields) -> Path:
-    path.write_text(yaml.safe_dump(fields, sort_keys=False))
-    return path
 
 
 def test_a_sweep_expands_configs_grid_and_seeds(tmp_path):

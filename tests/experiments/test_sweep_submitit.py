@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+from tiny_sweeps import QUICKSTART, TINY, write_sweep
 
 from lightmarl.cli import main
 from lightmarl.experiments.launcher import SweepJob
@@ -18,23 +18,6 @@ from lightmarl.experiments.runner import STATE_FILE, last_checkpoint, read_state
 from lightmarl.experiments.spec import load_sweep
 
 submitit = pytest.importorskip("submitit")
-
-ROOT = Path(__file__).resolve().parents[2]
-QUICKSTART = str(ROOT / "recipes" / "quickstart.yaml")
-TINY = {
-    "model.env.num_envs": 4,
-    "model.rollout_steps": 10,
-    "model.max_frames": 160,
-    "model.iterations_per_epoch": 2,
-    "model.eval_episodes": 2,
-    "model.algorithm.init_args.minibatch_size": 40,
-    "trainer.enable_model_summary": False,
-}
-
-
-def write_sweep(path: Path, **fields) -> Path:
-    path.write_text(yaml.safe_dump(fields, sort_keys=False))
-    return path
 
 
 def test_a_sweep_submitted_to_the_local_executor_runs_each_run_as_a_job(tmp_path, monkeypatch, capsys):

@@ -12,22 +12,12 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from tiny_sweeps import QUICKSTART, TINY
 
 from lightmarl.cli import main
 from lightmarl.experiments.runner import last_checkpoint, lightmarl_command
 from lightmarl.experiments.tune import load_tune
 
-ROOT = Path(__file__).resolve().parents[2]
-QUICKSTART = str(ROOT / "recipes" / "quickstart.yaml")
-TINY = {
-    "model.env.num_envs": 4,
-    "model.rollout_steps": 10,
-    "model.max_frames": 160,
-    "model.iterations_per_epoch": 2,
-    "model.eval_episodes": 2,
-    "model.algorithm.init_args.minibatch_size": 40,
-    "trainer.enable_model_summary": False,
-}
 SPACE = {
     "model.algorithm.init_args.lr": {"type": "float", "low": 0.0001, "high": 0.01, "log": True},
     "model.algorithm.init_args.epochs": {"type": "int", "low": 1, "high": 3},

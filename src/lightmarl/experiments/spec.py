@@ -207,15 +207,20 @@ def load_sweep(path: str | Path) -> SweepSpec:
         path: the sweep YAML.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"--config {str(path)!r}: no such file")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"--config {path}: not valid YAML ({type(err).__name__})") from None
+    raw = read_config_file(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {path}: expected a mapping with configs: and seeds:, got {type(raw).__name__}")
     return parse_sweep(raw, default_name=path.stem, where=str(path))
+
+
+def read_config_file(path: Path) -> Any:
+    """The YAML of a sweep or tune file named by ``--config``, or a `ConfigError` saying why not."""
+    if not path.is_file():
+        raise ConfigError(f"--config {str(path)!r}: no such file")
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"--config {path}: not valid YAML ({type(err).__name__})") from None
 
 
 def parse_sweep(raw: dict[str, Any], *, default_name: str, where: str) -> SweepSpec:

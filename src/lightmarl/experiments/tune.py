@@ -47,7 +47,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from lightmarl.errors import ConfigError
 from lightmarl.experiments.runner import error_line, lightmarl_command, metrics_files
-from lightmarl.experiments.spec import override_args
+from lightmarl.experiments.spec import override_args, read_config_file
 
 log = logging.getLogger(__name__)
 
@@ -134,12 +134,7 @@ def load_tune(path: str | Path) -> TuneSpec:
         path: the tune YAML.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"--config {str(path)!r}: no such file")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"--config {path}: not valid YAML ({type(err).__name__})") from None
+    raw = read_config_file(path)
     where = str(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping with recipe:, objective: and search_space:")
