@@ -54,3 +54,10 @@ def test_predict_is_not_offered(capsys):
         main(["predict", "--config", "recipes/quickstart.yaml"])
     assert stop.value.code == 2
     assert "unknown command 'predict'" in capsys.readouterr().err
+
+
+def test_the_help_shows_cross_references_as_names_not_site_links(capsys):
+    """Docstrings link as the site renders them ([`X`][lightmarl.m.X]); the terminal shows `X`."""
+    text = help_of(capsys, "fit", "--config", "recipes/quickstart.yaml")
+    assert "`MARLTrainer`" in text
+    assert "][lightmarl." not in text.replace("\n", "").replace(" ", "")

@@ -151,6 +151,9 @@ def command_parser_kwargs(command: str) -> dict[str, str]:
     }
 
 
+_SITE_LINK = re.compile(r"\[(`[^`\]]+`)\]\[[\w.]+\]")
+
+
 class LightmarlArgumentParser(LightningArgumentParser):
     """Parse errors as one line (``lightmarl: error: ...``) instead of the whole usage, exit code 2;
     help lists lightmarl's own options and the model's before Lightning's Trainer flags."""
@@ -172,9 +175,16 @@ class LightmarlArgumentParser(LightningArgumentParser):
             elif "ckpt_path" in dests and dests <= {"ckpt_path", "weights_only"}:
                 group.title = "The checkpoint"
         self._action_groups = [g for g in groups if not lightning(g)] + [g for g in groups if lightning(g)]
+        # Docstrings cross-reference as the site renders them, [`X`][lightmarl.module.X]: the terminal shows `X`.
+        helps = {id(a): a.help for a in self._actions}
+        for action in self._actions:
+            if isinstance(action.help, str):
+                action.help = _SITE_LINK.sub(r"\1", action.help)
         try:
             return super().format_help(formatter)
         finally:
+            for action in self._actions:
+                action.help = helps[id(action)]
             self._action_groups = groups
             for group in groups:
                 group.title = titles[id(group)]
