@@ -45,6 +45,7 @@ def test_a_sweep_submitted_to_the_local_executor_runs_each_run_as_a_job(tmp_path
     assert "submitted as job" not in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a submitit job preempted and requeued: minutes on 2 cores
 def test_a_preempted_job_is_requeued_and_resumes_its_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     sweep = write_sweep(

@@ -65,6 +65,7 @@ def test_tune_file_mistakes_are_one_line(tmp_path, capsys, fields, message):
     assert message in err
 
 
+@pytest.mark.slow  # 6 trials of fit + validate processes, killed and resumed: minutes on 2 cores
 def test_a_study_killed_halfway_resumes_from_its_sqlite_file(tmp_path):
     """6 trials; SIGKILL to `lightmarl tune` and its fit once two trials are complete and a third has a
     checkpoint; the second call fails the dead trial by its heartbeat, retries it with the same parameters
