@@ -145,46 +145,40 @@ def with_settings(task: Task, assignments: Sequence[str]) -> Task:
     return replace(task, settings=settings)
 
 
+def settings_map() -> Any:
+    """benchmarks/benchmarl/settings_map.py, BenchMARL's settings and their lightmarl keys."""
+    sys.path.insert(0, str(HERE))
+    import settings_map as module
+
+    return module
+
+
+def benchmarl_task_defaults(name: str) -> dict[str, Any]:
+    """BenchMARL 1.5.2's ``conf/task/<name>.yaml`` settings, as the settings map holds them."""
+    return dict(settings_map().BENCHMARL_DEFAULTS[f"task/{name}"])
+
+
 def _hydra_value(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-#: BenchMARL 1.5.2's own task configs (``benchmarl/conf/task/...``), written out so that both
-#: frameworks get them from here.
+#: BenchMARL 1.5.2's own task configs (``benchmarl/conf/task/...``), so that both frameworks get
+#: them from here; the VMAS tasks of the settings map are its copy of them.
 TASKS = {
     "vmas_balance": Task(
         benchmarl_task="vmas/balance",
         recipe="recipes/vmas_balance.yaml",
-        settings={"max_steps": 100, "n_agents": 4, "random_package_pos_on_line": True, "package_mass": 5},
+        settings=benchmarl_task_defaults("vmas/balance"),
     ),
     "vmas_navigation": Task(
         benchmarl_task="vmas/navigation",
         recipe="recipes/vmas_navigation.yaml",
-        settings={
-            "max_steps": 100,
-            "n_agents": 3,
-            "collisions": True,
-            "agents_with_same_goal": 1,
-            "split_goals": False,
-            "observe_all_goals": False,
-            "shared_rew": False,
-            "lidar_range": 0.35,
-            "agent_radius": 0.1,
-        },
+        settings=benchmarl_task_defaults("vmas/navigation"),
     ),
     "vmas_sampling": Task(
         benchmarl_task="vmas/sampling",
         recipe="recipes/benchmarl/mappo.yaml",
-        settings={
-            "max_steps": 100,
-            "n_agents": 3,
-            "shared_rew": False,
-            "n_gaussians": 3,
-            "lidar_range": 0.2,
-            "cov": 0.05,
-            "collisions": True,
-            "spawn_same_pos": False,
-        },
+        settings=benchmarl_task_defaults("vmas/sampling"),
     ),
     "vmas_transport": Task(
         benchmarl_task="vmas/transport",
@@ -350,14 +344,6 @@ def run_lightmarl(task: Task, seed: int, frames: int, run_dir: Path, recipe: str
 # -- every algorithm, through the settings map ------------------------------------------------------
 #: BenchMARL's algorithm names, each trained by lightmarl from recipes/benchmarl/<name>.yaml.
 ALGORITHMS = ("mappo", "ippo", "maddpg", "iddpg", "masac", "isac", "qmix", "vdn", "iql")
-
-
-def settings_map() -> Any:
-    """benchmarks/benchmarl/settings_map.py, BenchMARL's settings and their lightmarl keys."""
-    sys.path.insert(0, str(HERE))
-    import settings_map as module
-
-    return module
 
 
 def parse_benchmarl_settings(assignments: Sequence[str]) -> dict[str, Any]:
