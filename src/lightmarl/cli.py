@@ -734,13 +734,13 @@ def export_main(args: list[str]) -> None:
         description="Write everything a run's population needs to act (policies, env transforms with their "
         "statistics, the agent -> binding map, counters, league snapshots and mixtures; no optimizer or trainer "
         "state) as population.json + safetensors, or each binding's acting graph as ONNX. "
-        "`policy_uri: DIR#binding`, PolicyDict.load(DIR) and lightmarl.load_population(DIR) load an export "
+        "`policy_uri: DIR#binding` and lightmarl.load_population(DIR) load an export "
         "(docs/export_format.md).",
     )
     parser.add_argument(
         "checkpoint",
-        help="a run directory (runs/x), a training checkpoint (runs/x/checkpoints/last.ckpt), an export, a "
-        "PolicyDict file or a league snapshot file",
+        help="a run directory (runs/x), a training checkpoint (runs/x/checkpoints/last.ckpt), an export or a "
+        "league snapshot file",
     )
     parser.add_argument("--out", required=True, help="the directory to write")
     parser.add_argument("--bindings", nargs="+", help="export only these bindings (default: all)")
@@ -777,13 +777,6 @@ def export_main(args: list[str]) -> None:
         raise ConfigError(f"--out: {options.out!r} is a file; name a directory to write the export into")
     artifact = read_artifact(options.checkpoint, field="lightmarl export")
     artifact.check_classes(options.allow, trust_code=options.trust_code)
-    ungrouped = sorted(b for b, entry in artifact.bindings.items() if entry.get("group") not in artifact.groups)
-    if ungrouped:
-        # An export without them would be written, and then refused by load_population.
-        raise ConfigError(
-            f"lightmarl export: {artifact.source!r} records no agent group spec for binding(s) {ungrouped} "
-            "(a checkpoint without saved group specs); load it as a policy_uri in a recipe, whose env gives them"
-        )
     if options.bindings:
         artifact = artifact.select(options.bindings)
     for text in options.mixture:

@@ -42,6 +42,7 @@ from typing import Any
 from lightmarl.errors import ConfigError
 from lightmarl.experiments.spec import RunSpec, SweepSpec, override_args
 from lightmarl.policies.loading import load_torch_file
+from lightmarl.policies.run_checkpoints import counters_of
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +147,8 @@ def checkpoint_frames(run_dir: Path) -> float | None:
         checkpoint = load_torch_file(path, field="sweep run")
     except ValueError:
         return None
-    frames = (checkpoint.get("lightmarl") or {}).get("frames") if isinstance(checkpoint, dict) else None
-    return float(frames) if frames is not None else None
+    counters = counters_of(checkpoint)
+    return float(counters[0]) if counters is not None else None
 
 
 def validate_metrics(run_dir: Path) -> dict[str, float]:

@@ -8,11 +8,11 @@ writes the export format; class names in files follow the loading rule of [`ligh
 """
 
 from lightmarl.inference.population import Population, load_population
-from lightmarl.policies.artifact import Artifact, Snapshot, read_artifact, write_artifact
+from lightmarl.policies.artifact import SavedPopulation, Snapshot, read_artifact, write_artifact
 
 __all__ = [
-    "Artifact",
     "Population",
+    "SavedPopulation",
     "Snapshot",
     "load_population",
     "read_artifact",

@@ -2,7 +2,7 @@
 
 Inference gets an env's own observations (a PettingZoo dict); the policies learned from the
 transformed ones. `ObservationPipeline` rebuilds the run's transforms from an
-[`Artifact`][lightmarl.policies.artifact.Artifact] (settings and statistics, frozen) and runs them
+[`SavedPopulation`][lightmarl.policies.artifact.SavedPopulation] (settings and statistics, frozen) and runs them
 as an evaluation vector of one env copy does: image ops (``Grayscale``, ``Resize``) on each
 agent's frame, then the vector transforms (``ObservationNorm``, ``FrameStack``, ...) through their
 own `BoundTransform` code, so a policy sees exactly what
@@ -31,12 +31,12 @@ from lightmarl.envs.transforms import (
     split_frame_transforms,
     transformed_spec,
 )
-from lightmarl.policies.artifact import Artifact, group_from_dict
+from lightmarl.policies.artifact import SavedPopulation, group_from_dict
 from lightmarl.policies.loading import resolve_class
 
 
 def build_transforms(
-    artifact: Artifact, allow: Collection[str] = (), *, trust_code: bool = False
+    artifact: SavedPopulation, allow: Collection[str] = (), *, trust_code: bool = False
 ) -> list[VecTransform]:
     """The artifact's transforms, built from their settings with their statistics loaded (frozen);
     their classes as the loading rule allows ([`lightmarl.trust`][lightmarl.trust], ``allow`` / ``trust_code``)."""
@@ -60,7 +60,7 @@ def build_transforms(
     return built
 
 
-def vector_input_spec(artifact: Artifact, frames: list[FrameTransform], vector: list[VecTransform]) -> EnvSpec:
+def vector_input_spec(artifact: SavedPopulation, frames: list[FrameTransform], vector: list[VecTransform]) -> EnvSpec:
     """The spec the first vector transform reads: the env's own spec after the image ops, where the
     artifact records the env's own groups, else the policies' spec with the vector transforms undone."""
     possible = tuple(artifact.env.get("possible_agents") or [a for g in artifact.groups.values() for a in g["agents"]])
@@ -93,7 +93,7 @@ class ObservationPipeline:
         trust_code: build whatever transform classes the artifact names.
     """
 
-    def __init__(self, artifact: Artifact, allow: Collection[str] = (), *, trust_code: bool = False) -> None:
+    def __init__(self, artifact: SavedPopulation, allow: Collection[str] = (), *, trust_code: bool = False) -> None:
         self.transforms = build_transforms(artifact, allow, trust_code=trust_code)
         frames, vector = split_frame_transforms(self.transforms)
         self.frame_transforms = frames

@@ -39,9 +39,9 @@ from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec, observation_storage_dtype
 from lightmarl.envs.transforms import FrameStack, FrameTransform, ObservationNorm, RewardNorm, VecTransform
 from lightmarl.inference.observations import build_transforms, vector_input_spec
-from lightmarl.inference.population import build_bindings
-from lightmarl.policies.artifact import Artifact
+from lightmarl.policies.artifact import SavedPopulation
 from lightmarl.policies.base import Policy, ScriptedPolicy
+from lightmarl.policies.registry import build_policies
 
 MANIFEST_FILE = "manifest.json"
 MANIFEST_FORMAT = "lightmarl.onnx/1"
@@ -154,7 +154,7 @@ def _folded_and_preprocess(
 
 
 def export_onnx(
-    artifact: Artifact, directory: str | Path, *, allow: Collection[str] = (), trust_code: bool = False
+    artifact: SavedPopulation, directory: str | Path, *, allow: Collection[str] = (), trust_code: bool = False
 ) -> Path:
     """Write every binding of ``artifact`` as ``<binding>.onnx`` plus ``manifest.json`` into ``directory``.
 
@@ -169,7 +169,7 @@ def export_onnx(
     directory.mkdir(parents=True, exist_ok=True)
     groups = {name: artifact.group_spec(name) for name in artifact.groups}
     transforms = build_transforms(artifact, allow, trust_code=trust_code)
-    policies = build_bindings(artifact, groups, transforms)
+    policies = build_policies(artifact, groups=groups, host_transforms=transforms)
     frames = [t for t in transforms if isinstance(t, FrameTransform)]
     vector = [t for t in transforms if not isinstance(t, FrameTransform)]
     input_groups = dict(vector_input_spec(artifact, frames, vector).groups)

@@ -14,25 +14,21 @@ agent -> binding map, action masks, each agent's recurrent state (reset by [`Pop
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDict
-from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from lightmarl import keys
 from lightmarl.envs.spec import GroupSpec
-from lightmarl.envs.transforms import VecTransform
 from lightmarl.inference.observations import ObservationPipeline, group_of_agents
-from lightmarl.policies.artifact import Artifact, Snapshot, read_artifact
+from lightmarl.policies.artifact import SavedPopulation, Snapshot, read_artifact
 from lightmarl.policies.base import Policy
-from lightmarl.policies.input_transforms import ORIGIN_KEY as INPUT_TRANSFORMS
-from lightmarl.policies.input_transforms import attach_input_transforms, host_normalization
-from lightmarl.policies.registry import _load_weights, build_policy, rebuild_shared_modules
+from lightmarl.policies.registry import build_policies
 
 
 def load_population(
@@ -45,9 +41,8 @@ def load_population(
     (the loading rule of [`lightmarl.trust`][lightmarl.trust]).
 
     Args:
-        path: a run directory (``runs/<name>``: its ``checkpoints/last.ckpt``), a training
-            checkpoint, a ``lightmarl export`` directory, a ``PolicyDict.save`` file or a
-            self-describing league snapshot file.
+        path: a run directory (``runs/<name>``: its newest checkpoint), a training checkpoint, an
+            export directory (``lightmarl export``, `PolicyDict.export`) or a league snapshot file.
         allow: class paths outside lightmarl (e.g. a game's policy in ``examples/``) to trust.
         trust_code: build whatever classes the file names (you trust its author).
         device: where the policies run.
@@ -82,7 +77,7 @@ class Population:
 
     def __init__(
         self,
-        artifact: Artifact,
+        artifact: SavedPopulation,
         *,
         allow: Collection[str] = (),
         trust_code: bool = False,
@@ -92,16 +87,10 @@ class Population:
         self.artifact = artifact
         self.allow = tuple(allow)
         self.device = torch.device(device)
-        missing = sorted({e["group"] for e in artifact.bindings.values()} - set(artifact.groups))
-        if missing:
-            raise ValueError(
-                f"{artifact.source!r} does not describe agent groups {missing} (it predates saved group specs); "
-                "re-save it with this lightmarl"
-            )
         self.groups = {name: artifact.group_spec(name) for name in artifact.groups}
         self.pipeline = ObservationPipeline(artifact, self.allow, trust_code=trust_code)
         self.transforms = self.pipeline.transforms
-        self.bindings: dict[str, Policy] = build_bindings(artifact, self.groups, self.transforms)
+        self.bindings: dict[str, Policy] = build_policies(artifact, groups=self.groups, host_transforms=self.transforms)
         for policy in self.bindings.values():
             policy.to(self.device).eval().requires_grad_(False)
         self.agent_map: dict[str, str] = dict(artifact.agent_binding_map.get("default", {}))
@@ -134,15 +123,8 @@ class Population:
 
     def snapshot_policy(self, snapshot_id: str) -> Policy:
         """The policy of league snapshot ``snapshot_id``, built and loaded (eval mode)."""
-        found = {s.id: s for s in self.artifact.snapshots}
-        if snapshot_id not in found:
-            raise ValueError(f"no league snapshot {snapshot_id!r}; the population has {sorted(found)}")
-        snapshot = found[snapshot_id]
-        group = self.groups[snapshot.binding["group"]]
-        policy = build_policy(
-            snapshot.binding["class_path"], snapshot.binding["policy_kwargs"], group, field=f"snapshot {snapshot_id!r}"
-        )
-        _load_weights(policy, self.artifact.snapshot_weights(snapshot), f"snapshot {snapshot_id!r}", snapshot.path)
+        saved = self.artifact.snapshot_population(snapshot_id)
+        (policy,) = build_policies(saved, groups=self.groups, field=f"snapshot {snapshot_id!r}").values()
         return policy.to(self.device).eval().requires_grad_(False)
 
     def seat(self, agent_map: Mapping[str, str]) -> None:
@@ -340,33 +322,3 @@ class Population:
             f"has no {keys.ACTION_MASK!r}: pass PettingZoo's dict observation {{'observation': ..., "
             f"'{keys.ACTION_MASK}': ...}} (env.last() / env.observe(agent) of an AEC env)"
         )
-
-
-def build_bindings(
-    artifact: Artifact, groups: Mapping[str, GroupSpec], transforms: Sequence[VecTransform] = ()
-) -> dict[str, Policy]:
-    """Each binding's policy, built from its class and kwargs with its weights loaded (shared modules shared).
-
-    A binding its run loaded from yet another run (an NPC) keeps that run's input normalization,
-    with the artifact's own ``transforms`` normalization undone first. The caller has checked the
-    artifact's class paths ([`Artifact.check_classes`][lightmarl.policies.artifact.Artifact.check_classes]).
-    """
-    built: dict[str, nn.Module] = {}
-    policies: dict[str, Policy] = {}
-    for binding_id, entry in artifact.bindings.items():
-        field = f"{artifact.source!r} binding {binding_id!r}"
-        group = groups[entry["group"]]
-        injected = rebuild_shared_modules(
-            entry.get("shared_modules", {}), artifact.shared_modules, group, field=field, built=built
-        )
-        policy: Policy = build_policy(
-            entry["class_path"], entry["policy_kwargs"], group, field=field, injected=injected
-        )
-        prefix = f"{binding_id}."
-        weights = {k[len(prefix) :]: v for k, v in artifact.state.items() if k.startswith(prefix)}
-        _load_weights(policy, weights, field, f"binding {binding_id!r} of {artifact.source!r}")
-        # An NPC its run loaded from another run keeps that run's input normalization.
-        norms = entry.get(INPUT_TRANSFORMS)
-        host = host_normalization(transforms, group.name) if norms else None
-        policies[binding_id] = attach_input_transforms(policy, norms, host)
-    return policies

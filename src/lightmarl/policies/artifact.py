@@ -1,20 +1,25 @@
-"""Everything a trained population needs to act, read from a run directory, a checkpoint, an export or a snapshot.
+"""The saved population: one description, written by every saver and read by one reader.
 
-[`read_artifact`][lightmarl.policies.artifact.read_artifact] turns any of those into one [`Artifact`][lightmarl.policies.artifact.Artifact]: the bindings (class, kwargs,
-group, weights), the env transforms with their statistics, the agent -> binding map, the env's
-agents, the run's counters and the league's snapshots and mixtures. [`write_artifact`][lightmarl.policies.artifact.write_artifact]
-writes it in the export format (`lightmarl.policies.exported`), and
-[`lightmarl.load_population`][lightmarl.inference.population.load_population] builds a [`Population`][lightmarl.inference.population.Population] from it. It lives
-in ``policies`` (re-exported by [`lightmarl.inference`][lightmarl.inference]) because ``policy_uri`` reads the same files.
+A trained population is saved in three containers: a Lightning checkpoint (``lightmarl fit``),
+a league snapshot file (one player's frozen policy) and an export directory (``lightmarl export``,
+[`PolicyDict.export`][lightmarl.policies.policy_dict.PolicyDict.export]). Each holds the same
+[`SavedPopulation`][lightmarl.policies.artifact.SavedPopulation] description
+(``SavedPopulation.to_dict()``, versioned by [`POPULATION_FORMAT`][lightmarl.policies.artifact.POPULATION_FORMAT])
+beside its weights: the bindings (class, kwargs, group, shared modules), the agent groups' spaces,
+the shared modules' specs, the env transforms with their statistics, the env, the agent -> binding
+map, the run's counters and the league's snapshots and mixtures.
+
+[`read_artifact`][lightmarl.policies.artifact.read_artifact] reads any of them (or a run directory:
+its newest checkpoint) into a `SavedPopulation`; [`write_artifact`][lightmarl.policies.artifact.write_artifact]
+writes one as an export; `lightmarl.policies.registry.build_policies` builds its policies.
 
 Files are read weights-only (torch files) or as JSON + safetensors (exports): no code runs.
-Class paths found in them are checked by `resolve_class` (the
-loading rule of [`lightmarl.trust`][lightmarl.trust]) before anything is built.
+Class paths found in them are checked by `resolve_class` (the loading rule of
+[`lightmarl.trust`][lightmarl.trust]) before anything is built.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -40,12 +45,27 @@ from lightmarl.policies.exported import (
 from lightmarl.policies.loading import load_torch_file, resolve_class
 from lightmarl.policies.run_checkpoints import COUNTERS_KEY, latest_checkpoint, run_checkpoint_files
 
-#: key under which a lightmarl checkpoint describes its bindings (see ``MARLModule.on_save_checkpoint``).
+#: the version of `SavedPopulation.to_dict`'s layout; every container of a description carries it.
+POPULATION_FORMAT = "lightmarl.population/1"
+#: the Lightning checkpoint entry of the run (``{"population": description, "iteration_shape", "trainers"}``).
 CHECKPOINT_KEY = COUNTERS_KEY
-#: the ``format`` entry of a `PolicyDict.save` file.
-POLICY_DICT_FORMAT = "lightmarl.policy_dict/1"
-#: the Lightning checkpoint entry of the league's state (``lightmarl.training.league.CHECKPOINT_KEY``).
-LEAGUE_KEY = "lightmarl_league"
+#: the entry of `CHECKPOINT_KEY` that holds the description.
+POPULATION_KEY = "population"
+#: the weights of a checkpoint's policies are the LightningModule's ``population.policies.<binding>.*``.
+CHECKPOINT_PREFIX = "population.policies."
+
+#: the description's fields, in `to_dict`'s order (`from_dict` requires every one).
+FIELDS = (
+    "bindings",
+    "groups",
+    "shared_modules",
+    "transforms",
+    "env",
+    "agent_binding_map",
+    "counters",
+    "snapshots",
+    "mixtures",
+)
 
 
 @dataclass
@@ -56,8 +76,8 @@ class Snapshot:
         id: the historical player's id (e.g. ``main_3``).
         parent: the active player it was copied from.
         binding: how to build its policy (class path, kwargs, group, shared modules).
-        weights: its state dict, or ``None`` until [`Artifact.snapshot_weights`][lightmarl.policies.artifact.Artifact.snapshot_weights] reads it.
-        path: where the weights are on disk (a snapshot file, or a file of an export).
+        path: where its weights are (a snapshot file, or a file of an export).
+        weights: its state dict, or ``None`` until [`SavedPopulation.snapshot_weights`][lightmarl.policies.artifact.SavedPopulation.snapshot_weights] reads it.
     """
 
     id: str
@@ -68,39 +88,113 @@ class Snapshot:
 
 
 @dataclass
-class Artifact:
-    """A population's description and tensors, whatever file it came from (see [`artifact`][lightmarl.policies.artifact]).
+class SavedPopulation:
+    """A saved population's description and weights, whatever container holds it (see [`artifact`][lightmarl.policies.artifact]).
 
     Attributes:
-        bindings: binding id -> ``{class_path, policy_kwargs, group, shared_modules?, trainable?}``.
+        bindings: binding id -> ``{class_path, policy_kwargs, group, shared_modules?, trainable?,
+            input_transforms?}`` (``input_transforms``: an NPC's own run's normalization).
         groups: group name -> [`GroupSpec`][lightmarl.envs.spec.GroupSpec] fields.
-        shared_modules: the shared modules' specs.
-        state: ``<binding>.<parameter>`` -> tensor.
+        shared_modules: the shared modules' specs (name -> ``{class_path, init_args, ...}``).
         transforms: the env transforms, in order: ``{class_path, init_args, state}`` (state with tensors).
-        env: the env's description (``env_fn`` / ``vmas_scenario`` ...) and its ``possible_agents``,
-            ``turn_based``.
+        env: the env's description (``env_fn`` / ``vmas_scenario`` ...) with its ``possible_agents``,
+            ``turn_based`` and ``base_groups`` (the groups before the transforms) where known.
         agent_binding_map: ``{"default": {agent: binding}, "per_env": {copy: {agent: binding}}}``.
-        counters: ``{"frames", "iterations"}`` of the run (0 where the source has none).
+        counters: ``{"frames", "iterations"}`` of the run (0 where it did not train).
         snapshots: the league's snapshots.
         mixtures: name -> {member (binding or snapshot id) -> weight}, weights summing to 1.
-        source: the path it was read from.
-        transforms_recorded: whether the source records its run's transforms (``transforms`` empty
-            then means none); ``False`` for ``PolicyDict.save`` files and version 1 exports.
+        state: ``<binding>.<parameter>`` -> tensor (kept beside the description, not in `to_dict`).
+        source: the path it was read from (not in `to_dict`).
     """
 
     bindings: dict[str, dict[str, Any]]
     groups: dict[str, dict[str, Any]]
     shared_modules: dict[str, dict[str, Any]] = field(default_factory=dict)
-    state: dict[str, torch.Tensor] = field(default_factory=dict)
     transforms: list[dict[str, Any]] = field(default_factory=list)
     env: dict[str, Any] = field(default_factory=dict)
-    agent_binding_map: dict[str, Any] = field(default_factory=dict)
+    agent_binding_map: dict[str, Any] = field(default_factory=lambda: {"default": {}, "per_env": {}})
     counters: dict[str, int] = field(default_factory=lambda: {"frames": 0, "iterations": 0})
     snapshots: list[Snapshot] = field(default_factory=list)
     mixtures: dict[str, dict[str, float]] = field(default_factory=dict)
+    state: dict[str, torch.Tensor] = field(default_factory=dict)
     source: str = ""
-    transforms_recorded: bool = True
 
+    # -- the one layout ---------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The description as plain data (transform statistics stay tensors): what every container stores."""
+        return {
+            "format": POPULATION_FORMAT,
+            "bindings": {b: dict(e) for b, e in self.bindings.items()},
+            "groups": {g: dict(v) for g, v in self.groups.items()},
+            "shared_modules": {n: dict(s) for n, s in self.shared_modules.items()},
+            "transforms": [dict(t) for t in self.transforms],
+            "env": dict(self.env),
+            "agent_binding_map": {
+                "default": dict(self.agent_binding_map.get("default", {})),
+                "per_env": {str(k): dict(v) for k, v in self.agent_binding_map.get("per_env", {}).items()},
+            },
+            "counters": {"frames": int(self.counters["frames"]), "iterations": int(self.counters["iterations"])},
+            "snapshots": [
+                {"id": s.id, "parent": s.parent, "binding": dict(s.binding), "path": s.path} for s in self.snapshots
+            ],
+            "mixtures": {n: dict(m) for n, m in self.mixtures.items()},
+        }
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Any,
+        *,
+        state: Any = None,
+        source: str = "",
+        field: str = "load_population",
+    ) -> SavedPopulation:
+        """The inverse of `to_dict`, checked: every field present and of the plain types lightmarl writes.
+
+        Args:
+            data: what `to_dict` returned (read back from a checkpoint, a snapshot file or ``population.json``).
+            state: ``<binding>.<parameter>`` -> tensor.
+            source: where it was read from, for messages.
+            field: what asked, leading every error message.
+
+        Raises:
+            ValueError: naming ``field`` and ``source`` for another format, a missing field or a field
+                that is not what lightmarl writes (one line).
+        """
+        where = f"{field}: {source!r}" if source else field
+        if not isinstance(data, Mapping) or data.get("format") != POPULATION_FORMAT:
+            found = data.get("format") if isinstance(data, Mapping) else type(data).__name__
+            raise ValueError(
+                f"{where} does not describe a lightmarl population of format {POPULATION_FORMAT!r} (found {found!r})"
+            )
+        missing = [name for name in FIELDS if name not in data]
+        if missing:
+            raise ValueError(f"{where} does not describe a lightmarl population (no {missing})")
+        problem = _problem(data, state)
+        if problem is not None:
+            raise ValueError(f"{where} does not describe a lightmarl population ({problem})")
+        agent_map = data["agent_binding_map"]
+        return cls(
+            bindings={str(b): dict(e) for b, e in data["bindings"].items()},
+            groups={str(g): dict(v) for g, v in data["groups"].items()},
+            shared_modules={str(n): dict(s) for n, s in data["shared_modules"].items()},
+            transforms=[dict(t) for t in data["transforms"]],
+            env=dict(data["env"]),
+            agent_binding_map={
+                "default": dict(agent_map.get("default", {})),
+                "per_env": {int(k): dict(v) for k, v in agent_map.get("per_env", {}).items()},
+            },
+            counters={"frames": int(data["counters"]["frames"]), "iterations": int(data["counters"]["iterations"])},
+            snapshots=[
+                Snapshot(str(s["id"]), str(s.get("parent", "")), dict(s["binding"]), str(s["path"]))
+                for s in data["snapshots"]
+            ],
+            mixtures={str(n): {str(m): float(w) for m, w in ms.items()} for n, ms in data["mixtures"].items()},
+            state=dict(state or {}),
+            source=source,
+        )
+
+    # -- reading it -------------------------------------------------------------------------
     def group_spec(self, name: str) -> GroupSpec:
         """The [`GroupSpec`][lightmarl.envs.spec.GroupSpec] of group ``name``."""
         return group_from_dict(self.groups[name])
@@ -111,13 +205,29 @@ class Artifact:
             snapshot.weights = _read_snapshot_weights(snapshot.path, field=f"snapshot {snapshot.id!r}")
         return snapshot.weights
 
-    def select(self, binding_ids: list[str]) -> Artifact:
-        """The same artifact with only ``binding_ids`` (the map keeps the agents they control)."""
+    def snapshot_population(self, snapshot_id: str) -> SavedPopulation:
+        """League snapshot ``snapshot_id`` as a population of one binding (named by the snapshot's id)."""
+        found = {s.id: s for s in self.snapshots}
+        if snapshot_id not in found:
+            raise ValueError(f"no league snapshot {snapshot_id!r}; the population has {sorted(found)}")
+        snapshot = found[snapshot_id]
+        weights = self.snapshot_weights(snapshot)
+        return dataclasses.replace(
+            self,
+            bindings={snapshot_id: dict(snapshot.binding)},
+            state={f"{snapshot_id}.{k}": v for k, v in weights.items()},
+            agent_binding_map={"default": {}, "per_env": {}},
+            snapshots=[],
+            mixtures={},
+            source=snapshot.path,
+        )
+
+    def select(self, binding_ids: list[str]) -> SavedPopulation:
+        """The same population with only ``binding_ids`` (the map keeps the agents they control)."""
         unknown = sorted(set(binding_ids) - set(self.bindings))
         if unknown:
             raise ValueError(f"--bindings: no bindings {unknown}; the population has {sorted(self.bindings)}")
         bindings = {b: self.bindings[b] for b in binding_ids}
-        state = {k: v for k, v in self.state.items() if k.split(".", 1)[0] in bindings}
         used = {n for b in bindings.values() for n in b.get("shared_modules", {}).values()}
 
         def keep(mapping: Mapping[str, str]) -> dict[str, str]:
@@ -130,13 +240,13 @@ class Artifact:
         return dataclasses.replace(
             self,
             bindings=bindings,
-            state=state,
+            state={k: v for k, v in self.state.items() if k.split(".", 1)[0] in bindings},
             shared_modules={n: s for n, s in self.shared_modules.items() if n in used},
             agent_binding_map=agent_map,
         )
 
     def check_classes(self, allow: Collection[str] = (), *, trust_code: bool = False) -> None:
-        """Every class the artifact names is one the loading rule lets a file name ([`lightmarl.trust`][lightmarl.trust]).
+        """Every class the population names is one the loading rule lets a file name ([`lightmarl.trust`][lightmarl.trust]).
 
         Resolved with `resolve_class` before anything is built:
         lightmarl's policy classes and env transforms, the class paths in ``allow``, or anything
@@ -149,6 +259,44 @@ class Artifact:
         _check_class_paths(self.transforms, field="transforms", base=VecTransform, **check)
         for snapshot in self.snapshots:
             _check_class_paths(snapshot.binding, field=f"snapshot {snapshot.id!r}", **check)
+
+
+def _problem(data: Mapping[str, Any], state: Any) -> str | None:
+    """What is not the plain data lightmarl writes in a description (``None``: nothing)."""
+    if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        return "its weights are not a table of tensors"
+    tables = ("bindings", "groups", "shared_modules", "env", "agent_binding_map", "counters", "mixtures")
+    for name in tables:
+        if not isinstance(data[name], Mapping):
+            return f"its {name} is not a table"
+    for name in ("transforms", "snapshots"):
+        if not isinstance(data[name], list | tuple) or not all(isinstance(t, Mapping) for t in data[name]):
+            return f"its {name} is not a list of tables"
+    for binding_id, entry in data["bindings"].items():
+        if not (
+            isinstance(entry, Mapping)
+            and isinstance(entry.get("class_path"), str)
+            and isinstance(entry.get("group"), str)
+            and isinstance(entry.get("policy_kwargs", {}), Mapping)
+            and isinstance(entry.get("shared_modules", {}), Mapping)
+        ):
+            return f"binding {binding_id!r} is not {{class_path, policy_kwargs, group}}"
+        if entry["group"] not in data["groups"]:
+            return f"binding {binding_id!r} acts for group {entry['group']!r}, which it does not describe"
+    if not all(
+        isinstance(s, Mapping) and isinstance(s.get("class_path"), str) for s in data["shared_modules"].values()
+    ):
+        return "its shared_modules are not {class_path, init_args} tables"
+    if not all(isinstance(g, Mapping) for g in data["groups"].values()):
+        return "its groups are not tables of fields"
+    if not all(isinstance(t.get("class_path"), str) and "state" in t for t in data["transforms"]):
+        return "its transforms are not {class_path, init_args, state} tables"
+    for snapshot in data["snapshots"]:
+        if not all(isinstance(snapshot.get(k), str) for k in ("id", "path")) or not isinstance(
+            snapshot.get("binding"), Mapping
+        ):
+            return "its snapshots are not {id, parent, binding, path} tables"
+    return None
 
 
 def _check_class_paths(value: Any, *, field: str, base: type | None = None, **rule: Any) -> None:
@@ -175,9 +323,10 @@ def group_from_dict(values: Mapping[str, Any]) -> GroupSpec:
     return GroupSpec(**{k: tupled(v) for k, v in values.items()})
 
 
-def read_artifact(path: str | Path, *, field: str = "load_population") -> Artifact:
-    """The [`Artifact`][lightmarl.policies.artifact.Artifact] at ``path``: an export directory, a run directory (its
-    latest checkpoint, `run_checkpoint`), a training checkpoint, a ``PolicyDict.save`` file or a league snapshot file.
+# -- the one reader -----------------------------------------------------------------------------
+def read_artifact(path: str | Path, *, field: str = "load_population", trust_pickle: bool = False) -> SavedPopulation:
+    """The [`SavedPopulation`][lightmarl.policies.artifact.SavedPopulation] at ``path``: an export directory, a run
+    directory (its latest checkpoint, `run_checkpoint`), a training checkpoint or a league snapshot file.
 
     Raises:
         ValueError: naming ``field`` and the path when it is none of those or cannot be read.
@@ -186,9 +335,62 @@ def read_artifact(path: str | Path, *, field: str = "load_population") -> Artifa
     if is_export(path):
         return _from_export(path, field)
     if path.is_dir():
-        checkpoint = run_checkpoint(path, field=field)
-        return artifact_of_saved(load_torch_file(checkpoint, field=field), checkpoint, field)
-    return artifact_of_saved(load_torch_file(path, field=field), path, field)
+        path = run_checkpoint(path, field=field)
+    saved = load_torch_file(path, field=field, trust_pickle=trust_pickle)
+    population = saved_population(saved, path, field)
+    if population is None:
+        raise ValueError(
+            f"{field}: {str(path)!r} is neither a lightmarl checkpoint, a run directory, an export nor a "
+            "league snapshot file"
+        )
+    return population
+
+
+def saved_population(saved: Any, path: str | Path, field: str) -> SavedPopulation | None:
+    """The population a torch file already read (weights-only) holds: a checkpoint's or a league
+    snapshot's; ``None`` for any other file (e.g. a plain state dict)."""
+    if not isinstance(saved, dict):
+        return None
+    path = Path(path)
+    if saved.get("format") == SNAPSHOT_FORMAT:
+        return _from_snapshot(saved, path, field)
+    run = saved.get(CHECKPOINT_KEY)
+    if not isinstance(run, Mapping):
+        return None
+    weights = saved.get("state_dict")
+    state = (
+        {
+            k[len(CHECKPOINT_PREFIX) :]: v
+            for k, v in weights.items()
+            if isinstance(k, str) and k.startswith(CHECKPOINT_PREFIX)
+        }
+        if isinstance(weights, Mapping)
+        else None
+    )
+    population = SavedPopulation.from_dict(run.get(POPULATION_KEY), state=state, source=str(path), field=field)
+    # The module's state holds every policy, a league's opponent slots too; the description names the user's.
+    population.state = {k: v for k, v in population.state.items() if k.split(".", 1)[0] in population.bindings}
+    for snapshot in population.snapshots:
+        snapshot.path = _find_snapshot_file(snapshot.path, path)
+    return population
+
+
+def _from_snapshot(saved: Mapping[str, Any], path: Path, field: str) -> SavedPopulation:
+    """A league snapshot file: one binding, renamed to the player's id."""
+    population = SavedPopulation.from_dict(
+        saved.get(POPULATION_KEY), state=saved.get("state_dict"), source=str(path), field=field
+    )
+    if len(population.bindings) != 1:
+        raise ValueError(f"{field}: {str(path)!r} is a league snapshot of {len(population.bindings)} bindings, not one")
+    ((_, entry),) = population.bindings.items()
+    player = str(saved.get("player") or path.stem)
+    population.bindings = {player: entry}
+    population.state = {f"{player}.{k}": v for k, v in population.state.items()}
+    population.agent_binding_map = {
+        "default": {a: player for a in population.agent_binding_map["default"]},
+        "per_env": {},
+    }
+    return population
 
 
 def run_checkpoint(run_dir: Path, *, field: str) -> Path:
@@ -203,189 +405,15 @@ def run_checkpoint(run_dir: Path, *, field: str) -> Path:
     return found
 
 
-def _from_export(path: Path, field: str) -> Artifact:
+def _from_export(path: Path, field: str) -> SavedPopulation:
     description, state = read_export(path, field=field)
-    transforms = description.get("transforms", [])
     if (path / TRANSFORMS_FILE).is_file():
-        transforms = join_tensors(transforms, read_tensors(path / TRANSFORMS_FILE, field=field), field=field)
-    league = description.get("league", {})
-    snapshots = [
-        Snapshot(s["id"], s.get("parent", ""), s["binding"], str(path / SNAPSHOT_DIR / s["file"]))
-        for s in league.get("snapshots", [])
-    ]
-    agent_map = description.get("agent_binding_map") or _default_map(description)
-    return Artifact(
-        bindings=description["bindings"],
-        groups=description.get("groups", {}),
-        shared_modules=description.get("shared_modules", {}),
-        state=state,
-        transforms=transforms,
-        env=description.get("env", {}),
-        agent_binding_map={
-            "default": dict(agent_map.get("default", {})),
-            "per_env": {int(k): dict(v) for k, v in agent_map.get("per_env", {}).items()},
-        },
-        counters={k: int(v) for k, v in description.get("counters", {"frames": 0, "iterations": 0}).items()},
-        snapshots=snapshots,
-        mixtures=league.get("mixtures", {}),
-        source=str(path),
-        transforms_recorded=description.get("format") != "lightmarl.export/1",
-    )
-
-
-def _default_map(description: Mapping[str, Any]) -> dict[str, Any]:
-    """Sources without a saved map (version 1 exports, PolicyDict files): each agent -> the first
-    binding of its group, in the bindings' order."""
-    default: dict[str, str] = {}
-    for binding_id, entry in description.get("bindings", {}).items():
-        group = description.get("groups", {}).get(entry.get("group"), {})
-        for agent in group.get("agents", []):
-            default.setdefault(agent, binding_id)
-    return {"default": default, "per_env": {}}
-
-
-def _without_slots(agent_map: dict[str, Any], bindings: Mapping[str, Any], groups: Mapping[str, Any]) -> dict[str, Any]:
-    """A league run's agent map with its opponent slots replaced: an agent a slot played at the
-    checkpoint goes to its group's first binding (the per-env seatings of the league are dropped)."""
-    first = _default_map({"bindings": bindings, "groups": groups})["default"]
-    default = {agent: b if b in bindings else first.get(agent, b) for agent, b in agent_map["default"].items()}
-    return {"default": default, "per_env": {}}
-
-
-def artifact_of_saved(saved: Any, path: Path, field: str) -> Artifact:
-    """The artifact of a torch file already read (weights-only): a checkpoint, a PolicyDict file or a snapshot."""
-    if isinstance(saved, dict) and saved.get("format") == SNAPSHOT_FORMAT:
-        return snapshot_artifact(saved, path, field)
-    if not isinstance(saved, dict) or not (CHECKPOINT_KEY in saved or saved.get("format") == POLICY_DICT_FORMAT):
-        raise ValueError(
-            f"{field}: {str(path)!r} is neither a lightmarl checkpoint, a run directory, an export, a saved "
-            "PolicyDict nor a self-describing league snapshot (snapshots written before lightmarl recorded their "
-            "policy class are bare state dicts: load them with the checkpoint of their run)"
-        )
-    description, state = _population_of(saved, field)
-    description.setdefault("groups", {})  # checkpoints before saved group specs: bindings still load by policy_uri
-    if saved.get("format") == POLICY_DICT_FORMAT:
-        return Artifact(
-            bindings=description["bindings"],
-            groups=description["groups"],
-            shared_modules=description.get("shared_modules", {}),
-            state=state,
-            agent_binding_map=_default_map(description),
-            source=str(path),
-            transforms_recorded=False,
-        )
-    run = saved[CHECKPOINT_KEY]
-    league = saved.get(LEAGUE_KEY) or {}
-    # A league's opponent slots are no bindings of a user's: they hold whichever snapshot was last
-    # loaded into them; the snapshots themselves are the artifact's `snapshots`.
-    slots = set(league.get("slots", []))
-    bindings = {b: e for b, e in description["bindings"].items() if e.get("group") is not None and b not in slots}
-    saved_map = run.get("agent_binding_map")
-    possible = list(run.get("possible_agents") or [a for g in description["groups"].values() for a in g["agents"]])
-    if saved_map is not None:
-        agent_map = {
-            "default": dict(zip(possible, saved_map["default"])),
-            "per_env": {int(k): dict(zip(possible, v)) for k, v in saved_map.get("per_env", {}).items()},
-        }
-    else:
-        agent_map = _default_map({"bindings": bindings, "groups": description["groups"]})
-    if slots:
-        agent_map = _without_slots(agent_map, bindings, description["groups"])
-    return Artifact(
-        bindings=bindings,
-        groups=description["groups"],
-        shared_modules=description.get("shared_modules", {}),
-        state={k: v for k, v in state.items() if k.split(".", 1)[0] in bindings},
-        transforms=checkpoint_transforms(run, path, field),
-        env={
-            **run.get("env", {}),
-            "possible_agents": possible,
-            "turn_based": bool(run.get("turn_based", False)),
-            **({"base_groups": run["base_groups"]} if run.get("base_groups") else {}),
-        },
-        agent_binding_map=agent_map,
-        counters={"frames": int(run.get("frames", 0)), "iterations": int(run.get("iterations", 0))},
-        snapshots=_league_snapshots(league, bindings, path),
-        mixtures=_mixtures(league),
-        source=str(path),
-    )
-
-
-def checkpoint_transforms(run: Mapping[str, Any], path: Path, field: str) -> list[dict[str, Any]]:
-    """The env transforms of a checkpoint's run: ``{class_path, init_args, state}`` each, in order.
-
-    Checkpoints record the transforms' settings (``env_transforms_config``) beside their
-    statistics; for older ones the settings come from the run's ``config.yaml`` (the recipe
-    LightningCLI saved next to the checkpoints).
-
-    Raises:
-        ValueError: when the run had transforms whose settings are found nowhere.
-    """
-    states = list(run.get("env_transforms") or [])
-    configs = run.get("env_transforms_config")
-    if configs is None:
-        if not states:
-            return []
-        configs = _transforms_from_run_config(path)
-        if configs is None:
-            raise ValueError(
-                f"{field}: {str(path)!r} was trained with env transforms {[s['transform'] for s in states]} but "
-                "records neither their settings nor a config.yaml beside it; a policy loaded without them would "
-                "see observations unlike those it learned from. Re-save the checkpoint with this lightmarl "
-                "(`lightmarl fit ... --ckpt_path last` with the same max_frames)"
-            )
-    names = [str(c["class_path"]).rsplit(".", 1)[-1] for c in configs]
-    if [s["transform"] for s in states] != names:
-        raise ValueError(
-            f"{field}: {str(path)!r} records transforms {names} but statistics of {[s['transform'] for s in states]}"
-        )
-    return [
-        {"class_path": c["class_path"], "init_args": dict(c.get("init_args") or {}), "state": s["state"]}
-        for c, s in zip(configs, states)
-    ]
-
-
-def _transforms_from_run_config(path: Path) -> list[dict[str, Any]] | None:
-    import yaml
-
-    for folder in list(path.parents)[:3]:
-        config = folder / "config.yaml"
-        if config.is_file():
-            recipe = yaml.safe_load(config.read_text()) or {}
-            env = (recipe.get("model") or {}).get("env") or {}
-            env = env.get("init_args", env)
-            transforms = env.get("transforms") or []
-            return [
-                {"class_path": t["class_path"], "init_args": dict(t.get("init_args") or {})}
-                if isinstance(t, Mapping)
-                else {"class_path": str(t), "init_args": {}}
-                for t in transforms
-            ]
-    return None
-
-
-def _league_snapshots(league: Mapping[str, Any], bindings: Mapping[str, Any], path: Path) -> list[Snapshot]:
-    manager = (league.get("matchmaker") or {}).get("manager") or {}
-    historical = manager.get("historical") or []
-    if not historical:
-        return []
-    # Every player's binding has the same class and kwargs (the league checks it), as have its opponent
-    # slots: the first trainable binding describes every snapshot.
-    trainable = [b for b, entry in bindings.items() if entry.get("trainable", True)]
-    template = copy.deepcopy(bindings[trainable[0] if trainable else next(iter(bindings))])
-    template.pop("input_transforms", None)
-    snapshots = []
-    for entry in historical:
-        binding = template
-        snapshots.append(
-            Snapshot(
-                str(entry["player_id"]),
-                str(entry.get("parent_id", "")),
-                {**binding, "trainable": False},
-                _find_snapshot_file(str(entry["checkpoint_path"]), path),
-            )
-        )
-    return snapshots
+        tensors = read_tensors(path / TRANSFORMS_FILE, field=field)
+        description = {**description, "transforms": join_tensors(description.get("transforms"), tensors, field=field)}
+    population = SavedPopulation.from_dict(description, state=state, source=str(path), field=field)
+    for snapshot in population.snapshots:
+        snapshot.path = str(path / snapshot.path)  # an export's snapshot files are inside it
+    return population
 
 
 def _find_snapshot_file(recorded: str, checkpoint: Path) -> str:
@@ -399,29 +427,6 @@ def _find_snapshot_file(recorded: str, checkpoint: Path) -> str:
     return recorded
 
 
-def _mixtures(league: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    mixtures = league.get("mixtures") or {}
-    return {str(n): {str(m): float(w) for m, w in members.items()} for n, members in mixtures.items()}
-
-
-def snapshot_artifact(saved: Mapping[str, Any], path: Path, field: str) -> Artifact:
-    """The artifact of a self-describing league snapshot file (already read): one binding, the player's id."""
-    policy = dict(saved["policy"])
-    binding_id = str(saved.get("player") or path.stem)
-    group = policy.pop("group_spec")
-    groups = {group["name"]: group}
-    return Artifact(
-        bindings={binding_id: {**policy, "group": group["name"]}},
-        groups=groups,
-        shared_modules=dict(saved.get("shared_modules") or {}),
-        state={f"{binding_id}.{k}": v for k, v in saved["state_dict"].items()},
-        transforms=list(saved.get("transforms") or []),
-        env=dict(saved.get("env") or {}),
-        agent_binding_map={"default": {a: binding_id for a in group["agents"]}, "per_env": {}},
-        source=str(path),
-    )
-
-
 def _read_snapshot_weights(path: str, *, field: str) -> dict[str, torch.Tensor]:
     if path.endswith(".safetensors"):
         return read_tensors(path, field=field)
@@ -432,15 +437,15 @@ def _read_snapshot_weights(path: str, *, field: str) -> dict[str, torch.Tensor]:
     return state
 
 
-def parse_mixture(text: str, artifact: Artifact) -> tuple[str, dict[str, float]]:
+def parse_mixture(text: str, population: SavedPopulation) -> tuple[str, dict[str, float]]:
     """``NAME=MEMBER:WEIGHT,MEMBER:WEIGHT`` -> ``(NAME, {member: weight})``, weights normalized to sum 1.
 
     Raises:
         ValueError: naming the text for a malformed entry, an unknown member (neither a binding nor
-            a snapshot of ``artifact``) or weights that are negative or sum to 0.
+            a snapshot of ``population``) or weights that are negative or sum to 0.
     """
     name, sep, body = text.partition("=")
-    members = {*artifact.bindings, *(s.id for s in artifact.snapshots)}
+    members = {*population.bindings, *(s.id for s in population.snapshots)}
     weights: dict[str, float] = {}
     try:
         for part in body.split(","):
@@ -459,89 +464,17 @@ def parse_mixture(text: str, artifact: Artifact) -> tuple[str, dict[str, float]]
     return name, {member: w / total for member, w in weights.items()}
 
 
-def write_artifact(artifact: Artifact, directory: str | Path, *, with_snapshots: bool = True) -> Path:
-    """``artifact`` in the export format (``docs/export_format.md``), snapshots' weights included."""
-    transforms, transform_tensors = split_tensors(artifact.transforms, "transforms")
+# -- the export writer ---------------------------------------------------------------------------
+def write_artifact(population: SavedPopulation, directory: str | Path, *, with_snapshots: bool = True) -> Path:
+    """``population`` in the export format (``docs/export_format.md``), snapshots' weights included."""
     snapshot_files: dict[str, dict[str, torch.Tensor]] = {}
-    entries = []
-    for snapshot in artifact.snapshots if with_snapshots else []:
+    snapshots = []
+    for snapshot in population.snapshots if with_snapshots else []:
         name = snapshot.id.replace("/", "_")
-        snapshot_files[name] = artifact.snapshot_weights(snapshot)
-        entries.append(
-            {"id": snapshot.id, "parent": snapshot.parent, "binding": snapshot.binding, "file": f"{name}.safetensors"}
-        )
-    description = {
-        "bindings": artifact.bindings,
-        "groups": artifact.groups,
-        "shared_modules": artifact.shared_modules,
-        "env": artifact.env,
-        "transforms": transforms,
-        "agent_binding_map": {
-            "default": artifact.agent_binding_map.get("default", {}),
-            "per_env": {str(k): v for k, v in artifact.agent_binding_map.get("per_env", {}).items()},
-        },
-        "counters": artifact.counters,
-        "league": {"snapshots": entries, "mixtures": artifact.mixtures},
-    }
+        snapshot_files[name] = population.snapshot_weights(snapshot)
+        snapshots.append(dataclasses.replace(snapshot, path=f"{SNAPSHOT_DIR}/{name}.safetensors", weights=None))
+    description = dataclasses.replace(population, snapshots=snapshots).to_dict()
+    description["transforms"], transform_tensors = split_tensors(description["transforms"], "transforms")
     return write_export(
-        directory, description, artifact.state, transform_tensors=transform_tensors, snapshots=snapshot_files
+        directory, description, population.state, transform_tensors=transform_tensors, snapshots=snapshot_files
     )
-
-
-def _is_population(saved: Any) -> bool:
-    return isinstance(saved, dict) and (CHECKPOINT_KEY in saved or saved.get("format") == POLICY_DICT_FORMAT)
-
-
-def _population_of(saved: dict, field: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    # The group specs are the file's data; an env the file names is never built (lightmarl.trust).
-    if saved.get("format") == POLICY_DICT_FORMAT:
-        description, state = saved, saved.get("state_dict")
-    else:  # a training checkpoint: the policies live under the LightningModule's population
-        prefix = "population.policies."
-        state_dict = saved.get("state_dict")
-        state = (
-            {k[len(prefix) :]: v for k, v in state_dict.items() if isinstance(k, str) and k.startswith(prefix)}
-            if isinstance(state_dict, Mapping)
-            else None
-        )
-        description = saved[CHECKPOINT_KEY]
-    _check_description(description, state, field)
-    return dict(description), dict(state or {})
-
-
-def _check_description(description: Any, state: Any, field: str) -> None:
-    """A saved population's description is the plain data lightmarl writes (else a one-line error)."""
-    problem = None
-    if not isinstance(description, Mapping) or not isinstance(description.get("bindings"), Mapping):
-        problem = "no 'bindings' table"
-    elif not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        problem = "its weights are not a table of tensors"
-    else:
-        for binding_id, entry in description["bindings"].items():
-            if not (
-                isinstance(entry, Mapping)
-                and isinstance(entry.get("class_path"), str)
-                and isinstance(entry.get("policy_kwargs", {}), Mapping)
-                and isinstance(entry.get("shared_modules", {}), Mapping)
-            ):
-                problem = f"binding {binding_id!r} is not {{class_path, policy_kwargs, group}}"
-                break
-        shared = description.get("shared_modules", {})
-        if problem is None and not (
-            isinstance(shared, Mapping)
-            and all(isinstance(s, Mapping) and isinstance(s.get("class_path"), str) for s in shared.values())
-        ):
-            problem = "its shared_modules are not {class_path, init_args} tables"
-        groups = description.get("groups", {})
-        if problem is None and not (
-            isinstance(groups, Mapping) and all(isinstance(g, Mapping) for g in groups.values())
-        ):
-            problem = "its groups are not tables of fields"
-    if problem is not None:
-        raise ValueError(f"{field}: the file does not describe a lightmarl population ({problem})")
-
-
-def _exported(path: Path | str, field: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    description, state = read_export(path, field=field)
-    _check_description(description, state, field)
-    return description, state

@@ -1,19 +1,20 @@
-"""The export format: a trained population as a directory that loads without the training run.
+"""The export container: a saved population as a directory that loads without the training run.
 
 ``lightmarl export`` (and [`export`][lightmarl.policies.policy_dict.PolicyDict.export]) write
 
-* ``population.json``: the format version and, per binding, its policy class, keyword
-  arguments, agent group (with the group's spaces) and the shared modules it was built with;
-  since version 2 also the env (its description and agents), the env transforms with their
-  settings, the agent -> binding map (default and per env copy), the run's counters and the
-  league's snapshots and mixtures (``docs/export_format.md`` lists every field);
+* ``population.json``: the population's description
+  ([`SavedPopulation.to_dict`][lightmarl.policies.artifact.SavedPopulation.to_dict], the same layout a
+  checkpoint and a league snapshot carry): per binding its policy class, keyword arguments, agent
+  group and shared modules; the groups' spaces, the env, the env transforms with their settings, the
+  agent -> binding map, the run's counters and the league's snapshots and mixtures
+  (``docs/export_format.md`` lists every field);
 * ``weights.safetensors``: every weight, as safetensors (plain tensors: loading runs no code);
 * ``transforms.safetensors``: the transforms' tensors (e.g. normalization statistics), where any;
 * ``snapshots/<player>.safetensors``: each league snapshot's weights.
 
 No optimizer or trainer state is kept. ``policy_uri: exported/#binding`` loads one binding as a
-frozen NPC or league opponent, `PolicyDict.load` loads them all, and
-[`lightmarl.load_population`][lightmarl.inference.population.load_population] loads everything needed to act. Version 1 exports still load.
+frozen NPC or league opponent and [`lightmarl.load_population`][lightmarl.inference.population.load_population]
+loads everything needed to act; both read it with `lightmarl.policies.artifact.read_artifact`.
 """
 
 from __future__ import annotations
@@ -28,10 +29,6 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-#: the ``format`` entry of ``population.json`` this lightmarl writes.
-EXPORT_FORMAT = "lightmarl.export/2"
-#: formats this lightmarl reads (version 1 has no env, transforms, map, counters or league).
-READABLE_FORMATS = ("lightmarl.export/1", EXPORT_FORMAT)
 DESCRIPTION_FILE = "population.json"
 WEIGHTS_FILE = "weights.safetensors"
 TRANSFORMS_FILE = "transforms.safetensors"
@@ -57,7 +54,7 @@ def write_export(
 
     Args:
         directory: created if missing.
-        description: plain data (bindings, groups, shared modules, env, transforms, ...).
+        description: plain data: `SavedPopulation.to_dict` with its tensors split out (`split_tensors`).
         state: ``<binding>.<parameter>`` -> tensor.
         transform_tensors: tensors that ``description["transforms"]`` points at (`split_tensors`).
         snapshots: league snapshot file name (without suffix) -> its state dict.
@@ -73,7 +70,7 @@ def write_export(
         (directory / SNAPSHOT_DIR).mkdir(exist_ok=True)
         _save_tensors(directory / SNAPSHOT_DIR / f"{name}.safetensors", weights)
     with _replacing(directory / DESCRIPTION_FILE) as tmp:
-        Path(tmp).write_text(json.dumps({**description, "format": EXPORT_FORMAT}, indent=2, sort_keys=True))
+        Path(tmp).write_text(json.dumps(dict(description), indent=2, sort_keys=True))
     return directory
 
 
@@ -88,19 +85,16 @@ def read_export(directory: str | Path, *, field: str) -> tuple[dict[str, Any], d
     """The description and weights of an exported population.
 
     Raises:
-        ValueError: naming ``field`` when a file is missing, unreadable or of another format.
+        ValueError: naming ``field`` when a file is missing or unreadable (the description's format is
+            checked by `SavedPopulation.from_dict`).
     """
     directory = Path(directory)
     try:
         description = json.loads((directory / DESCRIPTION_FILE).read_text())
     except (OSError, ValueError) as err:
         raise ValueError(f"{field}: cannot read {str(directory / DESCRIPTION_FILE)!r}: {err}") from err
-    if not isinstance(description, dict) or description.get("format") not in READABLE_FORMATS:
-        found = description.get("format") if isinstance(description, dict) else None
-        raise ValueError(
-            f"{field}: {str(directory)!r} is format {found!r}; this lightmarl reads {list(READABLE_FORMATS)} "
-            "(a newer export needs a newer lightmarl)"
-        )
+    if not isinstance(description, dict):
+        raise ValueError(f"{field}: {str(directory / DESCRIPTION_FILE)!r} is not a JSON table")
     return description, read_tensors(directory / WEIGHTS_FILE, field=field)
 
 

@@ -14,15 +14,7 @@ from lightmarl._imports import import_object, instantiate
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.envs.transforms import VecTransform
 from lightmarl.keys import SNAPSHOT_FORMAT
-from lightmarl.policies.artifact import (
-    CHECKPOINT_KEY,
-    POLICY_DICT_FORMAT,
-    _exported,
-    _is_population,
-    _population_of,
-    artifact_of_saved,
-    read_artifact,
-)
+from lightmarl.policies.artifact import SavedPopulation, read_artifact, saved_population
 from lightmarl.policies.base import Policy
 from lightmarl.policies.exported import is_export
 from lightmarl.policies.input_transforms import ORIGIN_KEY as INPUT_TRANSFORMS
@@ -31,14 +23,7 @@ from lightmarl.policies.loading import load_torch_file, resolve_class
 from lightmarl.population import PolicyBinding
 from lightmarl.trust import loading_file, recipe_class_paths
 
-__all__ = [
-    "CHECKPOINT_KEY",
-    "POLICY_DICT_FORMAT",
-    "PolicyRegistry",
-    "build_policy",
-    "load_policy_from_uri",
-    "read_population",
-]
+__all__ = ["PolicyRegistry", "build_policies", "build_policy", "load_policy_from_uri"]
 
 
 class PolicyRegistry:
@@ -62,8 +47,8 @@ class PolicyRegistry:
 
     A file is data ([`lightmarl.trust`][lightmarl.trust]): the classes a saved file names are built only when
     they are lightmarl's own (policies, env transforms), are in ``allowed`` or the binding sets
-    ``trust_code``. Every saved form (checkpoint, ``PolicyDict`` file, export, league snapshot) is
-    read by [`lightmarl.policies.artifact`][lightmarl.policies.artifact].
+    ``trust_code``. Every saved form (checkpoint, export, league snapshot) is read by
+    [`lightmarl.policies.artifact`][lightmarl.policies.artifact] and built by `build_policies`.
 
     Args:
         env_transforms: the recipe's env transforms: a policy from a run that recorded its own
@@ -166,36 +151,22 @@ def load_policy_from_uri(
     allowed = frozenset(allowed) | ({class_path} if class_path else set())
     with loading_file(path, field=field, allowed=allowed, trust_code=trust_code):
         # An export or a run directory (its latest checkpoint, lightmarl.policies.run_checkpoints): read_artifact.
-        saved = (
-            None if is_export(path) or path.is_dir() else load_torch_file(path, field=field, trust_pickle=trust_pickle)
-        )
-        is_snapshot = isinstance(saved, dict) and saved.get("format") == SNAPSHOT_FORMAT
-        if saved is None or _is_population(saved) or is_snapshot:
-            artifact = read_artifact(path, field=field) if saved is None else artifact_of_saved(saved, path, field)
+        population: SavedPopulation | None
+        if is_export(path) or path.is_dir():
+            saved: Any = None
+            population = read_artifact(path, field=field)
+        else:
+            saved = load_torch_file(path, field=field, trust_pickle=trust_pickle)
+            population = saved_population(saved, path, field)
+        if population is not None:
             source_id = fragment or binding_id
-            if is_snapshot:
-                (source_id,) = artifact.bindings  # a snapshot holds one player's policy
+            if isinstance(saved, dict) and saved.get("format") == SNAPSHOT_FORMAT:
+                (source_id,) = population.bindings  # a snapshot holds one player's policy
                 if fragment and fragment != source_id:
                     raise ValueError(
                         f"{field}: {str(path)!r} is the snapshot of player {source_id!r}, not {fragment!r}"
                     )
-            description = {"bindings": artifact.bindings, "shared_modules": artifact.shared_modules}
-            policy = _from_population(description, artifact.state, path, source_id, group, field)
-            entry = artifact.bindings[source_id]
-            if INPUT_TRANSFORMS in entry:  # an NPC of that run: its own run's normalization, kept through
-                norms = entry[INPUT_TRANSFORMS]
-            elif artifact.transforms_recorded:
-                try:
-                    norms = input_transforms_of(artifact.transforms, entry["group"])
-                except ValueError as err:
-                    raise ValueError(f"{field}: {err}") from None
-            else:  # a file that does not say how its run saw observations (a PolicyDict file): used as saved
-                return policy
-            try:
-                host = host_normalization(env_transforms, group.name)
-            except ValueError as err:
-                raise ValueError(f"{field}: {err}") from None
-            return attach_input_transforms(policy, norms, host)
+            return _policy_of_population(population, path, source_id, group, env_transforms, field)
         if isinstance(saved, dict) and saved and all(isinstance(v, torch.Tensor) for v in saved.values()):
             if class_path is None:
                 raise ValueError(
@@ -206,58 +177,89 @@ def load_policy_from_uri(
             _load_weights(policy, saved, field, f"{class_path}{policy_kwargs}")
             return policy
     raise ValueError(
-        f"{field}: {str(path)!r} is neither a lightmarl checkpoint, a saved PolicyDict, an exported "
-        "population nor a state_dict of tensors"
+        f"{field}: {str(path)!r} is neither a lightmarl checkpoint, an exported population, a league snapshot "
+        "nor a state_dict of tensors"
     )
 
 
-def read_population(
-    path: str | Path, *, field: str, trust_pickle: bool = False, map_location: str | torch.device = "cpu"
-) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """A saved population's description and weights, from any file that describes its bindings.
-
-    Reads a lightmarl training checkpoint, a `PolicyDict.save` file or an exported
-    directory (`lightmarl.policies.exported`). Returns ``(description, state)``: the
-    description has ``bindings`` (id -> class path, kwargs, group name, shared modules),
-    ``groups`` (name -> [`GroupSpec`][lightmarl.envs.spec.GroupSpec] fields) and ``shared_modules``; the state maps
-    ``<binding>.<parameter>`` to tensors.
-
-    Raises:
-        ValueError: naming ``field`` when the file is none of those or cannot be read.
-    """
-    if is_export(path):
-        return _exported(path, field)
-    saved = load_torch_file(path, field=field, trust_pickle=trust_pickle, map_location=map_location)
-    if not _is_population(saved):
-        raise ValueError(f"{field}: {str(path)!r} is neither a saved PolicyDict, a lightmarl checkpoint nor an export")
-    return _population_of(saved, field)
-
-
-def _from_population(
-    description: Mapping[str, Any],
-    state: Mapping[str, torch.Tensor],
+def _policy_of_population(
+    population: SavedPopulation,
     path: Path,
     source_id: str,
     group: GroupSpec,
+    env_transforms: Sequence[VecTransform],
     field: str,
 ) -> Policy:
-    described = description.get("bindings", {})
-    if source_id not in described:
-        raise ValueError(f"{field}: {str(path)!r} has no binding {source_id!r}; it has {sorted(described)}")
-    entry = described[source_id]
-    shared_specs = description.get("shared_modules", {})
-    injected = rebuild_shared_modules(entry.get("shared_modules", {}), shared_specs, group, field=field)
-    policy = build_policy(
-        entry["class_path"],
-        dict(entry.get("policy_kwargs", {})),
-        group,
-        field=f"{field} ({source_id})",
-        injected=injected,
-    )
-    prefix = f"{source_id}."
-    weights = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-    _load_weights(policy, weights, field, f"binding {source_id!r} of {str(path)!r}")
-    return policy
+    """One binding of a saved population, for a run whose env is the recipe's (``group``): it sees its
+    observations as in its own run (`lightmarl.policies.input_transforms`)."""
+    if source_id not in population.bindings:
+        raise ValueError(f"{field}: {str(path)!r} has no binding {source_id!r}; it has {sorted(population.bindings)}")
+    entry = population.bindings[source_id]
+    try:
+        host = host_normalization(env_transforms, group.name)
+        norms = (
+            entry[INPUT_TRANSFORMS]
+            if INPUT_TRANSFORMS in entry
+            else input_transforms_of(population.transforms, entry["group"])
+        )
+    except ValueError as err:
+        raise ValueError(f"{field}: {err}") from None
+    (policy,) = build_policies(population, only=[source_id], groups={entry["group"]: group}, field=field).values()
+    return attach_input_transforms(policy, norms, host)
+
+
+def build_policies(
+    population: SavedPopulation,
+    *,
+    only: Sequence[str] | None = None,
+    groups: Mapping[str, GroupSpec] | None = None,
+    host_transforms: Sequence[VecTransform] | None = None,
+    field: str = "",
+) -> dict[str, Policy]:
+    """The policies of a saved population: each built from its class and kwargs, with its shared
+    modules rebuilt once and handed to every user, and its weights loaded.
+
+    The one builder of every loader: ``policy_uri`` (`load_policy_from_uri`), `load_population`,
+    the ONNX export and league snapshots' policies. The caller has checked the population's class
+    paths ([`SavedPopulation.check_classes`][lightmarl.policies.artifact.SavedPopulation.check_classes]), or reads it
+    inside `lightmarl.trust.loading_file`.
+
+    Args:
+        population: what [`read_artifact`][lightmarl.policies.artifact.read_artifact] read.
+        only: the bindings to build (default: all, in the population's order).
+        groups: group name -> the [`GroupSpec`][lightmarl.envs.spec.GroupSpec] to build for (default: the
+            population's own groups; a recipe passes its env's).
+        host_transforms: the transforms of the env the policies act in when it is the population's own
+            (`load_population`): a binding its run loaded from yet another run (an NPC) keeps that run's
+            input normalization, with these undone first. ``None``: no input transforms attached.
+        field: what asked, leading every error message (default: the population's source).
+
+    Raises:
+        ValueError: for an unknown binding, a shared module it does not describe, or weights that do not fit.
+    """
+    field = field or repr(population.source)
+    built: dict[str, nn.Module] = {}
+    policies: dict[str, Policy] = {}
+    for binding_id in population.bindings if only is None else only:
+        if binding_id not in population.bindings:
+            raise ValueError(f"{field}: no binding {binding_id!r}; it has {sorted(population.bindings)}")
+        entry = population.bindings[binding_id]
+        binding_field = f"{field} binding {binding_id!r}"
+        group = (groups or {}).get(entry["group"]) or population.group_spec(entry["group"])
+        injected = rebuild_shared_modules(
+            entry.get("shared_modules", {}), population.shared_modules, group, field=binding_field, built=built
+        )
+        policy = build_policy(
+            entry["class_path"], dict(entry.get("policy_kwargs", {})), group, field=binding_field, injected=injected
+        )
+        prefix = f"{binding_id}."
+        weights = {k[len(prefix) :]: v for k, v in population.state.items() if k.startswith(prefix)}
+        _load_weights(policy, weights, field, f"binding {binding_id!r} of {population.source!r}")
+        norms = entry.get(INPUT_TRANSFORMS)
+        if host_transforms is not None and norms:
+            policy = attach_input_transforms(policy, norms, host_normalization(host_transforms, group.name))
+        policies[binding_id] = policy
+    return policies
 
 
 def rebuild_shared_modules(

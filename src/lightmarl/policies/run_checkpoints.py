@@ -21,7 +21,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-#: the section of a lightmarl checkpoint that holds the run's counters (MARLModule.on_save_checkpoint).
+#: the section of a lightmarl checkpoint that holds the run (``lightmarl.training.checkpoint``): its
+#: ``population`` entry is the saved population's description, whose ``counters`` these are.
 COUNTERS_KEY = "lightmarl"
 
 
@@ -34,12 +35,19 @@ def checkpoint_counters(path: str | os.PathLike[str]) -> tuple[int, int] | None:
         saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # noqa: BLE001 - a damaged file is named by whoever reads the chosen one
         return None
+    return counters_of(saved)
+
+
+def counters_of(saved: object) -> tuple[int, int] | None:
+    """``(frames, iterations)`` of a lightmarl checkpoint already read, or ``None`` for another file."""
     section = saved.get(COUNTERS_KEY) if isinstance(saved, dict) else None
-    if not isinstance(section, dict):
+    population = section.get("population") if isinstance(section, dict) else None
+    counters = population.get("counters") if isinstance(population, dict) else None
+    if not isinstance(counters, dict):
         return None
     try:
-        return int(section.get("frames", 0)), int(section.get("iterations", 0))
-    except (TypeError, ValueError):
+        return int(counters["frames"]), int(counters["iterations"])
+    except (KeyError, TypeError, ValueError):
         return None
 
 

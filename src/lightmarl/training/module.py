@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import time
@@ -20,9 +19,7 @@ from lightmarl.data.collector import RolloutCollector, StepHook
 from lightmarl.envs.config import EnvConfig
 from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.transforms import (
-    load_transforms_state_dict,
     transformed_spec,
-    transforms_state_dict,
 )
 from lightmarl.errors import ConfigError
 from lightmarl.evaluation.episodes import WinRule, evaluate_episodes
@@ -30,13 +27,12 @@ from lightmarl.evaluation.suite import preserved_rng
 from lightmarl.evaluation.video import check_renders, write_evaluation_video
 from lightmarl.policies.base import Policy
 from lightmarl.policies.multi_agent import MultiAgentPolicy
-from lightmarl.policies.registry import CHECKPOINT_KEY, PolicyRegistry
+from lightmarl.policies.registry import PolicyRegistry
 from lightmarl.policies.shared_modules import SharedModules
 from lightmarl.population import BindingTable, PerEnvAgentBindingMap, PolicyBindingConfig
 from lightmarl.population.shared import SharedModuleConfig
-from lightmarl.training.league import CHECKPOINT_KEY as LEAGUE_CHECKPOINT_KEY
+from lightmarl.training import checkpoint as checkpoints
 from lightmarl.training.league import LeagueConfig, LeagueTraining
-from lightmarl.training.resume import CHECKPOINT_KEY as RESUME_CHECKPOINT_KEY
 from lightmarl.training.resume import RunResume, seed_rank_streams
 from lightmarl.training.rollouts import tick_loader
 from lightmarl.training.stepper import LightningStepper, assert_ranks_in_sync
@@ -243,31 +239,13 @@ class MARLModule(LightningModule):
             raise ValueError(f"set_weights: the weights do not fit binding {binding_id!r}: {err}") from None
 
     def describe_binding(self, binding_id: str) -> dict[str, Any]:
-        """How to rebuild one binding's policy: class path, keyword arguments, shared modules, group
-        and whether it trains (plain data: checkpoints and league snapshot files carry it)."""
-        return {
-            **cast(Policy, self._policy_of(binding_id)).origin,
-            "group": self.table.group_of_binding.get(binding_id),
-            "trainable": self.table.binding(binding_id).trainable,
-        }
+        """How to rebuild one binding's policy (`lightmarl.training.checkpoint.describe_binding`)."""
+        return checkpoints.describe_binding(self, binding_id)
 
     def snapshot_description(self, binding_id: str) -> dict[str, Any]:
-        """What a league snapshot file of ``binding_id`` carries besides its weights: the policy's class,
-        kwargs and group spec, the shared modules' specs, the env and its transforms (statistics as now)."""
-        origin = self.describe_binding(binding_id)
-        group = self.env_spec.groups[origin.pop("group")]
-        origin.pop("trainable", None)
-        return {
-            "policy": {**origin, "group_spec": dataclasses.asdict(group)},
-            "shared_modules": self.shared.describe(),
-            "transforms": [{**t.describe(), "state": t.state_dict()} for t in self.env_config.transforms],
-            "env": {
-                **self.env_config.describe(),
-                "possible_agents": list(self.env_spec.possible_agents),
-                "turn_based": self.env_spec.turn_based,
-                "base_groups": {n: dataclasses.asdict(g) for n, g in self.env_base_spec.groups.items()},
-            },
-        }
+        """What a league snapshot file of ``binding_id`` carries besides its weights
+        (`lightmarl.training.checkpoint.snapshot_description`)."""
+        return checkpoints.snapshot_description(self, binding_id)
 
     def _policy_of(self, binding_id: str) -> nn.Module:
         if binding_id not in self.policies:
@@ -602,96 +580,13 @@ class MARLModule(LightningModule):
     def test_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate("test")
 
-    # -- checkpoints ----------------------------------------------------------------------
+    # -- checkpoints (the schema: lightmarl.training.checkpoint) ----------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint[CHECKPOINT_KEY] = {
-            "frames": self.frames,
-            "iterations": self.iterations,
-            # What an iteration was made of: a resume with another shape is checked against the budget.
-            "iteration_shape": self._iteration_shape(),
-            "env": self.env_config.describe(),
-            # Running statistics of the env's transforms (e.g. ObservationNorm), used frozen by `validate`.
-            "env_transforms": transforms_state_dict(self.env_config.transforms),
-            # ... and how to rebuild them, so that an export or `load_population` applies them alone.
-            "env_transforms_config": [t.describe() for t in self.env_config.transforms],
-            "possible_agents": list(self.env_spec.possible_agents),
-            "base_groups": {name: dataclasses.asdict(group) for name, group in self.env_base_spec.groups.items()},
-            "turn_based": self.env_spec.turn_based,
-            "agent_binding_map": {
-                "default": list(self.table.agent_binding_map),
-                "per_env": {str(k): list(v) for k, v in self.table.per_env_maps.items()},
-            },
-            # With the bindings' origins, enough to rebuild the policies alone (PolicyDict.load).
-            "groups": {name: dataclasses.asdict(group) for name, group in self.env_spec.groups.items()},
-            "shared_modules": self.shared.describe(),
-            # Self-describing: `policy_uri: this.ckpt#binding` rebuilds a policy from here alone.
-            "bindings": {binding_id: self.describe_binding(binding_id) for binding_id in self.policies},
-            "trainers": self.marl_trainer.state_dict() if self.marl_trainer is not None else {},
-        }
-        if self.league is not None and self.league.matchmaker is not None:
-            checkpoint[LEAGUE_CHECKPOINT_KEY] = self.league.state_dict()
-        if self._collector is not None:  # fit: every process's RNG streams, env copies and replay buffers
-            checkpoint[RESUME_CHECKPOINT_KEY] = self._resume.save(
-                self._collector,
-                self.marl_trainer,
-                self.league,
-                self.device,
-                self.trainer.strategy,
-                policies=dict(self.policies.items()),
-            )
+        checkpoints.save_checkpoint(self, checkpoint)
 
     def check_checkpoint_fits(self, state_dict: Any, *, field: str) -> None:
-        """Raise a [`ConfigError`][lightmarl.errors.ConfigError] naming what differs when ``state_dict`` cannot load into this module.
-
-        (Lightning's strict load raises a multi-line ``RuntimeError``, or TensorDict's "key sets don't match".)
-        """
-        own = self.state_dict()
-        if not isinstance(state_dict, dict):
-            raise ConfigError(f"{field}: the checkpoint's state_dict is not a table of tensors")
-        problems = []
-        missing = sorted(set(own) - set(state_dict))
-        unexpected = sorted(set(state_dict) - set(own))
-        shapes = [
-            f"{key} is {list(state_dict[key].shape)} in the checkpoint, {list(value.shape)} in the recipe"
-            for key, value in own.items()
-            if isinstance(value, torch.Tensor)
-            and isinstance(state_dict.get(key), torch.Tensor)
-            and state_dict[key].shape != value.shape
-        ]
-        for label, items in (("shapes differ", shapes), ("missing", missing), ("unexpected", unexpected)):
-            if items:
-                more = f" and {len(items) - 2} more" if len(items) > 2 else ""
-                problems.append(f"{label}: {'; '.join(items[:2])}{more}")
-        if problems:
-            raise ConfigError(
-                f"{field}: the checkpoint does not fit this recipe's population (another env, policy class or "
-                f"policy_kwargs?): {'; '.join(problems)}"
-            )
+        """Raise a [`ConfigError`][lightmarl.errors.ConfigError] naming what differs when ``state_dict`` cannot load into this module."""
+        checkpoints.check_checkpoint_fits(self, state_dict, field=field)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        try:
-            self._load_checkpoint_state(checkpoint)
-        except ConfigError:
-            raise
-        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
-            # Another recipe's or a damaged checkpoint: one line naming what does not fit, not a traceback.
-            detail = err if isinstance(err, ValueError) else f"{type(err).__name__}: {err}"
-            raise ConfigError(f"--ckpt_path: the checkpoint's state does not fit this run ({detail})") from err
-
-    def _load_checkpoint_state(self, checkpoint: dict[str, Any]) -> None:
-        state = checkpoint.get(CHECKPOINT_KEY, {})
-        self.frames = int(state.get("frames", 0))
-        self.iterations = int(state.get("iterations", 0))
-        if self.marl_trainer is not None:  # fit: the budget left, in the frames an iteration now takes
-            self._check_resumed_budget(state)
-        load_transforms_state_dict(self.env_config.transforms, state.get("env_transforms", []))
-        # `fit --ckpt_path` restores after setup("fit") built the trainers (and their target networks
-        # from the still random policy): their saved state replaces that now. `validate` has no trainers.
-        if self.marl_trainer is not None:
-            self.marl_trainer.load_state_dict(state.get("trainers", {}))
-        if self.league is not None and self.league.matchmaker is not None and LEAGUE_CHECKPOINT_KEY in checkpoint:
-            self.league.load_state_dict(checkpoint[LEAGUE_CHECKPOINT_KEY])
-        if self.marl_trainer is not None:  # fit: this process's part, put back as the run starts
-            self._resume.load(
-                checkpoint.get(RESUME_CHECKPOINT_KEY), self.global_rank, self.trainer.world_size, self.marl_trainer
-            )
+        checkpoints.load_checkpoint(self, checkpoint)
