@@ -141,7 +141,10 @@ def test_recipe_fits_and_validates_through_the_cli(recipe, device, tmp_path, mon
     checkpoints = list(tmp_path.rglob("last.ckpt"))
     assert len(checkpoints) == 1, "the recipe must keep a last checkpoint"
     checkpoint = torch.load(checkpoints[0], map_location="cpu", weights_only=False)
-    assert checkpoint["lightmarl"]["frames"] == 120 and checkpoint["lightmarl"]["iterations"] == 3
+    assert (
+        checkpoint["lightmarl"]["population"]["counters"]["frames"] == 120
+        and checkpoint["lightmarl"]["population"]["counters"]["iterations"] == 3
+    )
     assert list(tmp_path.rglob("config.yaml")), "the resolved config is saved"
     metrics = list(tmp_path.rglob("metrics.csv"))
     header = metrics[0].read_text().splitlines()[0].split(",")
@@ -162,7 +165,7 @@ def test_recipe_fits_and_validates_through_the_cli(recipe, device, tmp_path, mon
     model = yaml.safe_load(recipe.read_text())["model"]
     allowed = recipe_class_paths(model.get("policy_bindings", []), model.get("shared_modules", {}))
     policies = PolicyDict.load(checkpoints[0], allowed_classes=sorted(allowed))
-    for name, spec in checkpoint["lightmarl"]["shared_modules"].items():
+    for name, spec in checkpoint["lightmarl"]["population"]["shared_modules"].items():
         users = [getattr(policies[b], argument) for b, argument in spec["shared_between"].items()]
         assert all(u is users[0] for u in users), name
 
@@ -275,7 +278,7 @@ def test_frozen_npc_from_a_checkpoint_plays_and_never_changes(tmp_path, monkeypa
     teacher = {k.removeprefix("population.policies.main."): v for k, v in source["state_dict"].items()}
     assert npc and npc.keys() == teacher.keys()
     assert all(torch.equal(npc[k], teacher[k]) for k in npc)
-    student_rows = after["lightmarl"]["bindings"]
+    student_rows = after["lightmarl"]["population"]["bindings"]
     assert student_rows["npc"]["trainable"] is False and student_rows["student"]["trainable"] is True
 
 
@@ -287,8 +290,11 @@ def test_fit_resumes_from_the_last_checkpoint(tmp_path, monkeypatch):
     main(["fit", "--config", recipe, *tiny("quickstart"), "--model.max_frames=240", "--ckpt_path", "last"])
     resumed = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
     # The frame budget is global: the resumed run only plays the 3 iterations still owed.
-    assert (first["lightmarl"]["iterations"], resumed["lightmarl"]["iterations"]) == (3, 6)
-    assert resumed["lightmarl"]["frames"] == 240
+    assert (
+        first["lightmarl"]["population"]["counters"]["iterations"],
+        resumed["lightmarl"]["population"]["counters"]["iterations"],
+    ) == (3, 6)
+    assert resumed["lightmarl"]["population"]["counters"]["frames"] == 240
     adam_steps = [s["step"] for s in resumed["optimizer_states"][0]["state"].values()]
     assert all(int(step) == 2 * first["global_step"] for step in adam_steps)
 
@@ -305,7 +311,11 @@ def test_resuming_a_finished_run_ends_at_once(tmp_path, monkeypatch, caplog):
     with caplog.at_level("INFO"):
         main(["fit", "--config", recipe, *tiny("quickstart"), "--ckpt_path", "last"])
     after = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    assert after["lightmarl"]["iterations"] == before["lightmarl"]["iterations"] == 3
+    assert (
+        after["lightmarl"]["population"]["counters"]["iterations"]
+        == before["lightmarl"]["population"]["counters"]["iterations"]
+        == 3
+    )
     assert "nothing to train" in caplog.text
 
 
@@ -335,7 +345,10 @@ def test_a_resumed_run_keeps_the_target_networks_it_saved(tmp_path, monkeypatch)
     )
     resumed = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=False)
     saved, kept = (c["lightmarl"]["trainers"]["dqn_policy"] for c in (first, resumed))
-    assert resumed["lightmarl"]["iterations"] == 6 and kept["grad_steps"] > saved["grad_steps"] > 0
+    assert (
+        resumed["lightmarl"]["population"]["counters"]["iterations"] == 6
+        and kept["grad_steps"] > saved["grad_steps"] > 0
+    )
     assert saved["networks"] and saved["networks"].keys() == kept["networks"].keys()
     for key, target in saved["networks"].items():
         assert torch.equal(kept["networks"][key], target), key

@@ -102,7 +102,7 @@ def test_debug_shows_the_traceback(in_tmp, monkeypatch):
 
 
 def counters_of(path: Path) -> tuple[int, int]:
-    saved = torch.load(path, map_location="cpu", weights_only=True)["lightmarl"]
+    saved = torch.load(path, map_location="cpu", weights_only=True)["lightmarl"]["population"]["counters"]
     return saved["frames"], saved["iterations"]
 
 

@@ -97,13 +97,13 @@ def test_max_time_stops_a_run_on_time_with_a_checkpoint_it_resumes_from(tmp_path
     # Setup and the last iteration come on top of the 4 s: generous, but far below the frame budget.
     assert elapsed < 40, elapsed
     last = tmp_path / "runs" / "quickstart" / "checkpoints" / "last.ckpt"
-    stopped = torch.load(last, map_location="cpu", weights_only=False)["lightmarl"]
+    stopped = torch.load(last, map_location="cpu", weights_only=False)["lightmarl"]["population"]["counters"]
     assert 0 < stopped["frames"] < 100_000_000 and stopped["frames"] == 10 * stopped["iterations"]
     # max_time is the total over resumes (Lightning's Timer keeps its elapsed time in the checkpoint).
     main(["fit", "--config", recipe, *budget, "--trainer.max_time=00:00:00:04", "--ckpt_path=last"])
-    again = torch.load(last, map_location="cpu", weights_only=False)["lightmarl"]
+    again = torch.load(last, map_location="cpu", weights_only=False)["lightmarl"]["population"]["counters"]
     main(["fit", "--config", recipe, *budget, "--trainer.max_time=00:00:00:07", "--ckpt_path=last"])
-    resumed = torch.load(last, map_location="cpu", weights_only=False)["lightmarl"]
+    resumed = torch.load(last, map_location="cpu", weights_only=False)["lightmarl"]["population"]["counters"]
     assert again["iterations"] <= stopped["iterations"] + 1 < resumed["iterations"]
 
 
@@ -125,9 +125,9 @@ def test_a_best_by_metric_checkpoint_goes_beside_last_in_the_run_directory(tmp_p
     assert len(returns) == 6
     kept = torch.load(checkpoints / "best.ckpt", map_location="cpu", weights_only=False)
     best_epoch = max(returns, key=lambda epoch: returns[epoch])
-    assert kept["epoch"] == best_epoch and kept["lightmarl"]["iterations"] == best_epoch + 1
+    assert kept["epoch"] == best_epoch and kept["lightmarl"]["population"]["counters"]["iterations"] == best_epoch + 1
     last = torch.load(checkpoints / "last.ckpt", map_location="cpu", weights_only=False)
-    assert last["lightmarl"]["iterations"] == 6
+    assert last["lightmarl"]["population"]["counters"]["iterations"] == 6
     # validate plays the kept checkpoint like any other, e.g. on other episodes than those that chose it.
     main(
         [

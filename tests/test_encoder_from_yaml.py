@@ -60,6 +60,6 @@ def test_the_documented_cnn_encoder_is_built_from_yaml(style, tmp_path, monkeypa
         extra = ["--config", "encoder.yaml"]
     main(["fit", "--config", PURSUIT, *extra, *TINY])
     checkpoint = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=True)
-    encoder = checkpoint["lightmarl"]["bindings"]["main"]["policy_kwargs"]["encoder"]
+    encoder = checkpoint["lightmarl"]["population"]["bindings"]["main"]["policy_kwargs"]["encoder"]
     assert encoder == yaml.safe_load(snippet)["policy_bindings"][0]["policy_kwargs"]["encoder"]
     assert any(".encoder.convs." in k for k in checkpoint["state_dict"]), "the policy has no CNN"

@@ -83,7 +83,7 @@ def fit_yaml(code: str, workdir: Path, *extra: str) -> dict:
 
 def run_bring_your_own_env(workdir: Path) -> None:
     checkpoint = fit_yaml(snippet("Bring your own env", "yaml"), workdir, "--model.max_frames=32")
-    assert checkpoint["lightmarl"]["frames"] == 32  # 16 copies x 2 steps
+    assert checkpoint["lightmarl"]["population"]["counters"]["frames"] == 32  # 16 copies x 2 steps
 
 
 def run_large_observations(workdir: Path) -> None:
@@ -112,7 +112,9 @@ def run_multi_discrete(workdir: Path) -> None:
 
 def run_worker_processes(workdir: Path) -> None:
     checkpoint = fit_yaml(snippet("Worker processes", "yaml"), workdir, "--model.max_frames=64")
-    assert checkpoint["lightmarl"]["frames"] == 64  # 32 copies in 2 worker processes x 2 steps
+    assert (
+        checkpoint["lightmarl"]["population"]["counters"]["frames"] == 64
+    )  # 32 copies in 2 worker processes x 2 steps
 
 
 def run_check_vec_env(workdir: Path, capsys) -> None:
@@ -130,7 +132,9 @@ def run_mettagrid(workdir: Path) -> None:
 def run_openspiel(workdir: Path) -> None:
     pytest.importorskip("pyspiel")
     checkpoint = fit_yaml(snippet("OpenSpiel games", "yaml"), workdir, "--model.max_frames=64")
-    assert checkpoint["lightmarl"]["frames"] == 64  # 2 iterations of 16 copies x 2 turns of Leduc poker
+    assert (
+        checkpoint["lightmarl"]["population"]["counters"]["frames"] == 64
+    )  # 2 iterations of 16 copies x 2 turns of Leduc poker
 
 
 RUNNERS: dict[tuple[str, str], Callable[..., None]] = {

@@ -27,7 +27,7 @@ def write_fixtures(folder: Path) -> None:
     (folder / "list.yaml").write_text("- a\n- b\n")
     (folder / "corrupt.pt").write_bytes(b"not a torch file\n")
     crafted = torch.load(ASSET, map_location="cpu", weights_only=True)
-    crafted["lightmarl"]["bindings"]["main"]["class_path"] = "os.system"  # a file that names code
+    crafted["lightmarl"]["population"]["bindings"]["main"]["class_path"] = "os.system"  # a file that names code
     torch.save(crafted, folder / "crafted.pt")
     # A run directory another live process (this test's parent) holds.
     (folder / "runs" / "busy").mkdir(parents=True)
@@ -37,7 +37,7 @@ def write_fixtures(folder: Path) -> None:
     (folder / "duplicate.yaml").write_text("model:\n  max_frames: 1600\n  max_frames: 999999\n")
     (folder / "twice.yaml").write_text("model:\n  max_frames: 1600\ntrainer: {}\nmodel:\n  rollout_steps: 5\n")
     ungrouped = torch.load(ASSET, map_location="cpu", weights_only=True)
-    del ungrouped["lightmarl"]["groups"]  # a checkpoint without saved group specs
+    del ungrouped["lightmarl"]["population"]["groups"]  # a checkpoint without saved group specs
     torch.save(ungrouped, folder / "nogroups.ckpt")
     # A finished run: its directory holds a last.ckpt.
     (folder / "runs" / "finished" / "checkpoints").mkdir(parents=True)

@@ -1,6 +1,6 @@
 """The loading rule: files are data. Nothing a file names is imported or called unless the recipe names it too.
 
-Checkpoints, ``PolicyDict`` files, exported populations and league snapshots describe policies
+Checkpoints, exported populations and league snapshots describe policies
 by name (a policy class, its keyword arguments, an encoder's or a shared module's
 ``class_path``). Importing a module runs its top-level code and calling a class runs its
 constructor, so a name taken from a file is code chosen by whoever wrote the file. While a file
@@ -13,7 +13,7 @@ is being turned into policies (inside [`loading_file`][lightmarl.trust.loading_f
   module inside it, the ``?class_path=`` of a ``policy_uri``) is allowed;
 * anything else is refused with one line that names the file, the field and the name, unless
   the user opted in for that source: ``trust_code: true`` on the binding,
-  ``PolicyDict.load(..., trust_code=True)`` or ``lightmarl export --trust_code``.
+  ``load_population(..., trust_code=True)`` or ``lightmarl export --trust_code``.
 
 Group specs (the agents' spaces) come from the file's own data or from the recipe's env, never
 from an env constructor named only in the file. Outside [`loading_file`][lightmarl.trust.loading_file] (a recipe being
@@ -97,7 +97,7 @@ def _refuse(scope: LoadScope, path: str, field: str, why: str) -> UntrustedCodeE
         f"{' and '.join(ALLOWED_PACKAGES)} classes and classes the recipe names from a file. Name {path!r} in the recipe "
         "(a binding's class_path or policy_kwargs) or allow it (lightmarl export --allow, "
         "lightmarl.load_population(..., allow=[...])), or, if you trust the file's author, set trust_code: true "
-        "on this binding (PolicyDict.load(..., trust_code=True), lightmarl export --trust_code)"
+        "on this binding (load_population(..., trust_code=True), lightmarl export --trust_code)"
     )
 
 

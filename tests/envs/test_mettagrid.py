@@ -98,6 +98,6 @@ def test_the_recipe_trains_briefly_and_validates_through_the_cli(tmp_path, monke
     main(["fit", "--config", recipe, *tiny])
     (checkpoint,) = tmp_path.rglob("last.ckpt")
     state = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    assert state["lightmarl"]["frames"] == 20
+    assert state["lightmarl"]["population"]["counters"]["frames"] == 20
     assert any(".encoder.feature_embedding." in k for k in state["state_dict"]), "the policy has no TokenEncoder"
     main(["validate", "--config", recipe, *tiny, "--ckpt_path", str(checkpoint)])

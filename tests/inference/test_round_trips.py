@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -247,22 +246,3 @@ def test_an_image_recipe_replays_validates_score(tmp_path, monkeypatch):
             observations, rewards, *_ = env.step(population.act(observations))
             total += sum(rewards.values()) / len(rewards)
         assert total == pytest.approx(score, abs=1e-4), seed
-
-
-def test_a_checkpoint_without_transform_settings_takes_them_from_its_runs_config(normalized_run, tmp_path):
-    """Checkpoints written before the settings were saved: the run's config.yaml has them; without it, an error."""
-    run, _, _ = normalized_run
-    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
-    del checkpoint["lightmarl"]["env_transforms_config"]
-    old = run / "checkpoints" / "old.ckpt"
-    torch.save(checkpoint, old)
-    try:
-        again = lightmarl.load_population(old)
-        assert [type(t).__name__ for t in again.transforms] == ["ObservationNorm", "RewardNorm"]
-        assert again.transforms[0].clip == 10.0
-        alone = tmp_path / "old.ckpt"
-        shutil.copy(old, alone)
-        with pytest.raises(ValueError, match=r"trained with env transforms \['ObservationNorm', 'RewardNorm'\]"):
-            lightmarl.load_population(alone)
-    finally:
-        old.unlink()

@@ -13,7 +13,8 @@ import torch
 from expectations import tiny_cli_run
 from lightmarl.cli import main
 from lightmarl.envs import PettingZooEnvConfig
-from lightmarl.policies import MLPActorCritic, PolicyDict
+from lightmarl.inference import load_population
+from lightmarl.policies import MLPActorCritic
 from lightmarl.policies.registry import PolicyRegistry
 from lightmarl.population import PolicyBinding
 
@@ -26,17 +27,17 @@ def test_export_writes_weights_and_a_description_that_load_back(tmp_path, capsys
     main(["export", str(ASSET), "--out", str(tmp_path / "exported")])
     assert "lightmarl: exported main to" in capsys.readouterr().out
     description = json.loads((tmp_path / "exported/population.json").read_text())
-    assert description["format"] == "lightmarl.export/2" and set(description["bindings"]) == {"main"}
+    assert description["format"] == "lightmarl.population/1" and set(description["bindings"]) == {"main"}
     assert sorted(p.name for p in (tmp_path / "exported").iterdir()) == ["population.json", "weights.safetensors"]
-    trained = PolicyDict.load(ASSET)
-    exported = PolicyDict.load(tmp_path / "exported")
-    assert exported.state_dict().keys() == trained.state_dict().keys()
-    for key, value in trained.state_dict().items():
-        assert torch.equal(exported.state_dict()[key], value), key
+    trained = load_population(ASSET).bindings["main"].state_dict()
+    exported = load_population(tmp_path / "exported").bindings["main"].state_dict()
+    assert exported.keys() == trained.keys()
+    for key, value in trained.items():
+        assert torch.equal(exported[key], value), key
     # As a frozen NPC in another recipe: `policy_uri: DIR#binding`.
     npc = PolicyRegistry().get(PolicyBinding("npc", policy_uri=f"{tmp_path / 'exported'}#main", trainable=False), GROUP)
     assert isinstance(npc, MLPActorCritic)
-    assert all(torch.equal(npc.state_dict()[k], v) for k, v in exported["main"].state_dict().items())
+    assert all(torch.equal(npc.state_dict()[k], v) for k, v in exported.items())
 
 
 def test_export_keeps_shared_modules_shared_and_can_select_bindings(tmp_path, monkeypatch):
@@ -51,15 +52,15 @@ def test_export_keeps_shared_modules_shared_and_can_select_bindings(tmp_path, mo
     )
     checkpoint = next(tmp_path.rglob("last.ckpt"))
     main(["export", str(checkpoint), "--out", "all"])
-    policies = PolicyDict.load("all")
+    policies = load_population("all").bindings
     shared = json.loads(Path("all/population.json").read_text())["shared_modules"]
     assert shared, "the recipe shares modules"
     for name, spec in shared.items():
         users = [getattr(policies[b], argument) for b, argument in spec["shared_between"].items()]
         assert len(users) > 1 and all(u is users[0] for u in users), name
-    first = sorted(policies.keys())[0]
+    first = sorted(policies)[0]
     main(["export", str(checkpoint), "--out", "one", "--bindings", first])
-    assert list(PolicyDict.load("one").keys()) == [first]
+    assert list(load_population("one").bindings) == [first]
 
 
 def test_bad_exports_fail_in_one_line(tmp_path, capsys):
@@ -70,4 +71,4 @@ def test_bad_exports_fail_in_one_line(tmp_path, capsys):
     weights = tmp_path / "exported/weights.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(ValueError, match=r"cannot read .*weights.safetensors"):
-        PolicyDict.load(tmp_path / "exported")
+        load_population(tmp_path / "exported")

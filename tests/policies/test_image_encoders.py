@@ -90,7 +90,7 @@ def test_image_encoders_are_chosen_from_yaml_through_the_cli(name, tmp_path, mon
     recipe = str(ROOT / "recipes/pistonball.yaml")
     main(["fit", "--config", recipe, "--model.policy_bindings", json.dumps(bindings), *TINY])
     checkpoint = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=True)
-    assert checkpoint["lightmarl"]["bindings"]["main"]["policy_kwargs"]["encoder"] == ENCODERS[name]
+    assert checkpoint["lightmarl"]["population"]["bindings"]["main"]["policy_kwargs"]["encoder"] == ENCODERS[name]
     weights = [k for k in checkpoint["state_dict"] if ".encoder.convs." in k]
     assert weights, "the policy has no CNN"
     assert any(".body." in k for k in weights) == (name == "impala")

@@ -1,10 +1,10 @@
-"""Files are data (lightmarl.trust): generated checkpoints, PolicyDict files, exports and league snapshots
+"""Files are data (lightmarl.trust): generated checkpoints, exports and league snapshots
 whose strings name importable callables load, or fail with a ValueError, without importing or calling any of them.
 
 Every string a saved population holds (class paths, keyword arguments, group and env fields, the
 env constructor of an old checkpoint, hyper-parameters) is replaced by a payload: ``subprocess.run``,
 ``os.system``, or a module created here whose import, function and class each leave a trace. The
-loaders run through ``policy_uri``, ``PolicyDict.load``, ``--ckpt_path``, ``lightmarl export`` and the
+loaders run through ``policy_uri``, ``load_population``, ``--ckpt_path``, ``lightmarl export`` and the
 league's snapshot store; afterwards nothing may have been recorded.
 """
 
@@ -28,8 +28,9 @@ from lightmarl.cli import main
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies import PolicyDict
 from lightmarl.policies.encoders import MLPEncoder
-from lightmarl.policies.exported import DESCRIPTION_FILE, EXPORT_FORMAT, WEIGHTS_FILE
-from lightmarl.policies.registry import POLICY_DICT_FORMAT, PolicyRegistry, build_policy
+from lightmarl.inference import load_population
+from lightmarl.policies.exported import DESCRIPTION_FILE, WEIGHTS_FILE
+from lightmarl.policies.registry import PolicyRegistry, build_policy
 from lightmarl.population import PolicyBinding
 from lightmarl.trust import UntrustedCodeError
 
@@ -119,7 +120,7 @@ def _population() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     )
     policies = PolicyDict({"a": a, "b": b}, {"a": GROUP, "b": GROUP}, {"enc": shared_spec})
     state = {k: v.detach().clone() for k, v in policies.state_dict().items()}
-    return json.loads(json.dumps(policies.describe())), state
+    return json.loads(json.dumps(policies.population().to_dict())), state
 
 
 DESCRIPTION, STATE = _population()
@@ -142,7 +143,11 @@ def _set(node: Any, path: tuple, value: Any) -> None:
 
 def _is_reference(path: tuple) -> bool:
     """A string that names another part of the file (a group, a shared module) rather than code or data."""
-    return (path[0] == "bindings" and path[2] in ("group", "shared_modules")) or path[0] == "groups"
+    return (
+        (path[0] == "bindings" and path[2] in ("group", "shared_modules"))
+        or path[0] in ("groups", "agent_binding_map")
+        or path == ("format",)
+    )
 
 
 @st.composite
@@ -164,7 +169,7 @@ def poisoned(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):  # an encoder spec the recipe never saw
         entry = description["bindings"][draw(st.sampled_from(["a", "b"]))]
         entry["policy_kwargs"]["encoder"] = {"class_path": draw(st.sampled_from(PAYLOADS)), "init_args": {}}
-    if draw(st.booleans()):  # an old checkpoint: group specs only from the env it names
+    if draw(st.booleans()):  # no group specs: a file that would need the env it names to build them
         description.pop("groups")
         description["env"]["env_fn"] = draw(st.sampled_from(PAYLOADS))
     return description
@@ -176,18 +181,17 @@ def _checkpoint(description: dict[str, Any]) -> dict[str, Any]:
     return {
         "state_dict": state,
         "pytorch-lightning_version": "2.6.6",
-        "lightmarl": description,
+        "lightmarl": {"population": description},
         "hyper_parameters": {"env": {"env_fn": env_fn}, "policy_mapping_fn": env_fn},
     }
 
 
 def _write_all(tmp: Path, description: dict[str, Any]) -> dict[str, Path]:
     tmp.mkdir(parents=True, exist_ok=True)
-    files = {"checkpoint": tmp / "run.ckpt", "policy_dict": tmp / "population.pt", "export": tmp / "exported"}
+    files = {"checkpoint": tmp / "run.ckpt", "export": tmp / "exported"}
     torch.save(_checkpoint(description), files["checkpoint"])
-    torch.save({"format": POLICY_DICT_FORMAT, **description, "state_dict": STATE}, files["policy_dict"])
     files["export"].mkdir()
-    (files["export"] / DESCRIPTION_FILE).write_text(json.dumps({**description, "format": EXPORT_FORMAT}))
+    (files["export"] / DESCRIPTION_FILE).write_text(json.dumps(description))
     save_file({k: v.contiguous() for k, v in STATE.items()}, str(files["export"] / WEIGHTS_FILE))
     return files
 
@@ -195,7 +199,7 @@ def _write_all(tmp: Path, description: dict[str, Any]) -> dict[str, Path]:
 def test_the_unpoisoned_files_load(tmp_path, traps):
     files = _write_all(tmp_path, {**copy.deepcopy(DESCRIPTION), "env": {"env_fn": "x.y"}})
     for path in files.values():
-        assert set(PolicyDict.load(path)) == {"a", "b"}
+        assert set(load_population(path).bindings) == {"a", "b"}
         PolicyRegistry().get(PolicyBinding("npc", policy_uri=f"{path}#b", trainable=False), GROUP)
     assert traps() == []
 
@@ -203,7 +207,7 @@ def test_the_unpoisoned_files_load(tmp_path, traps):
 @settings(max_examples=int(os.environ.get("LIGHTMARL_FUZZ_EXAMPLES", "25")), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(description=poisoned(), binding=st.sampled_from(["a", "b"]), data=st.data())
-def test_poisoned_files_run_nothing_through_policy_uri_and_policy_dict_load(
+def test_poisoned_files_run_nothing_through_policy_uri_and_load_population(
     description, binding, data, tmp_path_factory, traps
 ):
     files = _write_all(tmp_path_factory.mktemp("poisoned"), description)
@@ -212,13 +216,13 @@ def test_poisoned_files_run_nothing_through_policy_uri_and_policy_dict_load(
 
 
 def _load_both_ways(path: Path, binding: str) -> int:
-    """``PolicyDict.load(path)`` and ``policy_uri: path#binding``; how many were refused by the loading rule.
+    """``load_population(path)`` and ``policy_uri: path#binding``; how many were refused by the loading rule.
 
     Any other ``ValueError`` is fine too: the poisoned data then did not describe a policy.
     """
     refused = 0
     for load in (
-        lambda: PolicyDict.load(path),
+        lambda: load_population(path),
         lambda: PolicyRegistry().get(PolicyBinding("npc", policy_uri=f"{path}#{binding}"), GROUP),
     ):
         try:
@@ -240,7 +244,7 @@ def test_each_string_field_alone_names_each_payload_and_nothing_runs(tmp_path, t
         description = copy.deepcopy(base)
         _set(description, path, payload)
         files = _write_all(tmp_path / str(n), description)
-        for kind, binding in (("checkpoint", "a"), ("export", "b"), ("policy_dict", "b")):
+        for kind, binding in (("checkpoint", "a"), ("export", "b")):
             refused += _load_both_ways(files[kind], binding)
         assert traps() == [], (path, payload)
     assert refused > 0
@@ -249,9 +253,9 @@ def test_each_string_field_alone_names_each_payload_and_nothing_runs(tmp_path, t
 def test_the_recipe_may_allow_a_class_and_trust_code_opens_the_door(tmp_path, traps):
     description = copy.deepcopy(DESCRIPTION)
     description["bindings"]["b"]["policy_kwargs"]["encoder"]["class_path"] = f"{MODULE}.Evil"
-    path = _write_all(tmp_path, description)["policy_dict"]
-    with pytest.raises(ValueError, match=rf"names '{MODULE}.Evil'.*trust_code: true"):
-        PolicyDict.load(path)
+    path = _write_all(tmp_path, description)["export"]
+    with pytest.raises(ValueError, match=rf"names '{MODULE}.Evil'.*trust_code"):
+        load_population(path)
     assert traps() == []
     # Named by the recipe (a binding's policy_kwargs): now it is the recipe's code, and it is built.
     recipe_kwargs = {"encoder": {"class_path": f"{MODULE}.Evil"}}

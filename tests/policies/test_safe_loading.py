@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lightmarl.envs import PettingZooEnvConfig
+from lightmarl.inference import load_population
 from lightmarl.policies import MLPActorCritic, PolicyDict
 from lightmarl.policies.registry import PolicyRegistry
 from lightmarl.population import PolicyBinding
@@ -38,8 +39,8 @@ def crafted(tmp_path: Path, valid: dict) -> tuple[Path, Path]:
 def test_lightmarl_files_load_weights_only(tmp_path):
     policy = PolicyRegistry().get(PolicyBinding("npc", policy_uri=f"{ASSET}#main", trainable=False), GROUP)
     assert isinstance(policy, MLPActorCritic)
-    PolicyDict({"main": policy}, {"main": GROUP}).save(tmp_path / "population.pt")
-    assert set(PolicyDict.load(tmp_path / "population.pt")) == {"main"}
+    PolicyDict({"main": policy}, {"main": GROUP}).export(tmp_path / "population")
+    assert set(load_population(tmp_path / "population").bindings) == {"main"}
     torch.save(policy.state_dict(), tmp_path / "weights.pt")
     uri = f"{tmp_path / 'weights.pt'}?class_path=lightmarl.policies.MLPActorCritic"
     assert isinstance(PolicyRegistry().get(PolicyBinding("b", policy_uri=uri), GROUP), MLPActorCritic)
@@ -50,8 +51,8 @@ def test_a_crafted_checkpoint_is_refused_and_runs_nothing(tmp_path):
     binding = PolicyBinding("npc", policy_uri=f"{path}#main", trainable=False)
     with pytest.raises(ValueError, match=r"binding 'npc'.policy_uri: .*pickled Python objects.*trust_pickle: true"):
         PolicyRegistry().get(binding, GROUP)
-    with pytest.raises(ValueError, match=r"PolicyDict.load: .*trust_pickle"):
-        PolicyDict.load(path)
+    with pytest.raises(ValueError, match=r"load_population: .*trust_pickle"):
+        load_population(path)
     assert not marker.exists()
 
 

@@ -113,7 +113,7 @@ def test_quickstart_ddp_two_cpu_ranks_stay_in_sync(tmp_path: Path) -> None:
     )
     run_ddp(RECIPE, tmp_path, evaluation)
     ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
-    state = ckpt["lightmarl"]
+    state = ckpt["lightmarl"]["population"]["counters"]
     assert state["iterations"] == ITERATIONS
     assert state["frames"] == FRAMES
     # Manual optimization: global_step counts optimizer steps (PPO epochs x 1 minibatch per iteration).

@@ -28,7 +28,10 @@ def test_fit_2n_equals_fit_n_then_resume(recipe: str, tmp_path: Path, monkeypatc
     main([*fit_args(recipe, tmp_path / "split", 2 * N), "--ckpt_path", "last"])
     whole, resumed = last_checkpoint(tmp_path / "whole"), last_checkpoint(tmp_path / "split")
 
-    assert (half["lightmarl"]["iterations"], resumed["lightmarl"]["iterations"]) == (N, 2 * N)
+    assert (
+        half["lightmarl"]["population"]["counters"]["iterations"],
+        resumed["lightmarl"]["population"]["counters"]["iterations"],
+    ) == (N, 2 * N)
     history = half["lightmarl_resume"]["ranks"][0]["collector"]["history"]
     assert all(len(a) for copy in history["actions"] for a in copy.values()), "the checkpoint fell between episodes"
     if recipe == "connect_four_vs_heuristic":  # the open transitions are in the checkpoint

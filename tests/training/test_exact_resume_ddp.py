@@ -38,7 +38,7 @@ def _resume_matches(recipe: str, tmp_path: Path) -> None:
     _fit_ddp(fit_args(recipe, tmp_path / "split", N, world=WORLD), tmp_path)
     _fit_ddp([*fit_args(recipe, tmp_path / "split", 2 * N, world=WORLD), "--ckpt_path", "last"], tmp_path)
     whole, resumed = last_checkpoint(tmp_path / "whole"), last_checkpoint(tmp_path / "split")
-    assert resumed["lightmarl"]["iterations"] == 2 * N
+    assert resumed["lightmarl"]["population"]["counters"]["iterations"] == 2 * N
     ranks = resumed["lightmarl_resume"]["ranks"]
     assert len(ranks) == WORLD
     # The ranks stepped different env copies: their states are their own, not rank 0's twice (connect

@@ -42,7 +42,9 @@ def _lightmarl() -> str:
 
 
 def _iterations(path: Path) -> int:
-    return int(torch.load(path, map_location="cpu", weights_only=True)["lightmarl"]["iterations"])
+    return int(
+        torch.load(path, map_location="cpu", weights_only=True)["lightmarl"]["population"]["counters"]["iterations"]
+    )
 
 
 def _run_and_kill(cwd: Path, rng: random.Random) -> tuple[int, int]:

@@ -91,7 +91,7 @@ def _assert_synced_and_red_skipped(ckpt: dict, log: str) -> None:
     red, blue = ckpt["optimizer_states"]
     assert not red["state"], "red took an optimizer step on some rank"
     assert {int(s["step"]) for s in blue["state"].values()} == {ITERATIONS * EPOCHS * MINIBATCHES}
-    assert ckpt["lightmarl"]["iterations"] == ITERATIONS
+    assert ckpt["lightmarl"]["population"]["counters"]["iterations"] == ITERATIONS
 
 
 @pytest.mark.timeout(300)
@@ -131,4 +131,7 @@ def test_two_nodes_of_one_process_equal_one_node_of_two(single_node, tmp_path):
     assert ckpt["state_dict"].keys() == expected["state_dict"].keys()
     for name, value in expected["state_dict"].items():
         assert torch.equal(ckpt["state_dict"][name], value), name
-    assert ckpt["lightmarl"]["frames"] == expected["lightmarl"]["frames"]
+    assert (
+        ckpt["lightmarl"]["population"]["counters"]["frames"]
+        == expected["lightmarl"]["population"]["counters"]["frames"]
+    )

@@ -27,7 +27,7 @@ def test_bf16_mixed_precision_trains(recipe, tmp_path, monkeypatch):
     run = [*tiny_cli_run(ROOT / f"recipes/{recipe}.yaml"), "--model.max_frames=40", *LEARN_AT_ONCE.get(recipe, [])]
     main(["fit", "--config", str(ROOT / f"recipes/{recipe}.yaml"), "--trainer.precision=bf16-mixed", *run])
     checkpoint = torch.load(next(tmp_path.rglob("last.ckpt")), map_location="cpu", weights_only=True)
-    assert checkpoint["lightmarl"]["iterations"] == 4
+    assert checkpoint["lightmarl"]["population"]["counters"]["iterations"] == 4
     weights = [v for v in checkpoint["state_dict"].values() if v.is_floating_point()]
     assert weights and all(torch.isfinite(v).all() for v in weights)
     for binding, state in checkpoint["lightmarl"]["trainers"].items():

@@ -93,14 +93,15 @@ def test_a_signal_stops_fit_with_a_checkpoint_and_the_run_resumes(signum, to_gro
     assert not processes_with(marker), "env workers outlived the run"
 
     last = tmp_path / "runs/quickstart/checkpoints/last.ckpt"
-    stopped = torch.load(last, map_location="cpu", weights_only=True)["lightmarl"]
+    stopped = torch.load(last, map_location="cpu", weights_only=True)["lightmarl"]["population"]["counters"]
     assert stopped["iterations"] >= 2 and stopped["frames"] == stopped["iterations"] * 40
     # Resume for two more iterations: the counters go on from the checkpoint.
     more = f"--model.max_frames={stopped['frames'] + 80}"
     resumed = subprocess.run([lightmarl(), "fit", *RUN, more, "--ckpt_path", "last"], cwd=tmp_path, timeout=300)
     assert resumed.returncode == 0
     assert (
-        torch.load(last, map_location="cpu", weights_only=True)["lightmarl"]["iterations"] == stopped["iterations"] + 2
+        torch.load(last, map_location="cpu", weights_only=True)["lightmarl"]["population"]["counters"]["iterations"]
+        == stopped["iterations"] + 2
     )
 
 

@@ -36,7 +36,9 @@ def fit(root: Path, num_envs: int, rollout_steps: int, max_frames: int, *more: s
 
 
 def frames(root: Path) -> tuple[int, int]:
-    saved = torch.load(root / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["lightmarl"]
+    saved = torch.load(root / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["lightmarl"][
+        "population"
+    ]["counters"]
     return saved["frames"], saved["iterations"]
 
 

@@ -95,7 +95,7 @@ def test_a_full_disk_during_fit_stops_in_one_line_and_last_survives(tmp_path, mo
     documented = _documented_fault("a full disk while writing a checkpoint")
     assert re.match("^" + ".*".join(re.escape(p) for p in documented.split("…")) + "$", errors[0][18:]), errors
     last = torch.load(tmp_path / "runs/quickstart/checkpoints/last.ckpt", weights_only=True)
-    assert last["lightmarl"]["iterations"] == 2  # the first epoch's, whole
+    assert last["lightmarl"]["population"]["counters"]["iterations"] == 2  # the first epoch's, whole
 
 
 def _documented_fault(case: str) -> str:

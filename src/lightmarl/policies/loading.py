@@ -2,10 +2,10 @@
 
 ``torch.load`` with ``weights_only=False`` unpickles arbitrary objects, so a crafted
 checkpoint runs its author's code the moment it is loaded. Every file lightmarl writes (a
-training checkpoint, a ``PolicyDict.save`` file, a plain ``state_dict``) holds only tensors,
+training checkpoint, a league snapshot, a plain ``state_dict``) holds only tensors,
 numbers, strings and containers, which ``weights_only=True`` reads. A file that needs more is
 refused with an error that names the opt-in: ``trust_pickle: true`` on the binding (or
-``PolicyDict.load(..., trust_pickle=True)``), for files whose author you trust.
+``read_artifact(..., trust_pickle=True)``), for files whose author you trust.
 
 `resolve_class` turns a class name read from a file into a class under the loading rule of
 [`lightmarl.trust`][lightmarl.trust] (``lightmarl.policies`` classes, classes the recipe names, or
@@ -63,7 +63,7 @@ def load_torch_file(
             f"{field}: {str(path)!r} holds pickled Python objects, which lightmarl does not load by default "
             f"because unpickling can run code ({detail}); lightmarl's own files never need this. "
             "If you trust the file's author, set trust_pickle: true on this binding "
-            "(PolicyDict.load(..., trust_pickle=True) in Python)"
+            "(read_artifact(..., trust_pickle=True) in Python)"
         ) from None
     except Exception as err:  # truncated or foreign files: a config error, not a traceback
         raise ValueError(f"{field}: {str(path)!r} is not a torch file: {_first_line(err)}") from err
