@@ -135,8 +135,8 @@ def test_a_snapshot_plays_the_same_games_seated_from_the_checkpoint_or_the_expor
     assert games[0] == games[1] and len(games[0]) == 3
 
 
-def test_old_bare_snapshots_name_what_they_lack(tmp_path):
+def test_bare_state_dicts_name_what_they_lack(tmp_path):
     path = tmp_path / "bare.pt"
     torch.save(MLPActorCritic(PettingZooEnvConfig(env_kwargs={"N": 3}).spec().groups["agent"]).state_dict(), path)
-    with pytest.raises(ValueError, match="bare state dicts"):
+    with pytest.raises(ValueError, match=r"is a plain state dict .*policy_uri: PATH\?class_path="):
         lightmarl.load_population(path)

@@ -18,16 +18,16 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.envs.transforms import FrameStack, ObservationNorm
-from lightmarl.inference import Artifact, Population, load_population, read_artifact
+from lightmarl.inference import Population, SavedPopulation, load_population, read_artifact
 from lightmarl.policies import MLPActorCritic, MultiAgentPolicy, PolicyDict, RecurrentActorCritic
 from lightmarl.population import BindingTable
 
 SPREAD = {"N": 3, "max_cycles": 6}
 
 
-def artifact_of(policy, env_spec=None, transforms=(), base_groups=None, **fields) -> Artifact:
+def artifact_of(policy, env_spec=None, transforms=(), base_groups=None, **fields) -> SavedPopulation:
     group = policy.group
-    return Artifact(
+    return SavedPopulation(
         bindings={"main": {**policy.origin, "group": group.name}},
         groups={group.name: dataclasses.asdict(group)},
         state={f"main.{k}": v for k, v in policy.state_dict().items()},
@@ -174,18 +174,14 @@ def test_recurrent_state_is_kept_per_agent_and_reset(tmp_path):
         state = out["next_recurrent_state"]
 
 
-def test_formats_are_versioned_and_version_one_still_loads(tmp_path):
-    population = masked_population(tmp_path)
+def test_the_description_is_versioned(tmp_path):
+    masked_population(tmp_path)
     description = json.loads((tmp_path / "masked" / "population.json").read_text())
-    assert description["format"] == "lightmarl.export/2"
-    old = {k: description[k] for k in ("bindings", "groups", "shared_modules")} | {"format": "lightmarl.export/1"}
-    (tmp_path / "masked" / "population.json").write_text(json.dumps(old))
-    again = load_population(tmp_path / "masked")
-    assert again.agent_map == {"player_0": "main", "player_1": "main"} and again.frames == 0
-    observation = {"observation": np.ones(5, dtype=np.float32), "action_mask": np.ones(4, dtype=np.int8)}
-    assert again.act_turn("player_0", observation) == population.act_turn("player_0", observation)
-    (tmp_path / "masked" / "population.json").write_text(json.dumps({**old, "format": "lightmarl.export/9"}))
-    with pytest.raises(ValueError, match=r"format 'lightmarl.export/9'; this lightmarl reads"):
+    assert description["format"] == "lightmarl.population/1"
+    (tmp_path / "masked" / "population.json").write_text(
+        json.dumps({**description, "format": "lightmarl.population/9"})
+    )
+    with pytest.raises(ValueError, match=r"of format 'lightmarl.population/1' \(found 'lightmarl.population/9'\)"):
         load_population(tmp_path / "masked")
 
 

@@ -67,7 +67,7 @@ def replay(population) -> float:
 def test_the_export_replays_validates_score_on_the_same_seeds(normalized_run):
     run, exported, score = normalized_run
     description = json.loads((exported / "population.json").read_text())
-    assert description["format"] == "lightmarl.export/2"
+    assert description["format"] == "lightmarl.population/1"
     assert [t["class_path"].rsplit(".", 1)[-1] for t in description["transforms"]] == ["ObservationNorm", "RewardNorm"]
     population = lightmarl.load_population(exported)
     assert population.frames == 40 and population.iterations == 4  # public counters, as the checkpoint has them

@@ -8,6 +8,7 @@ import torch
 from lightmarl.algorithms import DQN, PPO, PlainStepper
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig
+from lightmarl.inference import load_population
 from lightmarl.policies import PolicyDict
 from lightmarl.training.module import MARLModule
 
@@ -156,12 +157,13 @@ def test_policy_dict_round_trip_keeps_shared_modules_shared(tmp_path):
     with torch.no_grad():
         for p in module.shared.modules["encoder"].parameters():
             p.add_(1.0)  # weights that differ from a fresh build
-    path = tmp_path / "population.pt"
-    PolicyDict.from_module(module).save(path)
-    loaded = PolicyDict.load(path)
+    path = tmp_path / "population"
+    PolicyDict.from_module(module).export(path)
+    loaded = load_population(path).bindings
     assert set(loaded) == {"ppo_policy", "dqn_policy"}
     assert loaded["ppo_policy"].encoder is loaded["dqn_policy"].encoder
-    original, reloaded = module.policies.state_dict(), loaded.state_dict()
+    original = module.policies.state_dict()
+    reloaded = {f"{b}.{k}": v for b, policy in loaded.items() for k, v in policy.state_dict().items()}
     assert original.keys() == reloaded.keys()
     for key in original:
         torch.testing.assert_close(original[key], reloaded[key])

@@ -153,7 +153,8 @@ class SavedPopulation:
 
         Args:
             data: what `to_dict` returned (read back from a checkpoint, a snapshot file or ``population.json``).
-            state: ``<binding>.<parameter>`` -> tensor.
+            state: ``<binding>.<parameter>`` -> tensor (``None``: no weights, e.g. a resumed run's own
+                description, whose weights Lightning loads).
             source: where it was read from, for messages.
             field: what asked, leading every error message.
 
@@ -170,7 +171,7 @@ class SavedPopulation:
         missing = [name for name in FIELDS if name not in data]
         if missing:
             raise ValueError(f"{where} does not describe a lightmarl population (no {missing})")
-        problem = _problem(data, state)
+        problem = _problem(data, {} if state is None else state)
         if problem is not None:
             raise ValueError(f"{where} does not describe a lightmarl population ({problem})")
         agent_map = data["agent_binding_map"]
@@ -338,6 +339,16 @@ def read_artifact(path: str | Path, *, field: str = "load_population", trust_pic
         path = run_checkpoint(path, field=field)
     saved = load_torch_file(path, field=field, trust_pickle=trust_pickle)
     population = saved_population(saved, path, field)
+    if (
+        population is None
+        and isinstance(saved, dict)
+        and saved
+        and all(isinstance(v, torch.Tensor) for v in saved.values())
+    ):
+        raise ValueError(
+            f"{field}: {str(path)!r} is a plain state dict (tensors without a description of their policy); "
+            "load it as a binding with policy_uri: PATH?class_path=<its policy class>"
+        )
     if population is None:
         raise ValueError(
             f"{field}: {str(path)!r} is neither a lightmarl checkpoint, a run directory, an export nor a "
