@@ -26,9 +26,9 @@ from safetensors.torch import save_file
 
 from lightmarl.cli import main
 from lightmarl.envs import PettingZooEnvConfig
+from lightmarl.inference import load_population
 from lightmarl.policies import PolicyDict
 from lightmarl.policies.encoders import MLPEncoder
-from lightmarl.inference import load_population
 from lightmarl.policies.exported import DESCRIPTION_FILE, WEIGHTS_FILE
 from lightmarl.policies.registry import PolicyRegistry, build_policy
 from lightmarl.population import PolicyBinding
