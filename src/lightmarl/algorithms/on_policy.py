@@ -37,6 +37,7 @@ from lightmarl.algorithms.base import (
 )
 from lightmarl.algorithms.gae import valid_row_gae
 from lightmarl.algorithms.open_transitions import AgentTransitions, OpenTransitions, row_marks
+from lightmarl.algorithms.torchrl_private import value_and_next_value
 from lightmarl.policies.contracts import Recurrent
 
 
@@ -268,17 +269,8 @@ class OnPolicyUnitTrainer(UnitTrainer):
         this is exactly TorchRL's GAE.
         """
         g = self.group.name
-        estimator = self.loss.value_estimator
-        # TorchRL's own value call (vmap or not, recurrent "is_init" handling); no public API exposes it.
-        value, next_value, _ = estimator._call_value_nets(
-            data=data,
-            params=None,
-            next_params=None,
-            single_call=False,
-            value_key=estimator.tensor_keys.value,
-            detach_next=True,
-            vmap_randomness=estimator.vmap_randomness,
-        )
+        # TorchRL's own value call (vmap or not, recurrent "is_init" handling).
+        value, next_value = value_and_next_value(self.loss.value_estimator, data)
         counted, _ = row_marks(data, g)
         advantage, value_target = valid_row_gae(
             self.config.gamma,
