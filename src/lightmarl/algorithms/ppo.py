@@ -40,12 +40,14 @@ class PPOUnitTrainer(OnPolicyUnitTrainer):
             self.distill_loss = self.distillation.make_loss(self.binding_id, self.policy, self.table, self.population)
             self.loss_names = (self.loss_name, self.distillation.loss_name)
 
+    @property
+    def flavour(self) -> str:
+        return "MAPPO" if cast(ValueCritic, self.policy).critic_kind == "centralized" else "IPPO"
+
     def _make_loss(self) -> LossModule:
         config, policy = self.config, self.policy
         critic = cast(ValueCritic, policy)
-        centralized = critic.critic_kind == "centralized"
-        loss_class = MaskedMAPPOLoss if centralized else MaskedIPPOLoss
-        self.flavour = "MAPPO" if centralized else "IPPO"
+        loss_class = MaskedMAPPOLoss if critic.critic_kind == "centralized" else MaskedIPPOLoss
         g = self.group.name
         loss = loss_class(
             cast(StochasticActor, policy).actor,
