@@ -196,18 +196,18 @@ def test_continuous_students_learn_a_deterministic_teachers_actions(mode):
         teacher.calls = 0
         trainer.update(experience, optimizers, PlainStepper())
         assert teacher.calls == 1
-        loss = trainer.unit_trainers["student"].distill_loss
+        loss = trainer.unit_trainers["student"].auxiliary[0].module
         rows = experience.reshape(-1)[:40].clone()
         rows.set(loss.tensor_keys.mask, torch.ones(40, 3, dtype=torch.bool))
         asked_each_time = loss(rows)["loss_distill"]
-        loss.ask_teacher(rows)
+        rows.set(loss.tensor_keys.teacher_target, loss.teacher_targets(rows))
         assert rows["agent", "teacher_target"].shape == (40, 3, 5)
         assert torch.allclose(loss(rows)["loss_distill"], asked_each_time)
 
     # A teacher on the bounds (a script that clamps its forces) is learned as if it acted a thousandth
     # of the range inside them: exactly at a bound the squashed Gaussian's -log likelihood is huge and
     # would drive the student's pre-tanh mean far out, where tanh saturates.
-    loss = trainer.unit_trainers["student"].distill_loss
+    loss = trainer.unit_trainers["student"].auxiliary[0].module
 
     def loss_for(action):
         teacher.action = torch.tensor(action)

@@ -412,6 +412,15 @@ class Algorithm(ABC):
                 f"{policy.group.name!r} has {policy.group.action_kind} actions"
             )
 
+    def reserve_bindings(self, binding_id: str, table: BindingTable) -> None:
+        """Reserve in ``table`` the bindings the learner of ``binding_id`` reads that play no agent; default: none.
+
+        The LightningModule calls it for every trainable binding before any policy is built, so that
+        such a binding (e.g. PPO's kickstarting teacher) still gets one, built for the group it is
+        reserved in ([`BindingTable.reserve`][lightmarl.population.BindingTable.reserve]).
+        """
+        del binding_id, table
+
     def check_binding(self, binding_id: str, policy: Policy, table: BindingTable) -> None:
         """Checks that need the population (e.g. who controls the group's other agents); default: none."""
         del binding_id, policy, table
