@@ -156,8 +156,8 @@ def test_continuous_students_learn_a_deterministic_teachers_actions(mode):
     )
     spec = config.spec()
     group = spec.groups["agent"]
-    # kl: the teacher plays no agent (reserved for the student's group, as the LightningModule does
-    # for an idle teacher); clone: it plays agent 0 and its rows teach.
+    # kl: the teacher plays no agent (PPO reserves it in the student's group, as the LightningModule
+    # asks every algorithm to before building policies); clone: it plays agent 0 and its rows teach.
     agent_map = ["student"] * 3 if mode == "kl" else ["teacher", "student", "student"]
     table = BindingTable(
         [
@@ -168,8 +168,8 @@ def test_continuous_students_learn_a_deterministic_teachers_actions(mode):
         agent_map,
         {"student": ["ppo", "distill"], "teacher": ["clone"]},
     )
-    if mode == "kl":
-        table.reserve({"teacher": "agent"})
+    PPO(distillation=Distillation("teacher", mode=mode)).reserve_bindings("student", table)
+    assert table.group_of_binding.get("teacher") == "agent"
     teacher = FixedForcePolicy(group, [0.9, 0.1, 0.1, 0.9, 0.5])
     policies = {"teacher": teacher, "student": MLPActorCritic(group, hidden_sizes=[32])}
     experience = RolloutCollector(config.make_vector(0), MultiAgentPolicy(policies, table), 10).collect()
@@ -303,3 +303,33 @@ def test_an_unknown_teacher_stops_the_cli_before_training(tmp_path, monkeypatch,
     assert exit_info.value.code == 2
     assert "distillation.teacher: 'nobody' is not a binding" in capsys.readouterr().err
     assert not list(tmp_path.rglob("*.ckpt"))
+
+
+@pytest.mark.parametrize("mode", ["kl", "clone"])
+def test_ppo_reserves_an_idle_kickstarting_teacher_in_its_students_group(spread_config, mode):
+    table, _ = population(spread_config, ["student", "student", "student"])
+    assert "teacher" not in table.group_of_binding
+    PPO(distillation=Distillation("teacher", mode=mode)).reserve_bindings("student", table)
+    # A kl teacher reads the student's rows: it needs a policy for them. A clone teacher must play.
+    assert table.group_of_binding.get("teacher") == ("agent" if mode == "kl" else None)
+    PPO().reserve_bindings("student", table)  # no distillation: nothing to reserve
+
+
+def test_the_lightning_module_builds_an_idle_kickstarting_teacher_for_its_students_group(spread_config):
+    from lightmarl.training import MARLModule
+
+    module = MARLModule(
+        env=spread_config,
+        policy_bindings=[
+            {
+                "id": "teacher",
+                "class_path": "lightmarl_examples.simple_spread.SpreadToLandmarkPolicy",
+                "trainable": False,
+            },
+            {"id": "student", "class_path": "lightmarl.policies.MLPActorCritic"},
+        ],
+        agent_binding_map=["student", "student", "student"],
+        algorithm=PPO(distillation=Distillation("teacher")),
+    )
+    assert module.table.group_of_binding["teacher"] == "agent"
+    assert isinstance(module.policies["teacher"], SpreadToLandmarkPolicy)
