@@ -53,7 +53,7 @@ def test_turn_based_rows_learn_each_move_once_when_its_reply_has_come():
     table, collector = reply_collector(rollout_steps=3)
     source = TurnBasedRows("player", table.index["main"])
     learned, moves, carried = 0, 0, []
-    for update in range(8):
+    for _ in range(8):
         experience = collector.collect()
         moves += int(experience.get(("player", keys.VALID)).sum())
         rows = source.take(experience)
