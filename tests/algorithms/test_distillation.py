@@ -156,8 +156,8 @@ def test_continuous_students_learn_a_deterministic_teachers_actions(mode):
     )
     spec = config.spec()
     group = spec.groups["agent"]
-    # kl: the teacher plays no agent (reserved for the student's group, as the LightningModule does
-    # for an idle teacher); clone: it plays agent 0 and its rows teach.
+    # kl: the teacher plays no agent (PPO reserves it in the student's group, as the LightningModule
+    # asks every algorithm to before building policies); clone: it plays agent 0 and its rows teach.
     agent_map = ["student"] * 3 if mode == "kl" else ["teacher", "student", "student"]
     table = BindingTable(
         [
@@ -168,8 +168,8 @@ def test_continuous_students_learn_a_deterministic_teachers_actions(mode):
         agent_map,
         {"student": ["ppo", "distill"], "teacher": ["clone"]},
     )
-    if mode == "kl":
-        table.reserve({"teacher": "agent"})
+    PPO(distillation=Distillation("teacher", mode=mode)).reserve_bindings("student", table)
+    assert table.group_of_binding.get("teacher") == "agent"
     teacher = FixedForcePolicy(group, [0.9, 0.1, 0.1, 0.9, 0.5])
     policies = {"teacher": teacher, "student": MLPActorCritic(group, hidden_sizes=[32])}
     experience = RolloutCollector(config.make_vector(0), MultiAgentPolicy(policies, table), 10).collect()
@@ -196,18 +196,18 @@ def test_continuous_students_learn_a_deterministic_teachers_actions(mode):
         teacher.calls = 0
         trainer.update(experience, optimizers, PlainStepper())
         assert teacher.calls == 1
-        loss = trainer.unit_trainers["student"].distill_loss
+        loss = trainer.unit_trainers["student"].auxiliary[0].module
         rows = experience.reshape(-1)[:40].clone()
         rows.set(loss.tensor_keys.mask, torch.ones(40, 3, dtype=torch.bool))
         asked_each_time = loss(rows)["loss_distill"]
-        loss.ask_teacher(rows)
+        rows.set(loss.tensor_keys.teacher_target, loss.teacher_targets(rows))
         assert rows["agent", "teacher_target"].shape == (40, 3, 5)
         assert torch.allclose(loss(rows)["loss_distill"], asked_each_time)
 
     # A teacher on the bounds (a script that clamps its forces) is learned as if it acted a thousandth
     # of the range inside them: exactly at a bound the squashed Gaussian's -log likelihood is huge and
     # would drive the student's pre-tanh mean far out, where tanh saturates.
-    loss = trainer.unit_trainers["student"].distill_loss
+    loss = trainer.unit_trainers["student"].auxiliary[0].module
 
     def loss_for(action):
         teacher.action = torch.tensor(action)
@@ -303,3 +303,33 @@ def test_an_unknown_teacher_stops_the_cli_before_training(tmp_path, monkeypatch,
     assert exit_info.value.code == 2
     assert "distillation.teacher: 'nobody' is not a binding" in capsys.readouterr().err
     assert not list(tmp_path.rglob("*.ckpt"))
+
+
+@pytest.mark.parametrize("mode", ["kl", "clone"])
+def test_ppo_reserves_an_idle_kickstarting_teacher_in_its_students_group(spread_config, mode):
+    table, _ = population(spread_config, ["student", "student", "student"])
+    assert "teacher" not in table.group_of_binding
+    PPO(distillation=Distillation("teacher", mode=mode)).reserve_bindings("student", table)
+    # A kl teacher reads the student's rows: it needs a policy for them. A clone teacher must play.
+    assert table.group_of_binding.get("teacher") == ("agent" if mode == "kl" else None)
+    PPO().reserve_bindings("student", table)  # no distillation: nothing to reserve
+
+
+def test_the_lightning_module_builds_an_idle_kickstarting_teacher_for_its_students_group(spread_config):
+    from lightmarl.training import MARLModule
+
+    module = MARLModule(
+        env=spread_config,
+        policy_bindings=[
+            {
+                "id": "teacher",
+                "class_path": "lightmarl_examples.simple_spread.SpreadToLandmarkPolicy",
+                "trainable": False,
+            },
+            {"id": "student", "class_path": "lightmarl.policies.MLPActorCritic"},
+        ],
+        agent_binding_map=["student", "student", "student"],
+        algorithm=PPO(distillation=Distillation("teacher")),
+    )
+    assert module.table.group_of_binding["teacher"] == "agent"
+    assert isinstance(module.policies["teacher"], SpreadToLandmarkPolicy)

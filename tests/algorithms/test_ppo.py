@@ -243,9 +243,9 @@ def test_minibatches_hold_only_env_steps_where_the_binding_has_rows(spread_confi
     seen = []
     losses = unit.minibatch_losses
 
-    def record(batch, main):
+    def record(batch, **kwargs):
         seen.append(batch.get(("agent", keys.LOSS_MASK)).clone())
-        return losses(batch, main)
+        return losses(batch, **kwargs)
 
     unit.minibatch_losses = record
     metrics = trainer.update(experience, trainer.make_optimizers(), PlainStepper())["learner"]

@@ -121,13 +121,13 @@ def test_ppo_credits_the_reply_to_the_move_also_across_rollout_boundaries(rollou
     seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     losses = unit.minibatch_losses
 
-    def record(batch, main):
+    def record(batch, **kwargs):
         rows = batch.get("player")
         mask = rows.get(keys.LOSS_MASK)
         seen.append(
             (rows.get(keys.ACTION)[mask], turn_of(rows.get(keys.OBSERVATION)[mask]), rows.get(keys.VALUE_TARGET)[mask])
         )
-        return losses(batch, main)
+        return losses(batch, **kwargs)
 
     unit.minibatch_losses = record
     optimizers = trainer.make_optimizers()
@@ -157,7 +157,7 @@ def test_open_transitions_survive_a_checkpoint_of_the_replay_state():
     optimizers = trainer.make_optimizers()
     trainer.update(collector.collect(), optimizers, PlainStepper())
     state = unit.replay_state_dict()
-    assert state and unit.open_transitions.carried_steps == 1
+    assert state and unit.rollout_rows.open_transitions.carried_steps == 1
     buffer = io.BytesIO()
     torch.save(state, buffer)
     buffer.seek(0)
@@ -165,7 +165,8 @@ def test_open_transitions_survive_a_checkpoint_of_the_replay_state():
     fresh.load_state_dict(torch.load(buffer, weights_only=True)["open_transitions"])
     assert fresh.tail is not None
     assert torch.equal(
-        fresh.tail.get(("player", keys.OBSERVATION)), unit.open_transitions.tail.get(("player", keys.OBSERVATION))
+        fresh.tail.get(("player", keys.OBSERVATION)),
+        unit.rollout_rows.open_transitions.tail.get(("player", keys.OBSERVATION)),
     )
 
 

@@ -10,12 +10,13 @@ from lightmarl.algorithms.base import (
     optimize,
 )
 from lightmarl.algorithms.ddpg import DDPG, DDPGUnitTrainer
-from lightmarl.algorithms.distillation import Distillation, KickstarterLoss, SlicedClonerLoss
+from lightmarl.algorithms.distillation import Distillation, DistillationLoss, KickstarterLoss, SlicedClonerLoss
 from lightmarl.algorithms.dqn import DQN, DQNUnitTrainer
 from lightmarl.algorithms.marl_trainer import IndependentMARLTrainer, MARLTrainer
 from lightmarl.algorithms.off_policy import OffPolicyAlgorithm, OffPolicyUnitTrainer
-from lightmarl.algorithms.on_policy import OnPolicyAlgorithm, OnPolicyUnitTrainer
+from lightmarl.algorithms.on_policy import AuxiliaryLoss, AuxiliaryRows, OnPolicyAlgorithm, OnPolicyUnitTrainer
 from lightmarl.algorithms.ppo import PPO, PPOUnitTrainer
+from lightmarl.algorithms.rollout_rows import RolloutRows, TurnBasedRows, UpdateRows
 from lightmarl.algorithms.sac import SAC, SACUnitTrainer
 from lightmarl.algorithms.value_decomposition import QMIX, VDN, ValueDecomposition, ValueDecompositionUnitTrainer
 
@@ -27,9 +28,12 @@ __all__ = [
     "SAC",
     "VDN",
     "Algorithm",
+    "AuxiliaryLoss",
+    "AuxiliaryRows",
     "DDPGUnitTrainer",
     "DQNUnitTrainer",
     "Distillation",
+    "DistillationLoss",
     "GradientStepper",
     "IndependentMARLTrainer",
     "KickstarterLoss",
@@ -41,9 +45,12 @@ __all__ = [
     "OnPolicyUnitTrainer",
     "PPOUnitTrainer",
     "PlainStepper",
+    "RolloutRows",
     "SACUnitTrainer",
     "SlicedClonerLoss",
+    "TurnBasedRows",
     "UnitTrainer",
+    "UpdateRows",
     "ValueDecomposition",
     "ValueDecompositionUnitTrainer",
     "loss_row_mask",

@@ -51,10 +51,10 @@ class OffPolicyActorCriticUnitTrainer(OffPolicyUnitTrainer):
     def reads_whole_group(cls, policy: Policy) -> bool:
         return cast(QCritic, policy).critic_kind == "centralized"
 
-    def _build(self) -> None:
-        super()._build()
+    @property
+    def flavour(self) -> str:
         # The field's names: independent learners (IDDPG, ISAC) or a centralized critic (MADDPG, MASAC).
-        self.flavour = ("MA" if self.joint else "I") + self.loss_name.upper()
+        return ("MA" if self.joint else "I") + self.loss_name.upper()
 
     @abstractmethod
     def networks(self) -> tuple[nn.Module, nn.Module]:

@@ -192,6 +192,8 @@ class UnitTrainer(ABC):
         config: the algorithm's hyper-parameters.
         population: binding id -> policy for every binding that plays (a loss reading
             another binding's policy, e.g. a distillation teacher, needs it).
+        shared_parameter_ids: ids of the parameters of shared modules (``shared_modules`` in a
+            recipe): the MARLTrainer's shared optimizer steps them, never this trainer.
     """
 
     #: the policy contracts ([`lightmarl.policies.contracts`][lightmarl.policies.contracts]) this trainer reads.
@@ -204,8 +206,6 @@ class UnitTrainer(ABC):
     loss_names: tuple[str, ...] = ()
     #: learn on every k-th training iteration only.
     update_every: int = 1
-    #: ids of parameters of shared modules: the MARLTrainer's shared optimizer steps them, never this trainer.
-    shared_parameter_ids: frozenset[int] = frozenset()
 
     def __init__(
         self,
@@ -214,6 +214,8 @@ class UnitTrainer(ABC):
         table: BindingTable,
         config: Any,
         population: Mapping[str, Policy] | None = None,
+        *,
+        shared_parameter_ids: frozenset[int] = frozenset(),
     ) -> None:
         self.binding_id = binding_id
         self.policy = policy
@@ -221,8 +223,7 @@ class UnitTrainer(ABC):
         self.config = config
         self.group: GroupSpec = policy.group
         self.population = population
-        #: what it trains, in words (e.g. ``MAPPO``, ``double DQN``), for the run's log.
-        self.flavour = type(self).__name__.removesuffix("UnitTrainer")
+        self.shared_parameter_ids = shared_parameter_ids
         self.fraction_done = 0.0
         #: skips (or stops on) non-finite losses and gradients of this binding's steps.
         self.guard = NonFiniteGuard(binding_id, getattr(config, "on_nonfinite", "skip"))
@@ -238,6 +239,11 @@ class UnitTrainer(ABC):
 
     def _build(self) -> None:  # noqa: B027 - an optional hook: a plain UnitTrainer needs nothing more
         """Build losses and state once the attributes above are set (subclasses extend it, not ``__init__``)."""
+
+    @property
+    def flavour(self) -> str:
+        """What it trains, in words (e.g. ``MAPPO``, ``double DQN``), for the run's log."""
+        return type(self).__name__.removesuffix("UnitTrainer")
 
     @abstractmethod
     def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
@@ -406,6 +412,15 @@ class Algorithm(ABC):
                 f"{policy.group.name!r} has {policy.group.action_kind} actions"
             )
 
+    def reserve_bindings(self, binding_id: str, table: BindingTable) -> None:
+        """Reserve in ``table`` the bindings the learner of ``binding_id`` reads that play no agent; default: none.
+
+        The LightningModule calls it for every trainable binding before any policy is built, so that
+        such a binding (e.g. PPO's kickstarting teacher) still gets one, built for the group it is
+        reserved in ([`BindingTable.reserve`][lightmarl.population.BindingTable.reserve]).
+        """
+        del binding_id, table
+
     def check_binding(self, binding_id: str, policy: Policy, table: BindingTable) -> None:
         """Checks that need the population (e.g. who controls the group's other agents); default: none."""
         del binding_id, policy, table
@@ -420,15 +435,21 @@ class Algorithm(ABC):
         policy: Policy,
         table: BindingTable,
         population: Mapping[str, Policy] | None = None,
+        *,
+        shared_parameter_ids: frozenset[int] = frozenset(),
     ) -> UnitTrainer:
         """Check the binding, then build its learner.
 
         ``population`` (binding id -> policy, every binding that plays) lets a loss read other
         bindings' policies, e.g. a distillation teacher; losses that need it fail without it.
+        ``shared_parameter_ids`` are the parameters of shared modules, which the learner leaves
+        to the MARLTrainer's shared optimizer.
         """
         self.check_policy(binding_id, policy)
         self.check_binding(binding_id, policy, table)
-        return self.trainer_class(binding_id, policy, table, self, population)
+        return self.trainer_class(
+            binding_id, policy, table, self, population, shared_parameter_ids=shared_parameter_ids
+        )
 
 
 def check_hyperparameters(*checks: tuple[str, object, bool, str]) -> None:

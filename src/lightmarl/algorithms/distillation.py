@@ -15,7 +15,10 @@ its deterministic action: the cross-entropy becomes ``-log student(teacher's act
 likelihood behaviour cloning, so a deterministic script can teach. A ``kl`` teacher need not
 play: one that controls no agent is built for the student's group. [`Distillation`][lightmarl.algorithms.distillation.Distillation] is the
 config that [`PPO`][lightmarl.algorithms.ppo.PPO] takes; [`KickstarterLoss`][lightmarl.algorithms.distillation.KickstarterLoss] and
-[`SlicedClonerLoss`][lightmarl.algorithms.distillation.SlicedClonerLoss] are the TorchRL losses it builds.
+[`SlicedClonerLoss`][lightmarl.algorithms.distillation.SlicedClonerLoss] are the TorchRL losses it builds, and
+[`DistillationLoss`][lightmarl.algorithms.distillation.DistillationLoss] the auxiliary loss of PPO's update
+that runs them: its `rows()` picks the rows and asks the teacher once per update, its `loss()` runs
+on each minibatch.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.objectives import LossModule
 
 from lightmarl import keys
+from lightmarl.algorithms.base import loss_row_mask
+from lightmarl.algorithms.on_policy import AuxiliaryLoss, AuxiliaryRows
+from lightmarl.algorithms.rollout_rows import UpdateRows
 from lightmarl.errors import ConfigError
 from lightmarl.policies.base import Policy, ScriptedPolicy, masked_logits
 from lightmarl.policies.contracts import StochasticActor, ValueCritic, satisfies
@@ -122,9 +128,21 @@ class Distillation:
         progress = min(max(progress, 0.0), 1.0)
         return self.coeff + (self.final_coeff - self.coeff) * progress
 
+    def reserve_teacher(self, student_id: str, table: BindingTable) -> None:
+        """Give a ``kl`` teacher that plays no agent a place in the student's group, so that a policy is built for it.
+
+        It reads the student's rows; a ``clone`` teacher must play (its rows are what teaches), and
+        an unknown teacher is left for `make_loss` to name.
+        """
+        group = table.group_of_binding.get(student_id)
+        if self.mode != "kl" or group is None:
+            return
+        if self.teacher in table.index and self.teacher not in table.group_of_binding:
+            table.reserve({self.teacher: group})
+
     def make_loss(
         self, student_id: str, student: Policy, table: BindingTable, population: Mapping[str, Policy] | None
-    ) -> KickstarterLoss | SlicedClonerLoss:
+    ) -> DistillationLoss:
         """Resolve the teacher among the population and build the loss; every misconfiguration fails here.
 
         Raises:
@@ -184,14 +202,74 @@ class Distillation:
                     f"({table.loss_profiles[table.binding(student_id).loss_profile]}) does not include "
                     f"{DISTILL_LOSS!r}, so the kickstarting loss would never run; add it to loss_profiles"
                 )
-            return KickstarterLoss(student, teacher, value_coeff=self.value_coeff)
+            return DistillationLoss(
+                self, student_id, table, KickstarterLoss(student, teacher, value_coeff=self.value_coeff)
+            )
         if not table.profile_allows(self.teacher, CLONE_LOSS):
             raise ConfigError(
                 f"{field}: the teacher's loss profile {table.binding(self.teacher).loss_profile!r} "
                 f"({table.loss_profiles[table.binding(self.teacher).loss_profile]}) does not include "
                 f"{CLONE_LOSS!r}, so no row would teach; add it to loss_profiles"
             )
-        return SlicedClonerLoss(student, teacher, value_coeff=self.value_coeff)
+        return DistillationLoss(
+            self, student_id, table, SlicedClonerLoss(student, teacher, value_coeff=self.value_coeff)
+        )
+
+
+class DistillationLoss(AuxiliaryLoss):
+    """The distillation term of a student's PPO update (an [`AuxiliaryLoss`][lightmarl.algorithms.on_policy.AuxiliaryLoss]).
+
+    `rows` picks the rows (the student's own for ``kl``, the teacher's for ``clone``), asks a
+    ``kl`` teacher for its targets once for the whole update (a frozen teacher gives the same answer
+    on every pass, and a script can cost more than the student) and takes the annealed weight;
+    `loss` runs the TorchRL loss on a minibatch with that weight. Built by
+    [`Distillation.make_loss`][lightmarl.algorithms.distillation.Distillation.make_loss].
+
+    Args:
+        config: the distillation settings (teacher, mode, schedule).
+        student_id: the student binding.
+        table: the population (for the loss filter).
+        module: the TorchRL loss it runs.
+    """
+
+    def __init__(
+        self, config: Distillation, student_id: str, table: BindingTable, module: KickstarterLoss | SlicedClonerLoss
+    ) -> None:
+        self.config = config
+        self.student_id = student_id
+        self.table = table
+        self.module = module
+        self.name = config.loss_name
+
+    def rows(self, rows: UpdateRows, *, updates: int, fraction_done: float) -> AuxiliaryRows:
+        data, module = rows.data, self.module
+        group_rows = data.get(module.group)
+        if self.config.mode == "kl":
+            mask = loss_row_mask(group_rows, self.table, DISTILL_LOSS, binding_id=self.student_id)
+        else:
+            # The teacher's rows are not trainable rows: clone reads them through its own profile gate.
+            mask = loss_row_mask(
+                group_rows, self.table, CLONE_LOSS, binding_id=self.config.teacher, trainable_only=False
+            )
+        entries: dict[NestedKey, torch.Tensor] = {}
+        if isinstance(module, KickstarterLoss):
+            entries[module.tensor_keys.teacher_target] = module.teacher_targets(data)
+        # Rows of steps carried over from an earlier rollout were in an earlier update's distillation already.
+        mask = rows.new(mask)
+        entries[module.tensor_keys.mask] = mask
+        return AuxiliaryRows(
+            metric=f"{self.name}_rows",
+            mask=mask,
+            entries=entries,
+            coeff=self.config.coefficient(updates, fraction_done),
+        )
+
+    def loss(self, batch: TensorDictBase, prepared: AuxiliaryRows) -> dict[str, torch.Tensor]:
+        self.module.coeff = prepared.coeff
+        return dict(self.module(batch).items())
+
+    def to(self, device: torch.device) -> None:
+        self.module.to(device)
 
 
 @torch.no_grad()
@@ -230,7 +308,7 @@ class _TeacherLoss(LossModule):
             action: the actions taken.
             mask: the rows this loss learns from (written by the UnitTrainer from ``loss_row_mask``).
             teacher_target: the teacher's log-probabilities (discrete) or action (continuous) on each
-                row, when [`KickstarterLoss.ask_teacher`][lightmarl.algorithms.distillation.KickstarterLoss.ask_teacher] wrote them for the whole batch.
+                row, when [`KickstarterLoss.teacher_targets`][lightmarl.algorithms.distillation.KickstarterLoss.teacher_targets] gave them for the whole batch.
         """
 
         observation: NestedKey = keys.OBSERVATION
@@ -389,11 +467,11 @@ class KickstarterLoss(_TeacherLoss):
         super().__init__(student, teacher, value_coeff)
 
     @torch.no_grad()
-    def ask_teacher(self, tensordict: TensorDictBase) -> None:
-        """Write the teacher's targets for every row of ``tensordict`` (a whole batch), so that the
-        minibatches of an update's passes read them instead of running the teacher each time: a
-        frozen teacher gives the same answer on every pass (a script can cost more than the student)."""
-        tensordict.set(self.tensor_keys.teacher_target, self._teacher_target(self._inputs(tensordict)))
+    def teacher_targets(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """The teacher's targets for every row of ``tensordict`` (a whole batch), to store under
+        ``tensor_keys.teacher_target`` so that the minibatches of an update's passes read them instead
+        of running the teacher each time."""
+        return self._teacher_target(self._inputs(tensordict))
 
     def _teacher_target(self, inputs: TensorDict) -> torch.Tensor:
         teacher = self.teacher

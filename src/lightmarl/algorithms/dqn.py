@@ -45,8 +45,11 @@ class DQNUnitTrainer(OffPolicyUnitTrainer):
         """The policy's Q-network (observation -> action values -> greedy action)."""
         return cast(QValues, self.policy).qvalue
 
+    @property
+    def flavour(self) -> str:
+        return "double DQN" if self.config.double_dqn else "DQN"
+
     def _make_loss(self) -> LossModule:
-        self.flavour = "double DQN" if self.config.double_dqn else "DQN"
         g = self.group.name
         loss = DQNLoss(
             self.qvalue,

@@ -69,11 +69,9 @@ class MARLTrainer:
         for binding_id in table.trainable_ids:
             if binding_id not in table.group_of_binding:
                 continue  # maps to no agent in this env: nothing to learn from
-            unit = algorithms[binding_id].make_unit_trainer(
-                binding_id, policies[binding_id], table, population=policies
+            self.unit_trainers[binding_id] = algorithms[binding_id].make_unit_trainer(
+                binding_id, policies[binding_id], table, population=policies, shared_parameter_ids=shared_ids
             )
-            unit.shared_parameter_ids = shared_ids
-            self.unit_trainers[binding_id] = unit
 
     def make_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """One optimizer per UnitTrainer (by binding id), then the shared modules' one (``_shared``), if any."""

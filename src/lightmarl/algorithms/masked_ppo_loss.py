@@ -7,74 +7,49 @@ bindings' rows (whose stored log-probs come from another policy, so their "KL" i
 and the rows of agents waiting for their turn. Those diagnostics then overstate how far the
 policy moved, by a lot in leagues and turn-based games, and the divergence watch
 (``max_kl``) acts on them. These subclasses recompute them over the masked rows only; the
-losses themselves are TorchRL's, unchanged.
+losses themselves are TorchRL's, unchanged; the per-row values come from TorchRL's private
+hooks through `lightmarl.algorithms.torchrl_private`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 import torch
 from tensordict import TensorDictBase
+from torchrl.objectives import ClipPPOLoss, LossModule
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
+from lightmarl.algorithms.torchrl_private import PPOIntermediatesTap, clip_bounds, loss_mask
 
-class _MaskedDiagnostics:
+
+class _MaskedDiagnostics(PPOIntermediatesTap):
     """Mixin for a TorchRL clipped-PPO loss: diagnostics as masked means."""
 
-    _clip_bounds: tuple[float, float]
-
-    def _log_weight(self, tensordict: TensorDictBase, adv_shape: torch.Size) -> Any:
-        out = super()._log_weight(tensordict, adv_shape)  # type: ignore[misc]
-        self._seen_log_weight, self._seen_kl = out[0].detach(), out[2].detach()
-        self._seen_log_is_weight = None if out[3] is None else out[3].detach()
-        return out
-
-    def _get_entropy(self, dist: Any, adv_shape: torch.Size) -> Any:
-        entropy = super()._get_entropy(dist, adv_shape)  # type: ignore[misc]
-        self._seen_entropy = entropy.detach() if isinstance(entropy, torch.Tensor) else None
-        return entropy
-
-    def _critic_loss_inputs(self, target_return: torch.Tensor, state_value: torch.Tensor, old_state_value: Any) -> Any:
-        out = super()._critic_loss_inputs(target_return, state_value, old_state_value)  # type: ignore[misc]
-        self._seen_value_target, self._seen_value = out[0].detach(), out[1].detach()
-        return out
-
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        self._seen_log_weight = self._seen_kl = self._seen_log_is_weight = self._seen_entropy = None
-        self._seen_value_target = self._seen_value = None
-        out = super().forward(tensordict)  # type: ignore[misc]
-        mask = self._row_mask(tensordict)
+        out, seen = self.forward_with_intermediates(tensordict)
+        mask = loss_mask(cast(LossModule, self), tensordict)
         if mask is None or not bool(mask.any()):
             return out
-        if self._seen_value is not None and "explained_variance" in out.keys():
-            target, value = _rows(self._seen_value_target, mask), _rows(self._seen_value, mask)
+        if seen.value is not None and seen.value_target is not None and "explained_variance" in out.keys():
+            target, value = _rows(seen.value_target, mask), _rows(seen.value, mask)
             residual = (target - value).var(correction=0)
             out.set("explained_variance", 1.0 - residual / (target.var(correction=0) + torch.finfo(target.dtype).eps))
-        if self._seen_log_weight is None:
+        if seen.log_weight is None or seen.kl is None:
             return out
-        log_weight = _rows(self._seen_log_weight, mask)
-        low, high = self._clip_bounds
+        log_weight = _rows(seen.log_weight, mask)
+        low, high = clip_bounds(cast(ClipPPOLoss, self))
         out.set("clip_fraction", ((log_weight < low) | (log_weight > high)).float().mean())
-        out.set("kl_approx", _rows(self._seen_kl, mask).mean())
-        if self._seen_entropy is not None and "entropy" in out.keys():
-            out.set("entropy", _rows(self._seen_entropy, mask).mean())
-        behaviour = (
-            log_weight if self._seen_log_is_weight is None else log_weight + _rows(self._seen_log_is_weight, mask)
-        )
+        out.set("kl_approx", _rows(seen.kl, mask).mean())
+        if seen.entropy is not None and "entropy" in out.keys():
+            out.set("entropy", _rows(seen.entropy, mask).mean())
+        behaviour = log_weight if seen.log_is_weight is None else log_weight + _rows(seen.log_is_weight, mask)
         ess = (2 * behaviour.logsumexp(0) - (2 * behaviour).logsumexp(0)).exp()
         out.set("ESS", ess / behaviour.numel())
         ratio = behaviour.exp()
         out.set("max_ratio", ratio.max())
         out.set("mean_ratio", ratio.mean())
         return out
-
-    def _row_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
-        for key in self._loss_mask_keys():  # type: ignore[attr-defined]
-            mask = tensordict.get(key, default=None)
-            if mask is not None:
-                return mask.bool()
-        return None
 
 
 def _rows(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

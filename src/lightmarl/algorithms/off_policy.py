@@ -33,7 +33,8 @@ from torchrl.objectives import HardUpdate, LossModule, SoftUpdate, ValueEstimato
 
 from lightmarl import keys
 from lightmarl.algorithms.base import Algorithm, GradientStepper, MetricMeans, UnitTrainer, loss_row_mask, optimize
-from lightmarl.algorithms.open_transitions import AgentTransitions, OpenTransitions, rows_of, sequences
+from lightmarl.algorithms.open_transitions import AgentTransitions, rows_of, sequences
+from lightmarl.algorithms.rollout_rows import RolloutRows, rollout_rows
 from lightmarl.policies.base import Policy
 from lightmarl.population import BindingTable
 
@@ -244,7 +245,10 @@ class OffPolicyUnitTrainer(UnitTrainer):
         self.update_every = self.config.update_every
         #: turn-based envs: a replay entry is written when the agent's transition closes.
         self.turn_based = self.table.env_spec.turn_based
-        self.open_transitions = OpenTransitions(self.group.name, self.table.index[self.binding_id])
+        #: where each update's rows come from (turn-based: with the transitions earlier rollouts left open).
+        self.rollout_rows: RolloutRows = rollout_rows(
+            self.group.name, self.table.index[self.binding_id], turn_based=self.turn_based and not self.joint
+        )
         self.device = torch.device("cpu")
         self.replay = self._make_replay()
         self.frames = 0
@@ -293,7 +297,7 @@ class OffPolicyUnitTrainer(UnitTrainer):
         """
         self.target_updater = self._make_target_updater()  # copies the online networks into the targets
         self.replay = self._make_replay()
-        self.open_transitions.forget_learning()
+        self.rollout_rows.restart()
 
     def exploration(self) -> tuple[str, torch.Tensor, float] | None:
         """``(metric name, the policy's exploration buffer, its scheduled value now)``, or ``None`` (no schedule)."""
@@ -346,17 +350,16 @@ class OffPolicyUnitTrainer(UnitTrainer):
         (`joint_transitions`) when the trainer's critic is centralized.
         """
         g = self.group.name
-        if self.turn_based and not self.joint:
-            # The kept tail of open transitions, then this rollout: entries for the transitions that close.
-            data = self.open_transitions.extend(experience)
-            grouped, closed, counted = self.open_transitions.close(data, max_steps=experience.shape[1])
-            mask = loss_row_mask(data.get(g), self.table, self.loss_name, binding_id=self.binding_id) & closed
-            return closed_transitions(data, g, mask, grouped, counted)
-        mask = loss_row_mask(experience.get(g), self.table, self.loss_name, binding_id=self.binding_id)
+        rows = self.rollout_rows.take(experience)
+        data = rows.data
+        mask = rows.learnable(loss_row_mask(data.get(g), self.table, self.loss_name, binding_id=self.binding_id))
+        if rows.transitions is not None:
+            # Turn-based: the kept tail of open transitions, then this rollout: entries for the transitions that close.
+            return closed_transitions(data, g, mask, rows.transitions, rows.counted)
         if not self.joint:
-            return row_transitions(experience, g, mask)
-        self._check_whole_group_rows(experience, mask.any(-1))
-        return joint_transitions(experience, g, mask)
+            return row_transitions(data, g, mask)
+        self._check_whole_group_rows(data, mask.any(-1))
+        return joint_transitions(data, g, mask)
 
     def _check_whole_group_rows(self, experience: TensorDictBase, steps: torch.Tensor) -> None:
         """Fail when another binding acted in one of the env ``steps`` this learner reads whole."""
@@ -442,7 +445,7 @@ class OffPolicyUnitTrainer(UnitTrainer):
         count = len(self.replay)
         data = self.replay.storage[:count] if count else TensorDict({}, batch_size=[0])
         return {
-            "open_transitions": self.open_transitions.state_dict(),
+            "open_transitions": self.rollout_rows.state_dict(),
             "count": count,
             "writer": self.replay.writer.state_dict(),
             # Copies: a slice of the storage would save the whole preallocated storage (buffer_size slots).
@@ -453,7 +456,7 @@ class OffPolicyUnitTrainer(UnitTrainer):
         }
 
     def load_replay_state_dict(self, state: dict) -> None:
-        self.open_transitions.load_state_dict(state.get("open_transitions", {}))
+        self.rollout_rows.load_state_dict(state.get("open_transitions", {}))
         self.replay = self._make_replay()
         count = int(state["count"])
         if not count:

@@ -1,28 +1,35 @@
 """The on-policy learner: a binding's rows of each rollout -> advantages -> epochs x minibatches.
 
-Every update, an on-policy UnitTrainer selects its binding's rows with the shared loss filter
-([`loss_row_mask`][lightmarl.algorithms.base.loss_row_mask]), values them and their next observations
-with the policy's critic, runs GAE over each (env, agent)'s valid rows
-(`valid_row_gae`), standardises the advantages over the
-binding's rows, then takes ``epochs`` passes of minibatches, one gradient step each. A recurrent
-policy ([`Recurrent`][lightmarl.policies.contracts.Recurrent]) is replayed on whole env sequences.
+[`OnPolicyUnitTrainer.update`][lightmarl.algorithms.on_policy.OnPolicyUnitTrainer.update] reads top to bottom:
 
-A subclass builds its TorchRL loss (`OnPolicyUnitTrainer.loss`, with ``advantage`` and
-``value_target`` keys) and may add losses that learn in the same steps ([`extra_rows`][lightmarl.algorithms.on_policy.OnPolicyUnitTrainer.extra_rows],
-[`minibatch_losses`][lightmarl.algorithms.on_policy.OnPolicyUnitTrainer.minibatch_losses]), as PPO's distillation does.
+1. its [`RolloutRows`][lightmarl.algorithms.rollout_rows.RolloutRows] gives the rows of the update
+   (this rollout; in turn-based envs after the kept tail of open transitions);
+2. the shared loss filter ([`loss_row_mask`][lightmarl.algorithms.base.loss_row_mask]) picks the
+   binding's rows, and each [`AuxiliaryLoss`][lightmarl.algorithms.on_policy.AuxiliaryLoss] its own
+   (`AuxiliaryLoss.rows`);
+3. the critic values every row and next observation, GAE runs over each (env, agent)'s valid rows
+   (`valid_row_gae`) and the advantages are standardised over the binding's rows;
+4. ``epochs`` passes of minibatches over the env steps with rows, one gradient step each on the main
+   loss plus every auxiliary loss (`AuxiliaryLoss.loss`). A recurrent policy
+   ([`Recurrent`][lightmarl.policies.contracts.Recurrent]) is replayed on whole env sequences.
+
+A subclass builds its TorchRL loss (`OnPolicyUnitTrainer._make_loss`, with ``advantage`` and
+``value_target`` keys) and may add auxiliary losses (`OnPolicyUnitTrainer._make_auxiliary_losses`), as
+PPO's distillation does.
 """
 
 from __future__ import annotations
 
 import contextlib
-from abc import abstractmethod
-from collections.abc import Callable, Iterator
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
 from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.objectives import LossModule, ValueEstimators
 
@@ -36,7 +43,9 @@ from lightmarl.algorithms.base import (
     optimize,
 )
 from lightmarl.algorithms.gae import valid_row_gae
-from lightmarl.algorithms.open_transitions import AgentTransitions, OpenTransitions, row_marks
+from lightmarl.algorithms.open_transitions import AgentTransitions, row_marks
+from lightmarl.algorithms.rollout_rows import RolloutRows, UpdateRows, rollout_rows
+from lightmarl.algorithms.torchrl_private import value_and_next_value
 from lightmarl.policies.contracts import Recurrent
 
 
@@ -94,10 +103,59 @@ class OnPolicyAlgorithm(Algorithm):
         )
 
 
+@dataclass
+class AuxiliaryRows:
+    """What an auxiliary loss learns from in one update, as its `AuxiliaryLoss.rows` returns it."""
+
+    metric: str
+    """Name of its row count in the update's metrics (e.g. ``distill_rows``)."""
+    mask: torch.Tensor
+    """``[envs, time, agents]`` bool: the rows it learns from (their env steps enter the minibatches)."""
+    entries: dict[NestedKey, torch.Tensor] = field(default_factory=dict)
+    """Per-row entries its minibatches read (its mask among them): the update writes them into its rows."""
+    coeff: float = 1.0
+    """Its weight in this update."""
+
+    @property
+    def count(self) -> int:
+        return int(self.mask.sum())
+
+
+class AuxiliaryLoss(ABC):
+    """A loss that learns next to an on-policy learner's main loss, in the same optimizer steps, on rows of its own.
+
+    Each update calls [`rows`][lightmarl.algorithms.on_policy.AuxiliaryLoss.rows] once, then
+    [`loss`][lightmarl.algorithms.on_policy.AuxiliaryLoss.loss] on every minibatch with what ``rows``
+    returned. PPO's distillation ([`DistillationLoss`][lightmarl.algorithms.distillation.DistillationLoss])
+    is one.
+    """
+
+    #: its loss name (loss profiles refer to it).
+    name: str
+
+    @abstractmethod
+    def rows(self, rows: UpdateRows, *, updates: int, fraction_done: float) -> AuxiliaryRows:
+        """The rows it learns from in this update and the entries its minibatches read.
+
+        Args:
+            rows: the update's rows (`UpdateRows.new` drops the steps an earlier update learned from).
+            updates: the learner's updates so far (for schedules).
+            fraction_done: the share of the training budget spent.
+        """
+
+    @abstractmethod
+    def loss(self, batch: TensorDictBase, prepared: AuxiliaryRows) -> dict[str, torch.Tensor]:
+        """Its terms (``loss_*`` entries are summed into the step, the others are diagnostics) on a minibatch."""
+
+    def to(self, device: torch.device) -> None:  # noqa: B027 - an optional hook: nothing to move by default
+        """Move its buffers."""
+
+
 class OnPolicyUnitTrainer(UnitTrainer):
     """The on-policy learner of one binding: row filter, GAE, epochs x minibatches, one optimizer.
 
-    Subclasses set `loss_name` and build `loss` in `_make_loss`.
+    Subclasses set `loss_name`, build `loss` in `_make_loss` and may add auxiliary losses in
+    `_make_auxiliary_losses`.
     """
 
     config: OnPolicyAlgorithm
@@ -105,10 +163,11 @@ class OnPolicyUnitTrainer(UnitTrainer):
     loss_name: ClassVar[str]
     #: a TorchRL loss whose ``tensor_keys`` have ``advantage`` and ``value_target``, with a GAE value estimator.
     loss: LossModule
+    #: losses that learn next to the main one, in the same steps.
+    auxiliary: tuple[AuxiliaryLoss, ...]
 
     def _build(self) -> None:
         policy = self.policy
-        self.loss_names = (self.loss_name,)
         self.update_every = self.config.update_every
         self.recurrent = isinstance(policy, Recurrent) and policy.is_recurrent
         # Where the losses run: inside sequence mode for a recurrent policy.
@@ -116,11 +175,12 @@ class OnPolicyUnitTrainer(UnitTrainer):
             policy.sequence_mode if isinstance(policy, Recurrent) and self.recurrent else contextlib.nullcontext
         )
         self.updates = 0
-        #: turn-based envs: rows where the agent did not act carry its rewards, and transitions a
-        #: rollout leaves open are kept and learned from once they close (one rollout later).
+        #: turn-based envs: rows where the agent did not act carry its rewards (GAE credits them).
         self.turn_based = self.table.env_spec.turn_based
-        self.open_transitions = OpenTransitions(self.group.name, self.table.index[self.binding_id])
-        self._transitions: AgentTransitions | None = None
+        #: where each update's rows come from (turn-based: with the transitions earlier rollouts left open).
+        self.rollout_rows: RolloutRows = rollout_rows(
+            self.group.name, self.table.index[self.binding_id], turn_based=self.turn_based
+        )
         self.loss = self._make_loss()
         # The row mask and TorchRL's GAE (for its value calls; the recursion is valid_row_gae's).
         self.loss.loss_mask_key = (self.group.name, keys.LOSS_MASK)
@@ -131,16 +191,24 @@ class OnPolicyUnitTrainer(UnitTrainer):
             # torch.vmap has no batching rule for recurrent layers: call a recurrent critic twice.
             deactivate_vmap=self.recurrent,
         )
+        self.auxiliary = self._make_auxiliary_losses()
+        self.loss_names = (self.loss_name, *(aux.name for aux in self.auxiliary))
 
     @abstractmethod
     def _make_loss(self) -> LossModule:
         """The main TorchRL loss (with ``advantage`` and ``value_target`` tensor keys)."""
+
+    def _make_auxiliary_losses(self) -> tuple[AuxiliaryLoss, ...]:
+        """The losses that learn next to the main one (default: none)."""
+        return ()
 
     def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
         return [(self.own_parameters([self.policy]), self.config.lr)]
 
     def to(self, device: torch.device) -> OnPolicyUnitTrainer:
         self.loss.to(device)
+        for aux in self.auxiliary:
+            aux.to(device)
         return self
 
     def set_progress(self, optimizer: torch.optim.Optimizer, fraction_done: float) -> None:
@@ -150,74 +218,57 @@ class OnPolicyUnitTrainer(UnitTrainer):
             for group in optimizer.param_groups:
                 group["lr"] = self.config.lr * max(0.0, 1.0 - fraction_done)
 
-    # -- hooks --------------------------------------------------------------------------------
-    def extra_rows(self, data: TensorDictBase) -> dict[str, int]:
-        """Prepare the losses that learn next to the main one (masks written into ``data``).
-
-        Returns each one's row count as ``{metric name: rows}``; the update runs when the main
-        loss or one of these has rows.
-        """
-        del data
-        return {}
-
-    def minibatch_losses(self, batch: TensorDictBase, main: bool) -> dict[str, torch.Tensor]:
-        """The loss terms of one minibatch: the main loss's (unless ``main`` is false: it has no rows) and extras."""
-        return dict(self.loss(batch).items()) if main else {}
-
     # -- update -------------------------------------------------------------------------------
     def update(
         self, experience: TensorDictBase, optimizer: torch.optim.Optimizer, stepper: GradientStepper
     ) -> dict[str, float]:
-        g = self.group.name
-        self._transitions = None
-        if self.turn_based:
-            # The kept tail of open transitions, then this rollout: they close here.
-            data = self.open_transitions.extend(experience)
-            carried = data.shape[1] - experience.shape[1]
-            self._transitions, closed, _ = self.open_transitions.close(data, max_steps=experience.shape[1])
-        else:
-            # A structural copy: advantage/mask entries written below stay private to this binding.
-            data = experience.copy()
-            carried, closed = 0, None
-        rows = data.get(g)
-        mask = loss_row_mask(rows, self.table, self.loss_name, binding_id=self.binding_id)
-        if closed is not None:
-            mask = mask & closed  # a transition enters the loss once it closed, and once only
+        rows = self.rollout_rows.take(experience)
+        data = rows.data
+        group_rows = data.get(self.group.name)
+        mask = rows.learnable(loss_row_mask(group_rows, self.table, self.loss_name, binding_id=self.binding_id))
         num_rows = int(mask.sum())
-        extra = self.extra_rows(data)
-        extra_masks = self.extra_row_masks(data)
-        if carried:
-            # The kept steps' rows were in an earlier update's extra losses already.
-            for extra_mask in extra_masks:
-                extra_mask[:, :carried] = False
-            extra = {name: int(m.sum()) for name, m in zip(extra, extra_masks, strict=True)}
-        if num_rows == 0 and not any(extra.values()):
+        extras = [aux.rows(rows, updates=self.updates, fraction_done=self.fraction_done) for aux in self.auxiliary]
+        if num_rows == 0 and not any(extra.count for extra in extras):
             return {}
+        for extra in extras:
+            for key, value in extra.entries.items():
+                data.set(key, value)
         if num_rows:
-            self._set_advantages(data, mask, num_rows)
+            self._set_advantages(rows, mask, num_rows)
         # Env steps with rows some loss of this binding learns from: the others would only cost.
         steps = mask.any(-1)
-        for extra_mask in extra_masks:
-            steps = steps | extra_mask.any(-1)
+        for extra in extras:
+            steps = steps | extra.mask.any(-1)
         means = MetricMeans()
         params = self.parameters()
         for batch, replay in self._minibatches(data, steps, stepper):
             with replay:
-                terms = self.minibatch_losses(batch, main=num_rows > 0)
+                terms = self.minibatch_losses(batch, main=num_rows > 0, auxiliary=extras)
             optimize(terms, optimizer, stepper, params, self.config.max_grad_norm, guard=self.guard)
             means.add(terms)
         self.updates += 1
         metrics = {**means.means(), "rows": float(num_rows)}
         if num_rows:
-            metrics["value_target_mean"] = float(rows.get(keys.VALUE_TARGET)[mask].mean())
-        metrics.update({name: float(count) for name, count in extra.items()})
+            metrics["value_target_mean"] = float(group_rows.get(keys.VALUE_TARGET)[mask].mean())
+        metrics.update({extra.metric: float(extra.count) for extra in extras})
         return metrics
 
-    def _set_advantages(self, data: TensorDictBase, mask: torch.Tensor, num_rows: int) -> None:
-        rows = data.get(self.group.name)
+    def minibatch_losses(
+        self, batch: TensorDictBase, *, main: bool, auxiliary: Sequence[AuxiliaryRows]
+    ) -> dict[str, torch.Tensor]:
+        """The loss terms of one minibatch: the main loss's (unless ``main`` is false: it has no rows) and
+        each auxiliary loss's, given what its `AuxiliaryLoss.rows` returned for this update."""
+        terms = dict(self.loss(batch).items()) if main else {}
+        for aux, prepared in zip(self.auxiliary, auxiliary, strict=True):
+            terms.update(aux.loss(batch, prepared))
+        return terms
+
+    def _set_advantages(self, rows: UpdateRows, mask: torch.Tensor, num_rows: int) -> None:
+        """Write the binding's advantages, value targets and loss mask into ``rows.data``."""
+        group_rows = rows.data.get(self.group.name)
         with torch.no_grad():
-            self.estimate_advantages(data)
-        advantage = rows.get(keys.ADVANTAGE)
+            self.estimate_advantages(rows.data, transitions=rows.transitions, counted=rows.counted)
+        advantage = group_rows.get(keys.ADVANTAGE)
         if self.config.normalize_advantage:
             valid_adv = advantage[mask]
             std = valid_adv.std() if num_rows > 1 else torch.ones((), device=advantage.device)
@@ -225,17 +276,9 @@ class OnPolicyUnitTrainer(UnitTrainer):
         # Other rows (another binding's, say with a NaN reward) are masked out of the loss, but a NaN
         # there would still reach this binding's gradients through the mask (0 x NaN): zero them.
         keep = mask.reshape(*mask.shape, *(1,) * (advantage.ndim - mask.ndim))
-        rows.set(keys.ADVANTAGE, torch.where(keep, advantage, 0.0))
-        rows.set(keys.VALUE_TARGET, torch.where(keep, rows.get(keys.VALUE_TARGET), 0.0))
-        rows.set(keys.LOSS_MASK, mask)
-
-    def extra_row_masks(self, data: TensorDictBase) -> list[torch.Tensor]:
-        """The row masks (``[envs, time, agents]``) of the losses next to the main one, written by [`extra_rows`][lightmarl.algorithms.on_policy.OnPolicyUnitTrainer.extra_rows].
-
-        In the order of [`extra_rows`][lightmarl.algorithms.on_policy.OnPolicyUnitTrainer.extra_rows]' names; the tensors ``data`` holds (the update edits them in place).
-        """
-        del data
-        return []
+        group_rows.set(keys.ADVANTAGE, torch.where(keep, advantage, 0.0))
+        group_rows.set(keys.VALUE_TARGET, torch.where(keep, group_rows.get(keys.VALUE_TARGET), 0.0))
+        group_rows.set(keys.LOSS_MASK, mask)
 
     def _minibatches(
         self, data: TensorDictBase, steps: torch.Tensor, stepper: GradientStepper
@@ -259,27 +302,30 @@ class OnPolicyUnitTrainer(UnitTrainer):
             for i in range(batches):
                 yield samples[order[i * size : (i + 1) * size]], self._replay()
 
-    def estimate_advantages(self, data: TensorDictBase) -> None:
+    def estimate_advantages(
+        self,
+        data: TensorDictBase,
+        *,
+        transitions: AgentTransitions | None = None,
+        counted: torch.Tensor | None = None,
+    ) -> None:
         """Write ``(group, "advantage")`` and ``(group, "value_target")`` into ``data`` (``[envs, time]``).
 
         The critic values every row and every next observation as TorchRL's GAE does (same
         call, so recurrent and centralized critics behave as there); the recursion then runs
         over each (env, agent)'s valid rows only (`valid_row_gae`). With every row valid
         this is exactly TorchRL's GAE.
+
+        Args:
+            data: the rows.
+            transitions: the group's agent transitions, when already grouped (`UpdateRows.transitions`).
+            counted: rows whose reward counts (`UpdateRows.counted`; default: as ``data``'s marks say).
         """
         g = self.group.name
-        estimator = self.loss.value_estimator
-        # TorchRL's own value call (vmap or not, recurrent "is_init" handling); no public API exposes it.
-        value, next_value, _ = estimator._call_value_nets(
-            data=data,
-            params=None,
-            next_params=None,
-            single_call=False,
-            value_key=estimator.tensor_keys.value,
-            detach_next=True,
-            vmap_randomness=estimator.vmap_randomness,
-        )
-        counted, _ = row_marks(data, g)
+        # TorchRL's own value call (vmap or not, recurrent "is_init" handling).
+        value, next_value = value_and_next_value(self.loss.value_estimator, data)
+        if counted is None:
+            counted, _ = row_marks(data, g)
         advantage, value_target = valid_row_gae(
             self.config.gamma,
             self.config.lmbda,
@@ -292,15 +338,14 @@ class OnPolicyUnitTrainer(UnitTrainer):
             time_dim=data.ndim - 1,
             turn_based=self.turn_based,
             counted=counted,
-            transitions=self._transitions,  # grouped by the update already (None: group them here)
+            transitions=transitions,
         )
-        self._transitions = None
         data.set(self.loss.tensor_keys.advantage, advantage)
         data.set(self.loss.tensor_keys.value_target, value_target)
 
     def restart(self) -> None:
         """New weights: the open transitions' actions were the old policy's, so they enter no loss."""
-        self.open_transitions.forget_learning()
+        self.rollout_rows.restart()
 
     def state_dict(self) -> dict:
         return {"updates": self.updates}
@@ -310,8 +355,8 @@ class OnPolicyUnitTrainer(UnitTrainer):
 
     def replay_state_dict(self) -> dict:
         """The open transitions kept for the next update (turn-based envs; per process), ``{}`` for none."""
-        kept = self.open_transitions.state_dict()
+        kept = self.rollout_rows.state_dict()
         return {"open_transitions": kept} if kept else {}
 
     def load_replay_state_dict(self, state: dict) -> None:
-        self.open_transitions.load_state_dict(state.get("open_transitions", {}))
+        self.rollout_rows.load_state_dict(state.get("open_transitions", {}))

@@ -13,15 +13,14 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 import torch
-from tensordict import TensorDictBase
 from torchrl.objectives import LossModule
 
 from lightmarl import keys
-from lightmarl.algorithms.base import loss_row_mask
-from lightmarl.algorithms.distillation import CLONE_LOSS, Distillation, KickstarterLoss, SlicedClonerLoss
+from lightmarl.algorithms.distillation import Distillation
 from lightmarl.algorithms.masked_ppo_loss import MaskedIPPOLoss, MaskedMAPPOLoss
-from lightmarl.algorithms.on_policy import OnPolicyAlgorithm, OnPolicyUnitTrainer
+from lightmarl.algorithms.on_policy import AuxiliaryLoss, OnPolicyAlgorithm, OnPolicyUnitTrainer
 from lightmarl.policies.contracts import StochasticActor, ValueCritic
+from lightmarl.population import BindingTable
 
 
 class PPOUnitTrainer(OnPolicyUnitTrainer):
@@ -32,20 +31,20 @@ class PPOUnitTrainer(OnPolicyUnitTrainer):
     loss_name = "ppo"
     config: PPO
 
-    def _build(self) -> None:
-        super()._build()
-        self.distillation = self.config.distillation
-        self.distill_loss: KickstarterLoss | SlicedClonerLoss | None = None
-        if self.distillation is not None:
-            self.distill_loss = self.distillation.make_loss(self.binding_id, self.policy, self.table, self.population)
-            self.loss_names = (self.loss_name, self.distillation.loss_name)
+    def _make_auxiliary_losses(self) -> tuple[AuxiliaryLoss, ...]:
+        distillation = self.config.distillation
+        if distillation is None:
+            return ()
+        return (distillation.make_loss(self.binding_id, self.policy, self.table, self.population),)
+
+    @property
+    def flavour(self) -> str:
+        return "MAPPO" if cast(ValueCritic, self.policy).critic_kind == "centralized" else "IPPO"
 
     def _make_loss(self) -> LossModule:
         config, policy = self.config, self.policy
         critic = cast(ValueCritic, policy)
-        centralized = critic.critic_kind == "centralized"
-        loss_class = MaskedMAPPOLoss if centralized else MaskedIPPOLoss
-        self.flavour = "MAPPO" if centralized else "IPPO"
+        loss_class = MaskedMAPPOLoss if critic.critic_kind == "centralized" else MaskedIPPOLoss
         g = self.group.name
         loss = loss_class(
             cast(StochasticActor, policy).actor,
@@ -79,45 +78,6 @@ class PPOUnitTrainer(OnPolicyUnitTrainer):
         if final is not None:
             start = self.config.entropy_coeff
             self.loss.entropy_coeff.fill_(start + (final - start) * min(1.0, max(0.0, fraction_done)))
-
-    def to(self, device: torch.device) -> PPOUnitTrainer:
-        super().to(device)
-        if self.distill_loss is not None:
-            self.distill_loss.to(device)
-        return self
-
-    def extra_rows(self, data: TensorDictBase) -> dict[str, int]:
-        if self.distill_loss is None:
-            return {}
-        distill_mask = self.distillation_rows(data.get(self.group.name))
-        data.set(self.distill_loss.tensor_keys.mask, distill_mask)
-        if isinstance(self.distill_loss, KickstarterLoss):
-            self.distill_loss.ask_teacher(data)  # once per update, not once per minibatch of every pass
-        self.distill_loss.coeff = self.distillation_coeff()
-        return {f"{self.distill_loss.loss_name}_rows": int(distill_mask.sum())}
-
-    def extra_row_masks(self, data: TensorDictBase) -> list[torch.Tensor]:
-        return [] if self.distill_loss is None else [data.get(self.distill_loss.tensor_keys.mask)]
-
-    def minibatch_losses(self, batch: TensorDictBase, main: bool) -> dict[str, torch.Tensor]:
-        # No PPO rows (e.g. a profile that only clones): the PPO loss would average over nothing.
-        terms = super().minibatch_losses(batch, main)
-        if self.distill_loss is not None:
-            terms.update(self.distill_loss(batch).items())
-        return terms
-
-    def distillation_rows(self, rows: TensorDictBase) -> torch.Tensor:
-        """Rows the distillation loss learns from: the student's own (``kl``) or the teacher's (``clone``)."""
-        assert self.distillation is not None
-        if self.distillation.mode == "kl":
-            return loss_row_mask(rows, self.table, self.distillation.loss_name, binding_id=self.binding_id)
-        # The teacher's rows are not trainable rows: clone reads them through its own profile gate.
-        return loss_row_mask(rows, self.table, CLONE_LOSS, binding_id=self.distillation.teacher, trainable_only=False)
-
-    def distillation_coeff(self) -> float:
-        """The distillation weight for the coming update (by this binding's update count or budget spent)."""
-        assert self.distillation is not None
-        return self.distillation.coefficient(self.updates, self.fraction_done)
 
 
 @dataclass(kw_only=True)
@@ -169,3 +129,8 @@ class PPO(OnPolicyAlgorithm):
             ("critic_coeff", self.critic_coeff, self.critic_coeff >= 0, "critic_coeff >= 0"),
             ("max_kl", self.max_kl, self.max_kl is None or self.max_kl > 0, "max_kl is None or max_kl > 0"),
         )
+
+    def reserve_bindings(self, binding_id: str, table: BindingTable) -> None:
+        """A kickstarting teacher that plays no agent gets a place in the student's group (`Distillation.reserve_teacher`)."""
+        if self.distillation is not None:
+            self.distillation.reserve_teacher(binding_id, table)

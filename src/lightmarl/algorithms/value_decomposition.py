@@ -131,11 +131,14 @@ class ValueDecompositionUnitTrainer(DQNUnitTrainer):
     def reads_whole_group(cls, policy: Policy) -> bool:
         return True  # the mixer reads the team's joint transitions
 
+    @property
+    def flavour(self) -> str:
+        return self.config.name + (" (double Q)" if self.config.double_dqn else "")
+
     def _make_loss(self) -> LossModule:
         # DQN's epsilon schedule, target updates and optimizer; a QMixerLoss over the same utility network.
         g = self.group.name
         config = self.config
-        self.flavour = config.name + (" (double Q)" if config.double_dqn else "")
         self.state_shape = self._mixer_state_shape()
         self.mixer = config.make_mixer(self.group.num_agents, self.state_shape)
         state_in = [keys.STATE] if config.needs_state else []

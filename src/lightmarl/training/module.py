@@ -191,7 +191,8 @@ class MARLModule(LightningModule):
                     f"model.algorithms: {binding_id!r} is not a trainable binding; "
                     f"trainable bindings are {self.table.trainable_ids}"
                 )
-        self._reserve_idle_teachers()
+        for binding_id in self.table.trainable_ids:
+            self.algorithm_of(binding_id).reserve_bindings(binding_id, self.table)
         self.shared = SharedModules(shared_modules, self.table, self.env_spec)
         # Loaded policies see inputs as in their own runs (env transforms); a policy_uri file may name the
         # classes this recipe names, and lightmarl's own (lightmarl.trust).
@@ -314,19 +315,8 @@ class MARLModule(LightningModule):
         )
 
     def algorithm_of(self, binding_id: str) -> Algorithm:
+        """The algorithm that trains ``binding_id`` (its entry in ``model.algorithms``, else ``model.algorithm``)."""
         return self.algorithms.get(binding_id, self.algorithm)
-
-    def _reserve_idle_teachers(self) -> None:
-        """A kickstarting teacher that plays no agent still gets a policy, built for its student's group:
-        it reads the student's rows (a ``clone`` teacher must play, its rows are what teaches)."""
-        for student in self.table.trainable_ids:
-            distillation = getattr(self.algorithm_of(student), "distillation", None)
-            group = self.table.group_of_binding.get(student)
-            if distillation is None or group is None or distillation.mode != "kl":
-                continue
-            teacher = distillation.teacher
-            if teacher in self.table.index and teacher not in self.table.group_of_binding:
-                self.table.reserve({teacher: group})
 
     def setup(self, stage: str) -> None:
         if self.cpu_threads is not None:
