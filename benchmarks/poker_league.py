@@ -1,4 +1,4 @@
-"""League vs naive self-play vs OpenSpiel's PyTorch NFSP on a poker game, at equal wall time.
+"""League vs naive self-play vs OpenSpiel's PyTorch NFSP on a poker game (or Liar's Dice), at equal wall time.
 
 For each seed, three methods train for the same wall-clock budget, each in its own process with
 one thread, and their exact exploitability (OpenSpiel's ``exploitability``) is recorded over time:
@@ -26,6 +26,11 @@ settings under ``extra``. Prints the table.
 
     python benchmarks/poker_league.py --game kuhn_poker --seeds 0 1 2 --wall-s 300 --parallel 3 \
         --out benchmarks/results/poker_league_kuhn_poker.json
+
+``--game`` is any OpenSpiel game with the two recipes ``recipes/league_<game>.yaml`` and
+``recipes/league_<game>_selfplay.yaml``: ``kuhn_poker``, ``leduc_poker`` and ``liars_dice`` (whose
+exact measurement takes about a minute: give NFSP a ``--nfsp-eval-every`` of tens of thousands of
+episodes).
 
 ``--parallel`` runs that many processes at once: on a machine with fewer free cores the methods
 slow each other down, so give each run a core of its own (``nproc``, ``uptime``).
@@ -290,7 +295,9 @@ def result_rows(per_seed: dict[str, dict[str, dict[str, Any]]]) -> list[list[Any
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--game", default="kuhn_poker", help="kuhn_poker or leduc_poker (recipes/league_<game>*.yaml)")
+    parser.add_argument(
+        "--game", default="kuhn_poker", help="kuhn_poker, leduc_poker or liars_dice (recipes/league_<game>*.yaml)"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--wall-s", type=float, default=300.0, help="training wall time of every run, seconds")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
