@@ -1,8 +1,10 @@
 """Connect four on the plain board: AlphaStar's three roles vs PFSP-only vs naive self-play, at equal frames.
 
 For each seed, three recipes train to the same number of frames (``--frames``, default the
-recipes' ``max_frames``; ``trainer.max_time`` is lifted so that no run stops early), each its own
-``lightmarl fit`` process with one thread:
+recipes' ``max_frames``; ``trainer.max_time`` is lifted so that no run stops early), as one sweep
+(:class:`lightmarl.experiments.runner.SweepRunner`): each run its own ``lightmarl fit`` process with
+one thread, in its run directory ``<workdir>/runs/<method>/seed_<n>/`` with its log and state (the
+same ``--workdir`` again skips the finished runs and resumes an interrupted one from its ``last.ckpt``):
 
 - ``league``: ``recipes/league_connect_four_plain.yaml`` (a ``MainPlayer``, a ``MainExploiter`` and
   a ``LeagueExploiter``);
@@ -25,7 +27,7 @@ plays ``--games`` games (half moving first) against
 and every epoch checkpoint plays ``--curve-games`` games against the heuristic (the curve). The
 games are played by ``benchmarks/league_connect_four.py``'s ``play_match`` (a draw scores ½, 95%
 bootstrap interval per run); the table shows, per match, each seed's score and the mean over
-seeds with a 95% t interval (:mod:`lightmarl.evaluation.statistics`). Writes ``--out`` (default
+seeds with a 95% t interval (:func:`lightmarl.experiments.statistics.seed_mean`). Writes ``--out`` (default
 ``benchmarks/results/connect_four_league_compare.json``) and beside it ``<name>_curves.json`` (the
 mean score against the heuristic at each checkpoint) through ``results.write_result``; per run the
 JSON also holds the logged curves (the main player's ``win_rate``, ``elo`` and ``agent_steps``
@@ -42,7 +44,6 @@ pairing).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 import tempfile
@@ -54,8 +55,13 @@ from typing import Any
 
 import yaml
 from league_connect_four import SCORES, MatchResult, Sampled, load_policy, play_match
-from poker_league import lightmarl_command, recorded_command, run_one_thread
+from poker_league import recorded_command
 from results import machine, write_result
+
+from lightmarl.errors import ConfigError
+from lightmarl.experiments.runner import LOG_FILE, SweepRunner, metric_rows, run_directory
+from lightmarl.experiments.spec import SweepSpec, parse_override_args, parse_sweep
+from lightmarl.experiments.statistics import seed_mean
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("league", "pfsp", "selfplay")
@@ -93,43 +99,79 @@ def recipe_of(method: str) -> Path:
     return ROOT / "recipes" / RECIPES[method]
 
 
-def run_fit(job: tuple[str, int, int | None, str, list[str]]) -> dict[str, Any]:
-    """One ``lightmarl fit`` of ``method``'s recipe; the run folder, the frames it reached and its logged curves."""
-    method, seed, frames, workdir, extra = job
-    root = Path(workdir) / f"{method}_seed{seed}"
-    command = [
-        *lightmarl_command(),
-        "fit",
-        "--config",
-        str(recipe_of(method)),
-        f"--seed_everything={seed}",
-        "--trainer.max_time=null",  # equal frames: no run may stop on the clock
-        f"--trainer.default_root_dir={root}",
-        f"--trainer.callbacks={EPOCH_CHECKPOINTS}",
-        "--trainer.enable_progress_bar=false",
-        "--trainer.enable_model_summary=false",
-        *([f"--model.max_frames={frames}"] if frames is not None else []),
-        *extra,
-    ]
-    took = run_one_thread(command, workdir, f"{method} seed {seed}")
-    return {"method": method, "seed": seed, "run": str(root), "train_s": took, **logged_curves(root)}
+def fit_sweep(
+    methods: list[str], seeds: list[int], frames: int | None, workdir: str | Path, extra: list[str]
+) -> SweepSpec:
+    """The sweep of the training runs: every method's recipe on every seed, to ``frames`` frames, no time limit.
+
+    Args:
+        methods: names in :data:`METHODS`.
+        seeds: the seeds of every method.
+        frames: ``model.max_frames`` of every run (``None``: the recipes').
+        workdir: the sweep's ``out_dir``.
+        extra: further ``--key=value`` arguments of every ``lightmarl fit``.
+    """
+    overrides: dict[str, Any] = {
+        "trainer.max_time": None,  # equal frames: no run may stop on the clock
+        "trainer.callbacks": EPOCH_CHECKPOINTS,
+        "trainer.enable_model_summary": False,
+        **({"model.max_frames": frames} if frames is not None else {}),
+        **parse_override_args(extra, where="overrides after --"),
+    }
+    raw = {
+        "name": "connect_four_league_compare",
+        "out_dir": str(workdir),
+        "seeds": seeds,
+        "validate": False,
+        "overrides": overrides,
+        "configs": [{"name": m, "recipe": str(recipe_of(m)), "task": "connect_four_plain"} for m in methods],
+    }
+    return parse_sweep(raw, default_name=raw["name"], where="connect_four_league_compare")
+
+
+def run_fits(
+    methods: list[str], seeds: list[int], frames: int | None, workdir: str | Path, extra: list[str], parallel: int
+) -> list[dict[str, Any]]:
+    """Train every method on every seed (:func:`fit_sweep`), ``parallel`` runs at once; per run its folder,
+    its wall seconds, the frames it reached and its logged curves (:func:`logged_curves`).
+
+    Raises:
+        RuntimeError: naming a run that did not finish, with its error line and log.
+    """
+    spec = fit_sweep(methods, seeds, frames, workdir, extra)
+    runner = SweepRunner(spec, workers=parallel, on_event=lambda run_id, event: print(f"{run_id}: {event}", flush=True))
+    fits = []
+    for run, state in zip(spec.runs(), runner.run()):
+        root = run_directory(spec, run)
+        if state.get("status") != "done":
+            raise RuntimeError(f"{run.run_id} {state.get('status')}: {state.get('error')} (log: {root / LOG_FILE})")
+        fits.append(
+            {
+                "method": run.config,
+                "seed": run.seed,
+                "run": str(root),
+                "train_s": state["wall_s"],
+                **logged_curves(root),
+            }
+        )
+    return fits
 
 
 def logged_curves(root: Path) -> dict[str, Any]:
     """The main player's logged ``win_rate`` / ``elo`` / ``agent_steps`` as ``[[frames, value], ...]``, and the frames reached."""
-    metrics = next(Path(root).rglob("metrics.csv"), None)
-    if metrics is None:
+    rows = metric_rows(Path(root))
+    if not rows:
         raise RuntimeError(f"no metrics.csv under {root}")
     curves: dict[str, list[list[float]]] = {name: [] for name in LOGGED}
     frames = 0.0
-    for row in csv.DictReader(metrics.open()):
-        if not row.get("counters/frames"):
+    for row in rows:
+        if "counters/frames" not in row:
             continue
-        frames = max(frames, float(row["counters/frames"]))
+        frames = max(frames, row["counters/frames"])
         for name in LOGGED:
             value = row.get(f"league/{MAIN_PLAYER}/{name}")
-            if value:
-                curves[name].append([float(row["counters/frames"]), float(value)])
+            if value is not None:
+                curves[name].append([row["counters/frames"], value])
     steps = curves["agent_steps"]
     return {"frames": frames, "agent_steps": steps[-1][1] if steps else None, "logged": curves}
 
@@ -203,11 +245,9 @@ def head_to_head(job: tuple[int, str, str, str, str, int, int]) -> dict[str, Any
 
 
 def summarize(values: list[float]) -> tuple[float, list[float] | None]:
-    """Mean over seeds and its 95% t interval (none for one seed)."""
-    from lightmarl.evaluation.statistics import summarize_values
-
-    summary = summarize_values(values)
-    return summary.mean, ([summary.ci_low, summary.ci_high] if len(values) > 1 else None)
+    """Mean over seeds and its 95% t interval (none for one seed): :func:`lightmarl.experiments.statistics.seed_mean`."""
+    summary = seed_mean(values)
+    return summary["mean"], summary["ci95"]
 
 
 def result_rows(per_seed: dict[str, dict[str, Any]], search_label: str) -> list[list[Any]]:
@@ -289,15 +329,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"--search-depth {args.search_depth} / --search-openings {args.search_openings}: need >= 1 / >= 0")
     if args.seed < 0 or args.opponent_seed < 0:
         parser.error("--seed / --opponent-seed: expected non-negative seeds")
+    try:
+        parse_override_args(args.overrides, where="overrides after --")
+    except ConfigError as error:
+        parser.error(str(error))
     frames = args.frames or int(yaml.safe_load(recipe_of("league").read_text())["model"]["max_frames"])
     workdir = args.workdir or tempfile.mkdtemp(prefix="connect_four_league_compare_")
     where = machine()  # the load before the runs start, which is what they compete with
     started = time.time()
+    fits = run_fits(args.methods, args.seeds, frames, workdir, list(args.overrides), args.parallel)
+    trained_s = time.time() - started
     with ProcessPoolExecutor(max_workers=max(1, args.parallel)) as pool:
-        fits = list(
-            pool.map(run_fit, [(m, s, frames, workdir, list(args.overrides)) for s in args.seeds for m in args.methods])
-        )
-        trained_s = time.time() - started
         runs = {(f["seed"], f["method"]): f for f in fits}
         scoring = [
             (

@@ -1,4 +1,4 @@
-"""League vs naive self-play vs OpenSpiel's PyTorch NFSP on a poker game, at equal wall time.
+"""League vs naive self-play vs OpenSpiel's PyTorch NFSP on a poker game (or Liar's Dice), at equal wall time.
 
 For each seed, three methods train for the same wall-clock budget, each in its own process with
 one thread, and their exact exploitability (OpenSpiel's ``exploitability``) is recorded over time:
@@ -12,16 +12,25 @@ one thread, and their exact exploitability (OpenSpiel's ``exploitability``) is r
   average policy measured every ``--nfsp-eval-every`` episodes, measurement time not charged to its
   budget). Needs ``dm-tree`` (``pip install 'lightmarl[openspiel]'``).
 
-The two lightmarl methods stop at ``trainer.max_time`` or at the recipe's ``max_frames``, whichever
-comes first (their measurements every ``every_n_iterations`` iterations are part of their time). Each run's result is its last
+The two lightmarl methods run as one sweep (:class:`lightmarl.experiments.runner.SweepRunner`): each
+run an ordinary ``lightmarl fit`` in its own run directory ``<workdir>/runs/<method>/seed_<n>/`` with
+its log ``sweep.log`` and state ``sweep_run.json``; a finished run is not run again when the same
+``--workdir`` is given again, an interrupted one resumes from its ``last.ckpt``. They stop at
+``trainer.max_time`` or at the recipe's ``max_frames``, whichever comes first (their measurements
+every ``every_n_iterations`` iterations are part of their time). Each run's result is its last
 measurement. Writes ``--out`` through ``results.write_result`` (the file's stem is the result's
 name): per seed and method the final exploitability, the best one logged, the curve
 ``[[seconds, exploitability], ...]`` and the frames (episodes for NFSP); as the table, per method the
-mean over seeds with a 95% t interval (:func:`result_rows`); the settings under ``extra``. Prints the
-table.
+mean over seeds with a 95% t interval (:func:`lightmarl.experiments.statistics.seed_mean`); the
+settings under ``extra``. Prints the table.
 
     python benchmarks/poker_league.py --game kuhn_poker --seeds 0 1 2 --wall-s 300 --parallel 3 \
         --out benchmarks/results/poker_league_kuhn_poker.json
+
+``--game`` is any OpenSpiel game with the two recipes ``recipes/league_<game>.yaml`` and
+``recipes/league_<game>_selfplay.yaml``: ``kuhn_poker``, ``leduc_poker`` and ``liars_dice`` (whose
+exact measurement takes about a minute: give NFSP a ``--nfsp-eval-every`` of tens of thousands of
+episodes).
 
 ``--parallel`` runs that many processes at once: on a machine with fewer free cores the methods
 slow each other down, so give each run a core of its own (``nproc``, ``uptime``).
@@ -30,21 +39,23 @@ slow each other down, so give each run a core of its own (``nproc``, ``uptime``)
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import os
 import shlex
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from results import machine, write_result
+
+from lightmarl.errors import ConfigError
+from lightmarl.experiments.runner import LOG_FILE, SweepRunner, metric_rows, run_directory
+from lightmarl.experiments.spec import RunSpec, SweepSpec, parse_override_args, parse_sweep
+from lightmarl.experiments.statistics import seed_mean
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("league", "selfplay", "nfsp")
@@ -88,13 +99,6 @@ def recipe_of(game: str, method: str) -> Path:
     return ROOT / "recipes" / f"league_{game}{suffix}.yaml"
 
 
-def lightmarl_command() -> list[str]:
-    """The ``lightmarl`` console script beside this Python, else the CLI run by this Python."""
-    script = Path(sys.executable).with_name("lightmarl")
-    found = str(script) if script.exists() else shutil.which("lightmarl")
-    return [found] if found else [sys.executable, "-c", "from lightmarl.cli import main; main()"]
-
-
 def hms(seconds: float) -> str:
     s = math.ceil(seconds)
     return f"00:{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
@@ -109,48 +113,57 @@ def recorded_command(script: str, given: list[str]) -> str:
     return shlex.join(["python", script, *given])
 
 
-def run_one_thread(command: list[str], workdir: str, label: str) -> float:
-    """Run ``command`` (a ``lightmarl`` call) in ``workdir`` with one thread; its wall seconds.
+def lightmarl_sweep(
+    game: str, methods: list[str], seeds: list[int], wall_s: float, workdir: str | Path, extra: list[str]
+) -> SweepSpec:
+    """The sweep of the lightmarl methods: each method's recipe for ``wall_s`` seconds, every seed.
+
+    Args:
+        game: the OpenSpiel game of ``recipes/league_<game>*.yaml``.
+        methods: ``league`` and/or ``selfplay``.
+        seeds: the seeds of every method.
+        wall_s: ``trainer.max_time`` of every run.
+        workdir: the sweep's ``out_dir``.
+        extra: further ``--key=value`` arguments of every ``lightmarl fit``.
+    """
+    overrides = {
+        "trainer.max_time": hms(wall_s),
+        "trainer.enable_model_summary": False,
+        **parse_override_args(extra, where="overrides after --"),
+    }
+    raw = {
+        "name": f"poker_league_{game}",
+        "out_dir": str(workdir),
+        "seeds": seeds,
+        "validate": False,
+        "overrides": overrides,
+        "configs": [{"name": m, "recipe": str(recipe_of(game, m)), "task": game} for m in methods],
+    }
+    return parse_sweep(raw, default_name=raw["name"], where="poker_league")
+
+
+def lightmarl_result(spec: SweepSpec, run: RunSpec, state: dict[str, Any]) -> dict[str, Any]:
+    """A finished run of the sweep as a result: its exploitability curve, frames and wall seconds.
 
     Raises:
-        RuntimeError: naming ``label``, with the end of its stderr, when it fails.
+        RuntimeError: naming the run, with its error line and log, when it did not finish.
     """
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=workdir)
-    took = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{label} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return took
-
-
-def run_lightmarl(game: str, method: str, seed: int, wall_s: float, workdir: str, extra: list[str]) -> dict[str, Any]:
-    """One ``lightmarl fit`` of the method's recipe for ``wall_s`` seconds; its exploitability curve."""
-    root = Path(workdir) / f"{method}_seed{seed}"
-    command = [
-        *lightmarl_command(),
-        "fit",
-        "--config",
-        str(recipe_of(game, method)),
-        f"--seed_everything={seed}",
-        f"--trainer.max_time={hms(wall_s)}",
-        f"--trainer.default_root_dir={root}",
-        "--trainer.enable_progress_bar=false",
-        "--trainer.enable_model_summary=false",
-        *extra,
-    ]
-    took = run_one_thread(command, workdir, f"{method} seed {seed}")
-    metrics = next(root.rglob("metrics.csv"))
+    run_dir = run_directory(spec, run)
+    if state.get("status") != "done":
+        raise RuntimeError(f"{run.run_id} {state.get('status')}: {state.get('error')} (log: {run_dir / LOG_FILE})")
     curve, frames = [], 0.0
-    for row in csv.DictReader(metrics.open()):
+    for row in metric_rows(run_dir):
         value, at = row.get("league/main/exploitability"), row.get("league/main/exploitability_at_s")
-        if value and at and (not curve or float(at) != curve[-1][0]):  # a measurement repeats in later rows
-            curve.append([float(at), float(value)])
-        if row.get("counters/frames"):
-            frames = max(frames, float(row["counters/frames"]))
+        if value is not None and at is not None and (not curve or at != curve[-1][0]):
+            curve.append([at, value])  # a measurement repeats in later rows
+        frames = max(frames, row.get("counters/frames", 0.0))
     if not curve:
-        raise RuntimeError(f"{method} seed {seed}: no exploitability was logged in {metrics}")
-    return {"method": method, "seed": seed, "curve": curve, "final": curve[-1][1], "frames": frames, "process_s": took}
+        raise RuntimeError(f"{run.run_id}: no exploitability was logged in {run_dir}")
+    method = run.config
+    return {
+        "method": method, "seed": run.seed, "curve": curve, "final": curve[-1][1], "frames": frames,
+        "process_s": state["wall_s"],
+    }  # fmt: skip
 
 
 def run_nfsp(game: str, seed: int, wall_s: float, eval_every: int) -> dict[str, Any]:
@@ -210,24 +223,38 @@ def run_nfsp(game: str, seed: int, wall_s: float, eval_every: int) -> dict[str, 
     return {"method": "nfsp", "seed": seed, "curve": curve, "final": curve[-1][1], "episodes": episodes}
 
 
-def run_one(job: tuple[str, str, int, float, str, list[str], int]) -> dict[str, Any]:
-    game, method, seed, wall_s, workdir, extra, eval_every = job
-    if method == "nfsp":
-        return run_nfsp(game, seed, wall_s, eval_every)
-    return run_lightmarl(game, method, seed, wall_s, workdir, extra)
-
-
 def summarize(values: list[float]) -> dict[str, Any]:
-    """Mean and 95% t interval over seeds."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return {"n": n, "mean": mean, "ci95": None, "values": values}
-    from scipy import stats
+    """Mean and 95% t interval over seeds (:func:`lightmarl.experiments.statistics.seed_mean`)."""
+    return seed_mean(values)
 
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
-    return {"n": n, "mean": mean, "ci95": [mean - half, mean + half], "values": values}
+
+def run_all(
+    game: str, methods: list[str], seeds: list[int], wall_s: float, workdir: str | Path, extra: list[str],
+    parallel: int, eval_every: int,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Every method on every seed, at most ``parallel`` runs at once: the lightmarl methods through one
+    :class:`SweepRunner`, OpenSpiel's NFSP in processes of its own; the results seed by seed, method by method."""
+    spec = lightmarl_sweep(game, [m for m in methods if m != "nfsp"], seeds, wall_s, workdir, extra)
+    runner = SweepRunner(spec, workers=parallel, on_event=lambda run_id, event: print(f"{run_id}: {event}", flush=True))
+    runs = {(run.config, run.seed): run for run in spec.runs()}
+
+    def lightmarl(run: RunSpec) -> dict[str, Any]:
+        return lightmarl_result(spec, run, runner.run_one(run))
+
+    # One thread per run at once: each waits on its sweep run's subprocess or its NFSP process.
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as threads, ProcessPoolExecutor(max(1, parallel)) as nfsp:
+        futures = [
+            threads.submit(lambda s=seed: nfsp.submit(run_nfsp, game, s, wall_s, eval_every).result())
+            if method == "nfsp"
+            else threads.submit(lightmarl, runs[method, seed])
+            for seed in seeds
+            for method in methods
+        ]
+        try:
+            return [future.result() for future in futures]
+        except BaseException:
+            runner.stop()  # the sweep's runs in progress write a checkpoint and stop; none is started
+            raise
 
 
 def per_seed_of(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -268,7 +295,9 @@ def result_rows(per_seed: dict[str, dict[str, dict[str, Any]]]) -> list[list[Any
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--game", default="kuhn_poker", help="kuhn_poker or leduc_poker (recipes/league_<game>*.yaml)")
+    parser.add_argument(
+        "--game", default="kuhn_poker", help="kuhn_poker, leduc_poker or liars_dice (recipes/league_<game>*.yaml)"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--wall-s", type=float, default=300.0, help="training wall time of every run, seconds")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
@@ -291,18 +320,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for method in args.methods:
         if method != "nfsp" and not recipe_of(args.game, method).exists():
             parser.error(f"--game {args.game}: no recipe {recipe_of(args.game, method)}")
+    try:
+        parse_override_args(args.overrides, where="overrides after --")
+    except ConfigError as error:
+        parser.error(str(error))
     workdir = args.workdir or tempfile.mkdtemp(prefix="poker_league_")
     Path(workdir).mkdir(parents=True, exist_ok=True)
-    jobs = [
-        (args.game, method, seed, args.wall_s, workdir, list(args.overrides), args.nfsp_eval_every)
-        for seed in args.seeds
-        for method in args.methods
-    ]
     where = machine()  # the load before the runs start, which is what they compete with
     load = os.getloadavg()[0]
     started = time.time()
-    with ProcessPoolExecutor(max_workers=max(1, args.parallel)) as pool:
-        runs = list(pool.map(run_one, jobs))
+    runs = run_all(
+        args.game, args.methods, args.seeds, args.wall_s, workdir, list(args.overrides), args.parallel,
+        args.nfsp_eval_every,
+    )  # fmt: skip
     per_seed = per_seed_of(runs)
     rows = result_rows(per_seed)
     path = write_result(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import yaml
 
 from benchmark_scripts import load_benchmark
 from lightmarl.cli import main
+from lightmarl.experiments.runner import fit_command, run_directory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -190,8 +192,16 @@ def test_both_frameworks_are_told_absolute_folders_whatever_out_is(tmp_path, mon
     assert run_dir == tmp_path / "runs" / "x" and seen["cwd"] == run_dir
     folders = [a for a in seen["command"] if a.startswith(("experiment.save_folder=", "hydra.run.dir="))]
     assert len(folders) == 2 and all(Path(a.partition("=")[2]).is_absolute() for a in folders)
-    # lightmarl too, through main: a relative --out reaches it absolute.
-    commands = []
+    # lightmarl too, through main: a relative --out reaches it absolute, the fit as a sweep's run.
+    commands, fits = [], []
+
+    def fit(recipe, seed, frames, out_dir, overrides=(), name="lightmarl"):
+        spec = compare.lightmarl_sweep(recipe, [seed], frames, out_dir, overrides, name)
+        [run] = spec.runs()
+        fits.append(fit_command(run, run_directory(spec, run)))
+        return compare.Curve([6000.0], [1.0], [0.0], 1.0)
+
+    monkeypatch.setattr(compare, "fit_recipe", fit)
     monkeypatch.setattr(compare, "run_logged", lambda command, cwd, log: commands.append(command) or 1.0)
     monkeypatch.setattr(compare, "read_lightmarl_curve", lambda *a, **k: compare.Curve([6000.0], [1.0], [0.0], 1.0))
     monkeypatch.setattr(compare, "plot_task", lambda *a: None)
@@ -199,9 +209,15 @@ def test_both_frameworks_are_told_absolute_folders_whatever_out_is(tmp_path, mon
         ["--tasks", "vmas_transport", "--seeds", "0", "--frames", "6000", "--frameworks", "lightmarl", "--out", "out"]
     )
     roots = [
-        a.partition("=")[2] for command in commands for a in command if a.startswith("--trainer.default_root_dir=")
+        a.partition("=")[2]
+        for command in [*fits, *commands]
+        for a in command
+        if a.startswith("--trainer.default_root_dir=")
     ]
     assert len(roots) == 2 and all(Path(root).is_absolute() for root in roots)  # fit, then the random policy
+    assert Path(roots[0]) == tmp_path / "out" / "vmas_transport" / "lightmarl" / "runs" / "lightmarl" / "seed_0"
+    assert "--model.max_frames=6000" in fits[0] and "--seed_everything=0" in fits[0]
+    assert f"--model.env.init_args.max_steps={compare.TASKS['vmas_transport'].settings['max_steps']}" in fits[0]
 
 
 def test_algorithm_table_has_a_row_per_algorithm_and_framework(tmp_path):
@@ -237,3 +253,22 @@ def test_algorithm_table_has_a_row_per_algorithm_and_framework(tmp_path):
     )
     written = json.loads(path.read_text())
     assert len(written["table"]["rows"]) == 3 and "vmas_balance/benchmarl/0" not in written["per_seed"]
+
+
+@pytest.mark.timeout(300)
+def test_a_lightmarl_run_goes_through_the_sweep_runner_and_is_not_run_twice(tmp_path):
+    tiny = [
+        "--model.env.num_envs=4",
+        "--model.rollout_steps=10",
+        "--model.iterations_per_epoch=2",
+        "--model.eval_episodes=2",
+        "--model.algorithm.init_args.minibatch_size=40",
+        "--trainer.enable_model_summary=false",
+    ]
+    curve = compare.fit_recipe("recipes/quickstart.yaml", 0, 160, tmp_path, tiny)
+    run_dir = tmp_path / "runs" / "lightmarl" / "seed_0"
+    state = json.loads((run_dir / "sweep_run.json").read_text())
+    assert state["status"] == "done" and state["frames"] == 160 and curve.process_s == state["wall_s"]
+    assert curve.frames == [80.0, 160.0] and len(curve.returns) == 2 and curve.train_s[0] < curve.train_s[1]
+    again = compare.fit_recipe("recipes/quickstart.yaml", 0, 160, tmp_path, tiny)
+    assert again == curve and (run_dir / "sweep.log").read_text().count("lightmarl sweep: fit:") == 1

@@ -90,7 +90,16 @@ NEEDS = {
     "mettagrid_mines.yaml": "mettagrid",
     **{
         f"league_{game}.yaml": "pyspiel"
-        for game in ("rps", "rps_selfplay", "kuhn_poker", "kuhn_poker_selfplay", "leduc_poker", "leduc_poker_selfplay")
+        for game in (
+            "rps",
+            "rps_selfplay",
+            "kuhn_poker",
+            "kuhn_poker_selfplay",
+            "leduc_poker",
+            "leduc_poker_selfplay",
+            "liars_dice",
+            "liars_dice_selfplay",
+        )
     },
 }
 

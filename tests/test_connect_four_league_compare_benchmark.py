@@ -20,7 +20,10 @@ TINY = [
 
 @pytest.mark.timeout(300)
 def test_a_tiny_run_is_trained_scored_and_tabulated(tmp_path):
-    fit = bench.run_fit(("selfplay", 0, 128, str(tmp_path), TINY))
+    [fit] = bench.run_fits(["selfplay"], [0], 128, tmp_path, TINY, parallel=1)
+    assert fit["run"] == str(tmp_path / "runs" / "selfplay" / "seed_0")  # a sweep's run directory
+    state = json.loads((tmp_path / "runs" / "selfplay" / "seed_0" / "sweep_run.json").read_text())
+    assert state["status"] == "done" and fit["train_s"] == state["wall_s"]
     assert fit["frames"] == 128 and fit["agent_steps"] == 128  # naive self-play acts in every turn
     assert [f for f, _ in fit["logged"]["agent_steps"]] == [64.0, 128.0]
     assert [f for f, _ in bench.checkpoints_by_frames(fit["run"])] == [64, 128]
@@ -32,6 +35,9 @@ def test_a_tiny_run_is_trained_scored_and_tabulated(tmp_path):
     assert [f for f, _ in scored["curve"]] == [64, 128] and all(0 <= v <= 1 for _, v in scored["curve"])
     match = bench.head_to_head((0, "selfplay", fit["run"], "pfsp", fit["run"], 4, 20_000))
     assert match["player"] == "selfplay" and match["opponent"] == "pfsp" and match["games"] == 4
+    # The same folder again: the sweep skips the finished run and reads the same curves.
+    [again] = bench.run_fits(["selfplay"], [0], 128, tmp_path, TINY, parallel=1)
+    assert again == fit
 
 
 def match(score: float, games: int = 10) -> dict:
@@ -77,11 +83,17 @@ def test_the_curve_table_averages_each_checkpoint_over_seeds():
 
 
 @pytest.mark.parametrize(
-    "flag, message", [("--games=3", "--games 3"), ("--curve-games=5", "--curve-games 5"), ("--frames=0", "--frames 0")]
+    "flags, message",
+    [
+        (["--games=3"], "--games 3"),
+        (["--curve-games=5"], "--curve-games 5"),
+        (["--frames=0"], "--frames 0"),
+        (["--", "model.max_frames=5"], "'model.max_frames=5' is not a --key=value argument"),
+    ],
 )
-def test_bad_flags_are_refused_by_name(flag, message, capsys):
+def test_bad_flags_are_refused_by_name(flags, message, capsys):
     with pytest.raises(SystemExit):
-        bench.main([flag])
+        bench.main(flags)
     assert message in capsys.readouterr().err
 
 

@@ -30,6 +30,9 @@ def test_the_three_methods_run_side_by_side_and_are_summarized(tmp_path):
             "--model.env.num_envs=8",
             "--model.rollout_steps=8",
             "--model.algorithm.init_args.minibatch_size=32",
+            # A measurement every iteration: a loaded machine may run only a few in the 4 seconds.
+            "--trainer.callbacks=[{class_path: lightmarl.training.exploitability.OpenSpielExploitability, "
+            "init_args: {binding: main, every_n_iterations: 1, meta_game: exact}}]",
         ]
     )  # fmt: skip
     assert json.loads(out.read_text()) == result
@@ -47,6 +50,14 @@ def test_the_three_methods_run_side_by_side_and_are_summarized(tmp_path):
     assert result["table"]["rows"][2][3] is None  # one seed: no interval
     assert set(result["extra"]["summary"]) == {"league", "selfplay", "nfsp"}
     assert result["extra"]["summary"]["nfsp"]["n"] == 1 and result["extra"]["summary"]["nfsp"]["ci95"] is None
+    # The lightmarl methods ran as a sweep: a run directory, log and state per run; run again, none retrains.
+    for method in ("league", "selfplay"):
+        state = json.loads((tmp_path / "runs" / method / "seed_0" / "sweep_run.json").read_text())
+        assert state["status"] == "done" and runs[method]["process_s"] == state["wall_s"]
+    again = bench.run_all("kuhn_poker", ["league", "selfplay"], [0], 4, tmp_path, [], 2, 200)
+    assert [r["curve"] for r in again] == [runs["league"]["curve"], runs["selfplay"]["curve"]]
+    for method in ("league", "selfplay"):
+        assert (tmp_path / "runs" / method / "seed_0" / "sweep.log").read_text().count("lightmarl sweep: fit:") == 1
 
 
 def test_the_interval_over_seeds_is_a_t_interval():

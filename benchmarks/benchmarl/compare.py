@@ -45,7 +45,11 @@ same table, e.g. a control and the variant that differs from it::
 ``--setup`` creates ``benchmarks/benchmarl/venv`` (ignored by git) with exactly
 :data:`BENCHMARL_REQUIREMENTS`; ``--benchmarl-python`` uses another interpreter that has them.
 Finished runs are kept under ``--out`` and reused (``--rerun`` runs them again), so a table can
-be completed one task at a time.
+be completed one task at a time. lightmarl's runs go through lightmarl's sweep runner
+(:func:`fit_recipe`, :class:`lightmarl.experiments.runner.SweepRunner`): each has its run directory
+``<out>/<cell>/<framework>/runs/<framework>/seed_<n>/`` with its ``sweep.log`` and state, and one that was
+interrupted resumes from its ``last.ckpt``; the means and intervals over seeds are
+:func:`lightmarl.experiments.statistics.seed_mean` and ``seed_difference``.
 """
 
 from __future__ import annotations
@@ -53,7 +57,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 import platform
 import shlex
@@ -64,6 +67,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from lightmarl.experiments.runner import LOG_FILE, SweepRunner, metric_rows, run_directory
+from lightmarl.experiments.spec import SweepSpec, parse_override_args, parse_sweep
+from lightmarl.experiments.statistics import seed_difference, seed_mean
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -337,8 +344,10 @@ def read_benchmarl_curve(run_dir: Path, process_s: float) -> Curve:
     )
 
 
-def run_lightmarl(task: Task, seed: int, frames: int, run_dir: Path, recipe: str | None) -> Curve:
-    return fit_recipe(recipe or task.recipe, seed, frames, run_dir, task.lightmarl_overrides())
+def run_lightmarl(
+    task: Task, seed: int, frames: int, out_dir: Path, recipe: str | None, name: str = "lightmarl"
+) -> Curve:
+    return fit_recipe(recipe or task.recipe, seed, frames, out_dir, task.lightmarl_overrides(), name)
 
 
 # -- every algorithm, through the settings map ------------------------------------------------------
@@ -420,12 +429,53 @@ def algorithm_run(
     )
 
 
-def fit_recipe(recipe: str, seed: int, frames: int, run_dir: Path, overrides: Sequence[str] = ()) -> Curve:
+def lightmarl_sweep(
+    recipe: str,
+    seeds: Sequence[int],
+    frames: int,
+    out_dir: Path,
+    overrides: Sequence[str] = (),
+    name: str = "lightmarl",
+) -> SweepSpec:
+    """The sweep of one lightmarl side of a comparison: ``recipe`` (relative to the repository) with the frame
+    budget and ``overrides`` on every seed, no validation (the curve is the fit's periodic evaluation).
+
+    Args:
+        recipe: the recipe, relative to the repository root.
+        seeds: the seeds.
+        frames: ``model.max_frames`` of every run.
+        out_dir: the sweep's folder; each run's directory is ``<out_dir>/runs/<name>/seed_<n>``.
+        overrides: further ``--key=value`` arguments of ``lightmarl fit``.
+        name: the config's name (letters, digits, ``.``, ``_``, ``-``).
+    """
+    raw = {
+        "name": name,
+        "out_dir": str(Path(out_dir).resolve()),
+        "seeds": list(seeds),
+        "validate": False,
+        "overrides": {"model.max_frames": frames, **parse_override_args(overrides, where="lightmarl overrides")},
+        "configs": [{"name": name, "recipe": str(ROOT / recipe)}],
+    }
+    return parse_sweep(raw, default_name=name, where="compare.py")
+
+
+def fit_recipe(
+    recipe: str, seed: int, frames: int, out_dir: Path, overrides: Sequence[str] = (), name: str = "lightmarl"
+) -> Curve:
     """``lightmarl fit`` on ``recipe`` (relative to the repository) with the seed, frame budget and
-    ``overrides``, no checkpoints; its evaluation curve."""
-    settings = [f"--seed_everything={seed}", f"--model.max_frames={frames}", "--trainer.enable_checkpointing=false"]
-    seconds = run_lightmarl_cli("fit", recipe, run_dir, [*settings, *overrides])
-    return read_lightmarl_curve(run_dir, seconds)
+    ``overrides``, one run of :func:`lightmarl_sweep` through lightmarl's :class:`SweepRunner` (its own run
+    directory and log; a finished run is read again, an interrupted one resumes from its ``last.ckpt``);
+    its evaluation curve."""
+    spec = lightmarl_sweep(recipe, [seed], frames, out_dir, overrides, name)
+    [run] = spec.runs()
+    state = SweepRunner(spec, workers=1).run_one(run)
+    run_dir = run_directory(spec, run)
+    if state["status"] != "done":
+        tail = (run_dir / LOG_FILE).read_text().splitlines()[-15:]
+        raise SystemExit(
+            f"{run.run_id} {state['status']}: {state['error']}; the end of {run_dir / LOG_FILE}:\n" + "\n".join(tail)
+        )
+    return read_lightmarl_curve(run_dir, state["wall_s"])
 
 
 def run_lightmarl_cli(subcommand: str, recipe: str, run_dir: Path, arguments: Sequence[str]) -> float:
@@ -455,29 +505,27 @@ def random_return(recipe: str, run_dir: Path, overrides: Sequence[str] = ()) -> 
 
 
 def read_lightmarl_curve(run_dir: Path, process_s: float, evaluation_only: bool = False) -> Curve:
-    """The evaluation curve in lightmarl's CSV log: each ``eval/*/episode_return`` row at the frames and
-    the collection + update seconds of the training rows before it (file order)."""
-    found = sorted(run_dir.glob("csv/version_*/metrics.csv"))
-    if not found:
+    """The evaluation curve in lightmarl's CSV log (:func:`lightmarl.experiments.runner.metric_rows`): each
+    ``eval/*/episode_return`` row at the frames and the collection + update seconds of the training rows before
+    it (file order)."""
+    rows = metric_rows(run_dir)  # every metrics.csv of the run, oldest first: a resumed run's too
+    if not rows:
         raise SystemExit(f"{run_dir}: no csv/version_*/metrics.csv")
     curve = Curve([], [], [], process_s)
     frames, spent, updating = 0.0, 0.0, 0.0
-    with open(found[-1]) as f:
-        for row in csv.DictReader(f):
-            if row.get("counters/frames"):
-                frames = float(row["counters/frames"])
-                spent += float(row["time/collect_s"]) + float(row["time/update_s"])
-                updating += float(row["time/update_s"])
-            returns = [
-                float(v) for k, v in row.items() if k.startswith("eval/") and k.endswith("/episode_return") and v
-            ]
-            if returns and (frames or evaluation_only):
-                curve.frames.append(frames)
-                curve.train_s.append(spent)
-                curve.returns.append(sum(returns) / len(returns))
-                curve.update_s.append(updating)
+    for row in rows:
+        if "counters/frames" in row:
+            frames = row["counters/frames"]
+            spent += row["time/collect_s"] + row["time/update_s"]
+            updating += row["time/update_s"]
+        returns = [v for k, v in row.items() if k.startswith("eval/") and k.endswith("/episode_return")]
+        if returns and (frames or evaluation_only):
+            curve.frames.append(frames)
+            curve.train_s.append(spent)
+            curve.returns.append(sum(returns) / len(returns))
+            curve.update_s.append(updating)
     if not curve.returns:
-        raise SystemExit(f"{found[-1]}: no eval/<binding>/episode_return rows")
+        raise SystemExit(f"{run_dir}: no eval/<binding>/episode_return rows")
     return curve
 
 
@@ -553,18 +601,16 @@ def seed_mean_table(runs: dict[str, dict[int, Curve]]) -> list[str]:
     at each of BenchMARL's evaluations (its training seconds averaged over seeds), both frameworks'
     mean return then (lightmarl's latest evaluation at or before that time, on each seed).
     """
-    from lightmarl.evaluation.statistics import difference_interval, t_interval
-
     reference, ours = runs.get("benchmarl", {}), runs.get("lightmarl", {})
     if len(reference) < 2 or len(ours) < 2:
         return []
     finals = {framework: [curve.returns[-1] for curve in runs[framework].values()] for framework in runs}
     lines = ["Over seeds (final return: mean [95% t interval] over the seeds):", ""]
     for framework in ("benchmarl", "lightmarl"):
-        low, high = t_interval(finals[framework])
-        mean = sum(finals[framework]) / len(finals[framework])
-        lines.append(f"- {framework}: {mean:.3f} [{low:.3f}, {high:.3f}] over {len(finals[framework])} seeds")
-    gap = difference_interval(finals["lightmarl"], finals["benchmarl"])
+        summary = seed_mean(finals[framework])
+        low, high = summary["ci95"]
+        lines.append(f"- {framework}: {summary['mean']:.3f} [{low:.3f}, {high:.3f}] over {summary['n']} seeds")
+    gap = seed_difference(finals["lightmarl"], finals["benchmarl"])
     target = sum(finals["benchmarl"]) / len(finals["benchmarl"])
     budget = sum(curve.train_s[-1] for curve in reference.values()) / len(reference)
     reached = "never"
@@ -675,8 +721,6 @@ def algorithm_rows(results: dict[str, Any], task: str) -> list[list[Any]]:
     interval over seeds), random play's return, frames per training second, optimizer steps per update
     second, and the training seconds at which the framework's seed mean first reaches BenchMARL's final mean
     (as a fraction of BenchMARL's training seconds)."""
-    from lightmarl.evaluation.statistics import t_interval
-
     rows: list[list[Any]] = []
     for cell in cell_names(results):
         name, _, algorithm = cell.partition(":")
@@ -692,7 +736,8 @@ def algorithm_rows(results: dict[str, Any], task: str) -> list[list[Any]]:
         for framework in framework_order(runs):
             data = runs[framework]
             finals = [d["returns"][-1] for d in data]
-            low, high = t_interval(finals)
+            summary = seed_mean(finals)
+            low, high = summary["ci95"] or (None, None)
             frames = sum(d["frames"][-1] for d in data) / len(data)
             train_s = sum(d["train_s"][-1] for d in data) / len(data)
             update_s = [d["update_s"][-1] for d in data if d.get("update_s")]
@@ -709,9 +754,9 @@ def algorithm_rows(results: dict[str, Any], task: str) -> list[list[Any]]:
                     framework,
                     len(data),
                     frames,
-                    sum(finals) / len(finals),
-                    None if math.isnan(low) else low,
-                    None if math.isnan(high) else high,
+                    summary["mean"],
+                    low,
+                    high,
                     results.get(f"{cell}/random", {}).get("return"),
                     frames / train_s if train_s else None,
                     steps / (sum(update_s) / len(update_s)) if update_s and steps else None,
@@ -952,7 +997,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                 key = f"{cell}/{framework}/{seed}"
                 if key in results and not args.rerun:
                     continue
-                run_dir = args.out / cell.replace(":", "-") / f"{framework.replace(':', '-')}_seed{seed}"
+                label = framework.replace(":", "-")
+                run_dir = args.out / cell.replace(":", "-") / f"{label}_seed{seed}"
+                # lightmarl's runs: a sweep per cell and framework, <cell>/<framework>/runs/<framework>/seed_<n>.
+                sweep_dir = args.out / cell.replace(":", "-") / label
                 if framework == "benchmarl":
                     curve = run_benchmarl(
                         args.benchmarl_python,
@@ -965,9 +1013,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                         settings=plan.benchmarl_settings if plan else (),
                     )
                 elif plan is not None:
-                    curve = fit_recipe(plan.recipe, seed, args.frames, run_dir, plan.lightmarl_overrides)
+                    curve = fit_recipe(plan.recipe, seed, args.frames, sweep_dir, plan.lightmarl_overrides)
                 else:
-                    curve = run_lightmarl(task, seed, args.lightmarl_frames or args.frames, run_dir, recipe)
+                    curve = run_lightmarl(task, seed, args.lightmarl_frames or args.frames, sweep_dir, recipe, label)
                 extra = {"optimizer_steps": plan.optimizer_steps, "batch_frames": plan.batch_frames} if plan else {}
                 results[key] = {
                     **curve.to_json(),

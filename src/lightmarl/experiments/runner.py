@@ -80,6 +80,7 @@ def physical_cores() -> int:
 
 
 def run_directory(spec: SweepSpec, run: RunSpec) -> Path:
+    """The run directory of ``run``: ``<out_dir>/runs/<run_id>`` (its ``trainer.default_root_dir``)."""
     return spec.out_dir / "runs" / run.run_id
 
 
@@ -171,15 +172,29 @@ def metrics_files(run_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.stat().st_mtime)
 
 
-def fit_metrics(run_dir: Path) -> dict[str, float]:
-    """The last value of every ``eval/...`` metric ``lightmarl fit`` logged (its periodic validation)."""
-    metrics: dict[str, float] = {}
+def metric_rows(run_dir: Path) -> list[dict[str, float]]:
+    """Every row ``lightmarl fit`` logged to CSV in a run directory, in order: file by file (`metrics_files`), row by row.
+
+    A row holds the metrics logged at one step with a value (the empty cells of the CSV are left out),
+    so a caller reads a whole logged series, e.g. ``[(row["counters/frames"], row["eval/main/win_rate"]) ...]``.
+    The rows of ``lightmarl validate`` (`VALIDATE_DIR`) are not among them.
+
+    Args:
+        run_dir: the run directory (`run_directory`).
+    """
+    rows: list[dict[str, float]] = []
     for path in metrics_files(run_dir):
         with path.open() as f:
             for row in csv.DictReader(f):
-                for key, value in row.items():
-                    if key and key.startswith("eval/") and value not in (None, ""):
-                        metrics[key] = float(value)
+                rows.append({key: float(value) for key, value in row.items() if key and value not in (None, "")})
+    return rows
+
+
+def fit_metrics(run_dir: Path) -> dict[str, float]:
+    """The last value of every ``eval/...`` metric ``lightmarl fit`` logged (its periodic validation)."""
+    metrics: dict[str, float] = {}
+    for row in metric_rows(run_dir):
+        metrics.update({key: value for key, value in row.items() if key.startswith("eval/")})
     return metrics
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,24 @@ def format_value(value: Any) -> str:
 def override_args(overrides: dict[str, Any]) -> list[str]:
     """``--key=value`` arguments of ``lightmarl fit`` for ``overrides``."""
     return [f"--{key}={format_value(value)}" for key, value in overrides.items()]
+
+
+def parse_override_args(args: Sequence[str], *, where: str = "overrides") -> dict[str, str]:
+    """The overrides of ``--key=value`` arguments (`override_args` the other way): ``{key: value}``, values as written.
+
+    A value stays the string given, so `override_args` hands it to ``lightmarl fit`` unchanged.
+
+    Args:
+        args: ``lightmarl fit`` arguments such as ``--model.env.num_envs=8``.
+        where: what gave them, for the message of a `ConfigError`.
+    """
+    overrides: dict[str, str] = {}
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if not key.startswith("--") or not sep or len(key) < 3:
+            raise ConfigError(f"{where}: {arg!r} is not a --key=value argument of lightmarl fit")
+        overrides[key[2:]] = value
+    return overrides
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:

@@ -13,6 +13,12 @@ resamples. The estimators are rliable's own (`rliable.metrics`):
 - performance profiles: the fraction of runs with a score above each threshold ``tau``.
 
 rliable (``pip install 'lightmarl[experiments]'``) is imported when a function here runs.
+
+A comparison of a few seeds of a few methods on one task (the benchmark scripts' tables) reports each
+method's mean over its seeds with a Student-t interval (`seed_mean`) and the Welch interval of a
+difference of two methods (`seed_difference`): with two to five seeds the t interval is the honest one,
+where a bootstrap's resamples of so few values understate the spread (`lightmarl.evaluation.statistics`
+says by how much). Neither needs rliable.
 """
 
 from __future__ import annotations
@@ -26,9 +32,43 @@ from typing import Any
 
 import numpy as np
 
+from lightmarl.evaluation.statistics import DifferenceSummary, difference_interval, t_interval
+
 HAS_RLIABLE = importlib.util.find_spec("rliable") is not None
 #: the aggregate estimators, in report order.
 ESTIMATORS = ("IQM", "mean", "median", "optimality gap")
+
+
+def seed_mean(values: Sequence[float]) -> dict[str, Any]:
+    """One method's mean over seeds with its 95% Student-t interval.
+
+    Returns ``{"n", "mean", "ci95", "values"}``; ``ci95`` is ``[low, high]``, or ``None`` for a single seed
+    (no spread to estimate).
+
+    Args:
+        values: one result per seed (e.g. each run's final exploitability).
+
+    Examples:
+        >>> summary = seed_mean([0.1, 0.2, 0.3])
+        >>> round(summary["mean"], 3), [round(x, 3) for x in summary["ci95"]]
+        (0.2, [-0.048, 0.448])
+    """
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError("seed_mean: no values (give one result per seed)")
+    mean = sum(values) / len(values)
+    ci = [float(x) for x in t_interval(values)] if len(values) > 1 else None
+    return {"n": len(values), "mean": mean, "ci95": ci, "values": values}
+
+
+def seed_difference(values: Sequence[float], reference: Sequence[float]) -> DifferenceSummary:
+    """``mean(values) - mean(reference)`` over two methods' seeds, with Welch's 95% t interval.
+
+    Args:
+        values: one result per seed of the compared method.
+        reference: one result per seed of the reference method (seeds need not pair up).
+    """
+    return difference_interval(values, reference)
 
 
 @contextlib.contextmanager
