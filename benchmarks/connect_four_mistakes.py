@@ -31,7 +31,8 @@ import torch
 from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from lightmarl.policies import Policy, PolicyDict
+from lightmarl.inference import load_population
+from lightmarl.policies import Policy
 from lightmarl_examples.connect_four import ConnectFourHeuristicPolicy, rules
 
 ROWS, COLUMNS = 6, 7
@@ -234,10 +235,10 @@ def main(args: list[str] | None = None) -> None:
     if options.games < 2 or options.games % 2:
         parser.error(f"--games: expected an even number >= 2, got {options.games}")
     checkpoint = options.checkpoint or options.run / "checkpoints" / "last.ckpt"
-    policies = PolicyDict.load(checkpoint, allowed_classes=ALLOWED_CLASSES)
+    policies = load_population(checkpoint, allow=ALLOWED_CLASSES).bindings
     if options.binding not in policies:
-        parser.error(f"{str(checkpoint)!r} has no binding {options.binding!r}; it has {sorted(policies.keys())}")
-    player: Policy = policies[options.binding].eval()  # type: ignore[assignment,operator]
+        parser.error(f"{str(checkpoint)!r} has no binding {options.binding!r}; it has {sorted(policies)}")
+    player: Policy = policies[options.binding].eval()
     heuristic = ConnectFourHeuristicPolicy(player.group, seed=options.seed)
     first = play_games(player, heuristic, options.games // 2, player_piece=1)
     second = play_games(player, heuristic, options.games // 2, player_piece=2)

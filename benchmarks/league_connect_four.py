@@ -35,9 +35,9 @@ from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.envs.spec import GroupSpec
 from lightmarl.evaluation import evaluate_episodes
 from lightmarl.evaluation.statistics import OutcomeSummary, ValueSummary, summarize_outcomes, summarize_values
-from lightmarl.inference import read_artifact
+from lightmarl.inference import load_population, read_artifact
 from lightmarl.league import SnapshotStore
-from lightmarl.policies import MultiAgentPolicy, Policy, PolicyDict, UniformRandomPolicy
+from lightmarl.policies import MultiAgentPolicy, Policy, UniformRandomPolicy
 from lightmarl.population import BindingTable, PolicyBinding
 from lightmarl_examples.connect_four import ConnectFourHeuristicPolicy
 
@@ -161,10 +161,10 @@ ALLOWED_CLASSES = ("lightmarl_examples.connect_four.ThreatFeaturesEncoder",)
 
 def load_policy(checkpoint: str | Path, binding: str, weights: str | Path | None = None) -> Policy:
     """The policy of ``binding`` from a training checkpoint, optionally with other ``weights`` (a snapshot file)."""
-    policies = PolicyDict.load(checkpoint, allowed_classes=ALLOWED_CLASSES)
+    policies = load_population(checkpoint, allow=ALLOWED_CLASSES).bindings
     if binding not in policies:
-        raise ValueError(f"{str(checkpoint)!r} has no binding {binding!r}; it has {sorted(policies.keys())}")
-    policy: Policy = policies[binding]  # type: ignore[assignment]
+        raise ValueError(f"{str(checkpoint)!r} has no binding {binding!r}; it has {sorted(policies)}")
+    policy = policies[binding]
     if weights is not None:
         policy.load_state_dict(SnapshotStore(max_resident=0).load(weights))  # bare or self-describing files
     return policy.eval()

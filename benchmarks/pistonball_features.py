@@ -40,7 +40,7 @@ from tensordict import TensorDict
 from lightmarl._imports import import_object, instantiate
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.envs.checks import random_actions
-from lightmarl.policies import PolicyDict
+from lightmarl.inference import load_population
 
 GROUP = "piston"
 
@@ -104,7 +104,11 @@ def main() -> None:
     torch.set_num_threads(1)
     recipe = yaml.safe_load(Path(args.recipe).read_text())
     config = env_config(recipe, args.num_envs, None if args.render_mode == "none" else args.render_mode)
-    policy = PolicyDict.load(args.checkpoint)["main"] if args.checkpoint else fresh_policy(recipe, config, args.seed)
+    policy = (
+        load_population(args.checkpoint).bindings["main"]
+        if args.checkpoint
+        else fresh_policy(recipe, config, args.seed)
+    )
     vector = config.make_vector(seed=args.seed)
     vector.reset()
     envs = raw_envs(vector)

@@ -80,9 +80,9 @@ def test_a_checkpoint_naming_the_examples_encoder_loads(tmp_path, monkeypatch):
     group = ENV.spec().groups["player"]
     kwargs = {"hidden_sizes": [8], "encoder": {"class_path": "lightmarl_examples.connect_four.ThreatFeaturesEncoder"}}
     policy = build_policy("lightmarl.policies.MLPActorCritic", kwargs, group, field="test")
-    PolicyDict({"main": policy}, {"main": group}).save(tmp_path / "population.pt")
-    loaded = bench.load_policy(tmp_path / "population.pt", "main")
+    PolicyDict({"main": policy}, {"main": group}).export(tmp_path / "population")
+    loaded = bench.load_policy(tmp_path / "population", "main")
     assert type(loaded.encoder).__name__ == "ThreatFeaturesEncoder"
     monkeypatch.setattr(bench, "ALLOWED_CLASSES", ())
     with pytest.raises(ValueError, match=r"names 'lightmarl_examples\.connect_four\.ThreatFeaturesEncoder'"):
-        bench.load_policy(tmp_path / "population.pt", "main")
+        bench.load_policy(tmp_path / "population", "main")

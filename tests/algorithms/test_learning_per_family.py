@@ -11,17 +11,26 @@ inside what seeds 0, 1 and 2 reached (worst of three, in each family's comment),
 (zeroed, or its sign flipped) leaves the return where it started or below it.
 
 The default run takes well under a minute of CPU for all nine on one thread.
+
+In ``-m slow``, each family trains BenchMARL's own configuration of it on VMAS balance
+(``recipes/benchmarl/<family>.yaml`` at the budget of the results table,
+docs/results/benchmarl_algorithms.md) and must beat uniformly random actions by half of the
+smallest margin any seed of that table reached; a family the table holds no lightmarl run of,
+or none that beat random, is skipped and says so.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
 from lightning.pytorch import seed_everything
 
+from benchmark_scripts import load_benchmark
 from lightmarl.algorithms import DDPG, DQN, PPO, QMIX, SAC, VDN, Algorithm, IndependentMARLTrainer, PlainStepper
 from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs import PettingZooEnvConfig
@@ -145,3 +154,35 @@ def test_family_improves_its_return_in_a_short_run(name: str, one_thread: None) 
     before, after, baseline = run(name)
     assert after >= before + FAMILIES[name].improvement, (name, before, after)
     assert after > baseline + 2.0, (name, after, baseline)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLE = ROOT / "benchmarks" / "results" / "benchmarl_algorithms_vmas_balance.json"
+# The table's budget and reduction (docs/results/benchmarl_algorithms.md, "Budget").
+TABLE_FRAMES, TABLE_CHANGES, TABLE_EVAL_EPISODES = 30_000, ("experiment.off_policy_n_optimizer_steps=100",), 128
+
+
+def table_margin(name: str) -> float | None:
+    """Half the smallest (final return - random return) of the table's lightmarl seeds of ``name``."""
+    per_seed = json.loads(TABLE.read_text())["per_seed"]
+    cell = f"vmas_balance:{name}"
+    random_return = per_seed.get(f"{cell}/random", {}).get("return")
+    finals = [run["returns"][-1] for key, run in per_seed.items() if key.startswith(f"{cell}/lightmarl/")]
+    if random_return is None or not finals or min(finals) <= random_return:
+        return None
+    return (min(finals) - random_return) / 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_family_beats_random_on_vmas_balance(name: str, tmp_path: Path) -> None:
+    pytest.importorskip("vmas")
+    margin = table_margin(name)
+    if margin is None:
+        pytest.skip(f"{TABLE.name} has no lightmarl run of {name} that beat random actions to take a margin from")
+    compare = load_benchmark("benchmarl/compare.py")
+    plan = compare.algorithm_run(compare.TASKS["vmas_balance"], name, TABLE_FRAMES, TABLE_EVAL_EPISODES, TABLE_CHANGES)
+    final = compare.fit_recipe(plan.recipe, 0, TABLE_FRAMES, tmp_path / "fit", plan.lightmarl_overrides).returns[-1]
+    random_return = compare.random_return(plan.recipe, tmp_path / "random", plan.lightmarl_overrides)
+    assert final > random_return + margin, (name, final, random_return, margin)

@@ -115,10 +115,11 @@ class AuxiliaryRows:
     """Per-row entries its minibatches read (its mask among them): the update writes them into its rows."""
     coeff: float = 1.0
     """Its weight in this update."""
+    count: int = field(init=False)
+    """How many rows ``mask`` holds."""
 
-    @property
-    def count(self) -> int:
-        return int(self.mask.sum())
+    def __post_init__(self) -> None:
+        self.count = int(self.mask.sum())
 
 
 class AuxiliaryLoss(ABC):

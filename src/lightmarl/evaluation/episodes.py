@@ -44,7 +44,7 @@ def evaluate_episodes(
         policy: the population to evaluate.
         env_config: the env to play in (its transforms apply, with frozen statistics: see
             ``EnvConfig.make_vector(evaluation=True)``).
-        num_episodes: complete episodes to play (the first ones to finish count).
+        num_episodes: complete episodes to count, spread evenly over the env copies (see `EpisodeScorer`).
         seed: base seed of the env copies.
         num_envs: env copies played at once (default ``min(num_episodes, env_config.num_envs)``).
         deterministic: take each policy's mode action instead of sampling.
@@ -172,7 +172,11 @@ class EpisodeRecord:
 class EpisodeScorer:
     """The `StepRecorder` of evaluation: per-binding returns, lengths and outcomes.
 
-    Counts the first ``num_episodes`` episodes to finish (in env copy order within a step).
+    Counts ``num_episodes`` episodes spread evenly over the env copies: copy ``i`` counts its first
+    ``num_episodes // num_envs`` episodes, one more for the first ``num_episodes % num_envs``
+    copies (so with as many copies as episodes, each copy's first episode, BenchMARL's protocol).
+    Counting the first episodes to finish instead would favour short episodes: copies whose
+    episodes end early (a fall, a loss) finish twice before a long one finishes once.
 
     Args:
         table: the population's binding table.
@@ -217,6 +221,9 @@ class EpisodeScorer:
         }
         self.agent_names = table.env_spec.possible_agents
         self.finished = 0
+        #: episodes each env copy counts, and has counted so far.
+        self.quota = [num_episodes // num_envs + (i < num_episodes % num_envs) for i in range(num_envs)]
+        self.counted = [0] * num_envs
 
     @property
     def done(self) -> bool:
@@ -236,6 +243,14 @@ class EpisodeScorer:
         for e in (torch.nonzero(step.ended).flatten() + envs.start).tolist():
             if self.done:
                 break
+            if self.counted[e] >= self.quota[e]:
+                for g in self.groups:
+                    self.returns[g.name][e] = 0
+                    self.lengths[g.name][e] = 0
+                    for last in self.info_last[g.name].values():
+                        last[e] = float("nan")
+                continue
+            self.counted[e] += 1
             self.finished += 1
             seats: list[tuple[str, float]] = []
             record = EpisodeRecord(e, {}, {}, {}, {}, {})

@@ -4,7 +4,7 @@ A trained population is saved in three containers: a Lightning checkpoint (``lig
 a league snapshot file (one player's frozen policy) and an export directory (``lightmarl export``,
 [`PolicyDict.export`][lightmarl.policies.policy_dict.PolicyDict.export]). Each holds the same
 [`SavedPopulation`][lightmarl.policies.artifact.SavedPopulation] description
-(``SavedPopulation.to_dict()``, versioned by [`POPULATION_FORMAT`][lightmarl.policies.artifact.POPULATION_FORMAT])
+(``SavedPopulation.to_dict()``, versioned by ``POPULATION_FORMAT``)
 beside its weights: the bindings (class, kwargs, group, shared modules), the agent groups' spaces,
 the shared modules' specs, the env transforms with their statistics, the env, the agent -> binding
 map, the run's counters and the league's snapshots and mixtures.

@@ -244,7 +244,7 @@ def build_policies(
         if binding_id not in population.bindings:
             raise ValueError(f"{field}: no binding {binding_id!r}; it has {sorted(population.bindings)}")
         entry = population.bindings[binding_id]
-        binding_field = f"{field} binding {binding_id!r}"
+        binding_field = f"{field} ({binding_id})"
         group = (groups or {}).get(entry["group"]) or population.group_spec(entry["group"])
         injected = rebuild_shared_modules(
             entry.get("shared_modules", {}), population.shared_modules, group, field=binding_field, built=built

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import torch
 
@@ -30,8 +30,8 @@ from lightmarl.policies.base import Policy
 from lightmarl.training.league import CHECKPOINT_KEY as LEAGUE_CHECKPOINT_KEY
 from lightmarl.training.resume import CHECKPOINT_KEY as RESUME_CHECKPOINT_KEY
 
-if TYPE_CHECKING:
-    from lightmarl.training.module import MARLModule
+#: a [`MARLModule`][lightmarl.training.module.MARLModule] (which imports this module: not named as a type here).
+MARLModule = Any
 
 
 def describe_binding(module: MARLModule, binding_id: str) -> dict[str, Any]:
