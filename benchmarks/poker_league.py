@@ -29,8 +29,8 @@ settings under ``extra``. Prints the table.
 
 ``--game`` is any OpenSpiel game with the two recipes ``recipes/league_<game>.yaml`` and
 ``recipes/league_<game>_selfplay.yaml``: ``kuhn_poker``, ``leduc_poker`` and ``liars_dice`` (whose
-exact measurement takes about a minute: give NFSP a ``--nfsp-eval-every`` of tens of thousands of
-episodes).
+exact measurement takes minutes on a loaded core, NFSP's longest: it asks its network one state at a
+time; a ``--nfsp-eval-every`` above the episodes NFSP reaches measures it once, at the end).
 
 ``--parallel`` runs that many processes at once: on a machine with fewer free cores the methods
 slow each other down, so give each run a core of its own (``nproc``, ``uptime``).
