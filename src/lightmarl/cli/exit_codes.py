@@ -1,17 +1,11 @@
 """How a command ends: each kind of failure as one ``lightmarl: error: ...`` line and its exit code.
 
-============================================  ===========================================================
-what went wrong                               exit code
-============================================  ===========================================================
-a user error (`ConfigError`: recipe, flags,   2
-checkpoint file), or a checkpoint of another
-recipe (Lightning's ``load_state_dict``)
-a checkpoint that cannot be written           1
-(`CheckpointWriteError`)
-a run that cannot go on (`TrainingFault`)     ``TRAINING_FAULT_EXIT_CODE``
-a stop by SIGTERM / SIGINT (`Preemption`)     ``PREEMPTED_EXIT_CODES`` (after a final checkpoint, or at once
-                                              on a second signal)
-============================================  ===========================================================
+| what went wrong | exit code |
+| --- | --- |
+| a user error (`ConfigError`: recipe, flags, checkpoint file), or a checkpoint of another recipe (Lightning's ``load_state_dict``) | 2 |
+| a checkpoint that cannot be written (`CheckpointWriteError`) | 1 |
+| a run that cannot go on (`TrainingFault`) | ``TRAINING_FAULT_EXIT_CODE`` |
+| a stop by SIGTERM / SIGINT (`Preemption`), after a final checkpoint or at once on a second signal | ``PREEMPTED_EXIT_CODES`` |
 
 ``LIGHTMARL_DEBUG=1`` lets every error through with its full traceback instead.
 """
