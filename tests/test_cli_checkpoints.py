@@ -48,6 +48,14 @@ def test_validate_last_without_a_checkpoint_is_an_error(in_tmp, capsys):
     assert re.search(r"--ckpt_path last: no last checkpoint in \S*runs/quickstart/checkpoints; train first", message)
 
 
+def test_evaluate_last_without_a_checkpoint_is_the_same_error_with_its_own_way_out(in_tmp, capsys):
+    # One resolution of `--ckpt_path last` (lightmarl.cli.checkpoints.resolve_last) serves every command.
+    recipe = str(ROOT / "recipes/ippo_simple_spread.yaml")  # a recipe with an evaluation: section
+    message = fails(capsys, "evaluate", "--config", recipe, *TINY_CLI_RUN)
+    assert re.search(r"--ckpt_path last: no last checkpoint in \S*runs/ippo_simple_spread/checkpoints; train", message)
+    assert message.endswith("pass a checkpoint file, or --ckpt_path null")
+
+
 def test_fit_last_without_a_checkpoint_starts_fresh_and_says_so(in_tmp, caplog):
     main(["fit", "--config", QUICKSTART, "--ckpt_path", "last", *tiny_cli_run(Path(QUICKSTART))])
     assert re.search(r"no checkpoint in \S*runs/quickstart/checkpoints; starting a fresh run", caplog.text)

@@ -11,6 +11,7 @@ import pytest
 from lightmarl.league import (
     BattleSharedPayoff,
     LeagueManager,
+    LeagueRole,
     LinearMetaSolver,
     MetaStrategyPlayer,
     MetaStrategySettings,
@@ -160,3 +161,26 @@ def test_reset_prob_restarts_the_live_player_from_its_initial_weights():
     assert going_on.mutate(random.Random(0)) is None
     with pytest.raises(ValueError, match="reset_prob"):
         MetaStrategyPlayer.make_settings({"reset_prob": 1.5})
+
+
+def test_fill_meta_game_sets_each_row_once_from_the_evaluator():
+    league = LeagueManager(
+        roles=[LeagueRole("MetaStrategyPlayer", "main", {"one_phase_step": 1, "reset_prob": 0.0})], seed=0
+    )
+    (player,) = league.active_players
+    asked = []
+
+    def payoffs(snapshot, earlier):
+        asked.append(snapshot.player_id)
+        return [float(len(earlier)) + 0.25 * j for j in range(len(earlier))]
+
+    for _ in range(3):
+        league.update_active_player(player.player_id, 1)
+        league.snapshot_due_players()
+    assert player.fill_meta_game(payoffs) == 3
+    assert player.meta_exact == [True, True, True]
+    matrix = np.array(player.meta_matrix)
+    assert matrix[2, :2].tolist() == [2.0, 2.25] and matrix[1, 0] == 1.0
+    assert np.allclose(matrix, -matrix.T)
+    assert player.fill_meta_game(payoffs) == 0  # rows already exact are never asked again
+    assert len(asked) == 3

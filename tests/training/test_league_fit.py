@@ -15,6 +15,7 @@ from lightmarl import keys
 from lightmarl.algorithms import PPO
 from lightmarl.algorithms.dqn import DQN
 from lightmarl.envs import PettingZooEnvConfig
+from lightmarl.errors import ConfigError
 from lightmarl.league import LeagueRole, PayoffSettings, SnapshotStore
 from lightmarl.training.league import SLOT_PREFIX, LeagueConfig, LeagueTraining
 from lightmarl.training.module import MARLModule
@@ -356,3 +357,10 @@ def test_a_moved_run_directory_resumes_with_its_snapshots(tmp_path):
     assert all(Path(h.checkpoint_path).parent == tmp_path / "after" / "league" for h in historical)
     weights_whole, weights_split = whole.get_weights("main"), second.get_weights("main")
     assert all(torch.equal(weights_whole[k], weights_split[k]) for k in weights_whole)
+
+
+def test_an_exact_meta_game_needs_an_openspiel_game(tmp_path):
+    module = _module(tmp_path, 2)
+    module.league.config.meta_game = "exact"
+    with pytest.raises(ConfigError, match=r"league\.meta_game: exact needs an OpenSpiel game"):
+        _trainer(tmp_path).fit(module)

@@ -45,6 +45,7 @@ from lightmarl.league.roles import (
     MainPlayer,
     MainPlayerSettings,
 )
+from lightmarl.league.run import Exchange, LeagueRun, LeagueSettings, OneProcess
 from lightmarl.league.snapshots import SnapshotStore, detached_copy
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "BattleActivePlayer",
     "BattleRecordDict",
     "BattleSharedPayoff",
+    "Exchange",
     "HistoricalPlayer",
     "Job",
     "LaunchCount",
@@ -62,6 +64,8 @@ __all__ = [
     "LeagueExploiterSettings",
     "LeagueManager",
     "LeagueRole",
+    "LeagueRun",
+    "LeagueSettings",
     "LinearMetaSolver",
     "MainExploiter",
     "MainExploiterSettings",
@@ -71,6 +75,7 @@ __all__ = [
     "MetaStrategyPlayer",
     "MetaStrategySettings",
     "NashMetaSolver",
+    "OneProcess",
     "PFSPMetaSolver",
     "PFSPWeighting",
     "PayoffSettings",

@@ -157,6 +157,10 @@ class LeagueManager:
         self.save_checkpoint_fn = save_checkpoint_fn
         self.load_checkpoint_fn = load_checkpoint_fn
 
+        # Jobs may be handed out and finished from several threads (a worker thread per game, as
+        # DI-engine's league launches jobs and snapshots from threads of its own); that use is
+        # documented and tested. This lock covers the manager's counters, its RNG and the payoff
+        # it owns (which has no lock of its own); reentrant because step() calls get_job under it.
         self._lock = threading.RLock()
         self._rng = random.Random(seed)
         self.payoff = _make_payoff(self.payoff_settings)

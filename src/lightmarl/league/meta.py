@@ -28,16 +28,16 @@ snapshotted, its current win rates against its earlier snapshots (the league's d
 less one half, become the new snapshot's row (a snapshot *is* the player at that moment), and the
 column is their mirror. Win rates count wins, draws and losses, not the size of a win: in games
 where the amount won matters (poker's chips) that is a coarse view of the meta-game, and an
-evaluator that knows the game may replace a row by exact expected returns
-([`MetaStrategyPlayer.set_meta_payoffs`][lightmarl.league.meta.MetaStrategyPlayer.set_meta_payoffs]; for OpenSpiel games,
-[`OpenSpielExploitability`][lightmarl.training.exploitability.OpenSpielExploitability] with ``meta_game: exact``).
+evaluator that knows the game may replace each new row by exact expected returns
+([`MetaStrategyPlayer.fill_meta_game`][lightmarl.league.meta.MetaStrategyPlayer.fill_meta_game]; in ``lightmarl fit`` the
+recipe's ``league.meta_game: exact`` does it for OpenSpiel games as each snapshot is taken).
 """
 
 from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,10 @@ from lightmarl.league.player import (
     Player,
     _check_probability,
 )
+
+#: ``fn(snapshot, earlier snapshots) -> what snapshot gains against each earlier one``: an exact
+#: meta-game row (`MetaStrategyPlayer.fill_meta_game`).
+MetaPayoffs = Callable[[HistoricalPlayer, Sequence[HistoricalPlayer]], Sequence[float]]
 
 
 class MetaSolver(ABC):
@@ -247,6 +251,17 @@ class MetaStrategyPlayer(BattleActivePlayer):
         self.meta_exact[index] = True
         self._cached = None
 
+    def fill_meta_game(self, payoffs: MetaPayoffs) -> int:
+        """Set every snapshot row that still holds win rates to ``payoffs(snapshot, earlier snapshots)``
+        (exact expected returns from an evaluator that knows the game); returns how many rows it set."""
+        snapshots = self.snapshots()
+        written = 0
+        for index, exact in enumerate(self.meta_exact[: len(snapshots)]):
+            if not exact:
+                self.set_meta_payoffs(index, payoffs(snapshots[index], snapshots[:index]))
+                written += 1
+        return written
+
     def members(self) -> list[HistoricalPlayer]:
         """The snapshots that take part in the mixture (the newest ``window``), oldest first."""
         own = self.snapshots()
@@ -310,6 +325,7 @@ def shown_mixture(player: Any) -> tuple[list[HistoricalPlayer], np.ndarray] | No
 
 __all__: Sequence[str] = [
     "LinearMetaSolver",
+    "MetaPayoffs",
     "MetaSolver",
     "MetaStrategyPlayer",
     "MetaStrategySettings",

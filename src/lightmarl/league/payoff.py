@@ -8,7 +8,6 @@ recent job results where there is no opponent.
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
@@ -62,33 +61,32 @@ class BattleRecordDict(dict):
 
 
 class SharedPayoff:
-    """Players shared by all roles plus a lock, common to the battle and solo payoffs."""
+    """Players shared by all roles, common to the battle and solo payoffs.
+
+    Not locked itself: every update from several threads goes through
+    [`LeagueManager`][lightmarl.league.manager.LeagueManager], whose lock covers the payoff too.
+    """
 
     def __init__(self) -> None:
         self._players: list[Player] = []
-        # Reentrant: roles query win rates while the manager holds this lock around a whole update.
-        self._lock = threading.RLock()
 
     @property
     def players(self) -> list[Player]:
         """A snapshot of the league's players, in the order they joined."""
-        with self._lock:
-            return list(self._players)
+        return list(self._players)
 
     def add_player(self, player: Player) -> None:
         """Add ``player`` to the league; its ``payoff`` becomes this one."""
-        with self._lock:
-            if any(p.player_id == player.player_id for p in self._players):
-                raise ValueError(f"player id {player.player_id!r} is already in the league")
-            self._players.append(player)
-            player.payoff = self
+        if any(p.player_id == player.player_id for p in self._players):
+            raise ValueError(f"player id {player.player_id!r} is already in the league")
+        self._players.append(player)
+        player.payoff = self
 
     def set_players(self, players: Iterable[Player]) -> None:
         """Replace the player list (used when a league is restored from a state dict)."""
-        with self._lock:
-            self._players = []
-            for player in players:
-                self.add_player(player)
+        self._players = []
+        for player in players:
+            self.add_player(player)
 
 
 class BattleSharedPayoff(SharedPayoff):
@@ -117,21 +115,18 @@ class BattleSharedPayoff(SharedPayoff):
 
     def record(self, home: str, away: str) -> BattleRecordDict:
         """A copy of ``home``'s record against ``away``."""
-        with self._lock:
-            return BattleRecordDict(**self._data.get((home, away), BattleRecordDict()))
+        return BattleRecordDict(**self._data.get((home, away), BattleRecordDict()))
 
     def win_rate(self, home: str, away: str) -> float:
         """``home``'s (decayed) win rate against ``away``; draws count half."""
         if home == away:
             return 0.5
-        with self._lock:
-            return self._data.get((home, away), BattleRecordDict()).win_rate(self.min_games)
+        return self._data.get((home, away), BattleRecordDict()).win_rate(self.min_games)
 
     def win_rates(self, home: str | Player, away: Sequence[str | Player]) -> np.ndarray:
         """``home``'s win rate against each of ``away`` (shape ``[len(away)]``)."""
         home_id = _player_id(home)
-        with self._lock:
-            return np.array([self.win_rate(home_id, _player_id(a)) for a in away], dtype=np.float64)
+        return np.array([self.win_rate(home_id, _player_id(a)) for a in away], dtype=np.float64)
 
     def table(self, players: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """``(score, games)`` between ``players``, row against column, each ``[n, n]``.
@@ -142,15 +137,14 @@ class BattleSharedPayoff(SharedPayoff):
         size = len(players)
         score = np.full((size, size), np.nan)
         games = np.zeros((size, size))
-        with self._lock:
-            for i, home in enumerate(players):
-                for j, away in enumerate(players):
-                    record = self._data.get((home, away))
-                    if record is not None and record["games"] > 0:
-                        games[i, j] = record["games"]
-                        score[i, j] = (record["wins"] + 0.5 * record["draws"]) / (
-                            record["wins"] + record["draws"] + record["losses"]
-                        )
+        for i, home in enumerate(players):
+            for j, away in enumerate(players):
+                record = self._data.get((home, away))
+                if record is not None and record["games"] > 0:
+                    games[i, j] = record["games"]
+                    score[i, j] = (record["wins"] + 0.5 * record["draws"]) / (
+                        record["wins"] + record["draws"] + record["losses"]
+                    )
         return score, games
 
     def __getitem__(self, pair: tuple[str | Player, str | Player]) -> float:
@@ -163,33 +157,30 @@ class BattleSharedPayoff(SharedPayoff):
         for result in results:
             if result not in _MIRROR:
                 raise ValueError(f"game result {result!r} is not one of {sorted(_MIRROR)}")
-        with self._lock:
-            known = {p.player_id for p in self._players}
-            for player_id in (home, away):
-                if player_id not in known:
-                    raise ValueError(f"payoff update names player {player_id!r}, which is not in the league")
-            if home == away:
-                return
-            for result in results:
-                for key, seen in (((home, away), result), ((away, home), _MIRROR[result])):
-                    record = self._data.get(key, BattleRecordDict()) * self.decay
-                    record["games"] += 1
-                    record[_COUNT_KEY[seen]] += 1
-                    self._data[key] = record
+        known = {p.player_id for p in self._players}
+        for player_id in (home, away):
+            if player_id not in known:
+                raise ValueError(f"payoff update names player {player_id!r}, which is not in the league")
+        if home == away:
+            return
+        for result in results:
+            for key, seen in (((home, away), result), ((away, home), _MIRROR[result])):
+                record = self._data.get(key, BattleRecordDict()) * self.decay
+                record["games"] += 1
+                record[_COUNT_KEY[seen]] += 1
+                self._data[key] = record
 
     def state_dict(self) -> dict[str, Any]:
         """Plain-Python state: every directed record as ``[home, away, wins, draws, losses, games]``."""
-        with self._lock:
-            records = [[h, a, *(float(r[k]) for k in BattleRecordDict.data_keys)] for (h, a), r in self._data.items()]
-            return {"decay": self.decay, "min_games": self.min_games, "records": records}
+        records = [[h, a, *(float(r[k]) for k in BattleRecordDict.data_keys)] for (h, a), r in self._data.items()]
+        return {"decay": self.decay, "min_games": self.min_games, "records": records}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        with self._lock:
-            self.decay = float(state["decay"])
-            self.min_games = float(state["min_games"])
-            self._data = {}
-            for home, away, *counts in state["records"]:
-                self._data[(str(home), str(away))] = BattleRecordDict(*(float(c) for c in counts))
+        self.decay = float(state["decay"])
+        self.min_games = float(state["min_games"])
+        self._data = {}
+        for home, away, *counts in state["records"]:
+            self._data[(str(home), str(away))] = BattleRecordDict(*(float(c) for c in counts))
 
 
 class SoloSharedPayoff(SharedPayoff):
@@ -208,24 +199,20 @@ class SoloSharedPayoff(SharedPayoff):
 
     def update(self, player_id: str, results: Iterable[Any]) -> None:
         """Append ``results`` (plain numbers or dicts) to ``player_id``'s recent history."""
-        with self._lock:
-            if all(p.player_id != player_id for p in self._players):
-                raise ValueError(f"payoff update names player {player_id!r}, which is not in the league")
-            self._data.setdefault(player_id, deque(maxlen=self.buffer_size)).extend(results)
+        if all(p.player_id != player_id for p in self._players):
+            raise ValueError(f"payoff update names player {player_id!r}, which is not in the league")
+        self._data.setdefault(player_id, deque(maxlen=self.buffer_size)).extend(results)
 
     def results(self, player_id: str) -> list[Any]:
         """``player_id``'s recent results, oldest first."""
-        with self._lock:
-            return list(self._data.get(player_id, ()))
+        return list(self._data.get(player_id, ()))
 
     def state_dict(self) -> dict[str, Any]:
-        with self._lock:
-            return {"buffer_size": self.buffer_size, "results": {k: list(v) for k, v in self._data.items()}}
+        return {"buffer_size": self.buffer_size, "results": {k: list(v) for k, v in self._data.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        with self._lock:
-            self.buffer_size = int(state["buffer_size"])
-            self._data = {str(p): deque(results, maxlen=self.buffer_size) for p, results in state["results"].items()}
+        self.buffer_size = int(state["buffer_size"])
+        self._data = {str(p): deque(results, maxlen=self.buffer_size) for p, results in state["results"].items()}
 
 
 def _player_id(player: str | Player) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -48,7 +47,7 @@ class SnapshotStore:
 
     Files are written with `torch.save` to a temporary file in the same folder and moved
     into place with `os.replace`, so a reader never sees half a snapshot; they load with
-    ``torch.load(weights_only=True)``. Thread-safe.
+    ``torch.load(weights_only=True)``. Not locked: one thread (the training process's) saves and loads.
 
     Args:
         max_resident: most snapshots held in memory at once (0 disables the cache).
@@ -67,7 +66,6 @@ class SnapshotStore:
             raise ValueError(f"max_resident must be >= 0, got {max_resident}")
         self.max_resident = max_resident
         self._cache: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self._lock = threading.Lock()
         self.loads_from_disk = 0
 
     def save(
@@ -93,17 +91,15 @@ class SnapshotStore:
             if os.path.exists(tmp):
                 os.remove(tmp)
             raise
-        with self._lock:
-            self._remember(path, snapshot)
+        self._remember(path, snapshot)
         log.debug("saved league snapshot %s", path)
 
     def load(self, path: str | os.PathLike[str]) -> dict[str, Any]:
         """The state dict saved at ``path``, from memory when resident; treat it as read-only."""
         path = os.fspath(path)
-        with self._lock:
-            if path in self._cache:
-                self._cache.move_to_end(path)
-                return self._cache[path]
+        if path in self._cache:
+            self._cache.move_to_end(path)
+            return self._cache[path]
         if not os.path.exists(path):
             raise FileNotFoundError(f"league snapshot {path!r} does not exist (was it saved?)")
         try:
@@ -117,26 +113,14 @@ class SnapshotStore:
             state = state.get("state_dict")  # a self-describing snapshot: its weights
         if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
             raise ValueError(f"league snapshot {path!r} is not a state dict of tensors")
-        with self._lock:
-            self.loads_from_disk += 1
-            self._remember(path, state)
+        self.loads_from_disk += 1
+        self._remember(path, state)
         return state
 
     @property
     def resident(self) -> list[str]:
         """Paths held in memory, least recently used first."""
-        with self._lock:
-            return list(self._cache)
-
-    def evict(self, path: str | os.PathLike[str]) -> None:
-        """Drop ``path`` from memory (the file stays)."""
-        with self._lock:
-            self._cache.pop(os.fspath(path), None)
-
-    def clear(self) -> None:
-        """Drop every snapshot from memory."""
-        with self._lock:
-            self._cache.clear()
+        return list(self._cache)
 
     def _remember(self, path: str, state: dict[str, Any]) -> None:
         if self.max_resident == 0:
