@@ -28,7 +28,7 @@ TINY = [
     "--model.iterations_per_epoch=2",
     # The last epoch is partial and not validated: its checkpoint must still be written.
     "--trainer.check_val_every_n_epoch=2",
-    "--model.eval_episodes=2",
+    "--evaluation.validation.episodes=2",
     "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
 ]

@@ -489,18 +489,18 @@ RULES: dict[str, dict[str, Rule]] = {
         "off_policy_prb_beta": Ignored("read only with a prioritized replay buffer"),
         "evaluation": Fixed(True, "lightmarl evaluates after every epoch (model.iterations_per_epoch iterations)"),
         "render": Ignored(
-            "videos of evaluation episodes (lightmarl: model.eval_video_episodes); compare.py turns it off"
+            "videos of evaluation episodes (lightmarl: evaluation.validation.video_episodes); compare.py turns it off"
         ),
         "evaluation_interval": To(
             {"*": ["model.iterations_per_epoch"]}, convert=_evaluation_every, note="/ frames per batch"
         ),
         "evaluation_episodes": To(
-            {"*": ["model.eval_episodes", "model.eval_num_envs"]},
+            {"*": ["evaluation.validation.episodes", "evaluation.validation.num_envs"]},
             note="BenchMARL plays them as one batch of as many VMAS env copies",
         ),
-        "evaluation_deterministic_actions": To({"*": ["model.eval_deterministic"]}),
+        "evaluation_deterministic_actions": To({"*": ["evaluation.validation.deterministic"]}),
         "evaluation_static": Ignored(
-            "lightmarl plays the same seeded episodes (model.eval_seed) at every evaluation, as static=true; the "
+            "lightmarl plays the same seeded episodes (evaluation.validation.seed) at every evaluation, as static=true; the "
             "default false draws new ones: evaluation noise, not learning"
         ),
         "loggers": Ignored(_LOGGING),

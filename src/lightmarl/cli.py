@@ -45,7 +45,7 @@ from lightmarl.errors import TRAINING_FAULT_EXIT_CODE, CheckpointWriteError, Con
 from lightmarl.evaluation import plot_cli
 from lightmarl.evaluation.best_response import best_response_logs
 from lightmarl.evaluation.report import markdown_summary
-from lightmarl.evaluation.scenarios import EvaluationConfig
+from lightmarl.evaluation.scenarios import EvaluationConfig, moved_setting
 from lightmarl.evaluation.suite import EvaluationResult, write_outputs
 from lightmarl.experiments import commands as experiment_commands
 from lightmarl.inference.onnx import export_onnx
@@ -80,7 +80,7 @@ _RUN_LOCKS: list[RunLock] = []
 #: (`TRAINER_COMMANDS`) and those `main` dispatches itself. A new command is one entry here.
 COMMANDS: dict[str, str] = {
     "fit": "train a recipe's population until model.max_frames env steps; writes runs/<recipe>/",
-    "validate": "play model.eval_episodes seeded episodes with a checkpoint's policies, logged as eval/...",
+    "validate": "play evaluation.validation.episodes seeded episodes with a checkpoint's policies, logged as eval/...",
     "test": "the same episodes as validate, logged as test/...",
     "evaluate": "play the recipe's evaluation: scenarios; write report.json, summary.md, plots and videos",
     "export": "write a run's policies for inference (safetensors or ONNX), without optimizer or trainer state",
@@ -98,6 +98,11 @@ DEBUG_ENV = "LIGHTMARL_DEBUG"
 OVERWRITE_RUN_ENV = "LIGHTMARL_OVERWRITE_RUN"
 
 
+def seed_of(seed_everything: Any) -> int | None:
+    """The module's ``seed`` from ``seed_everything``: the integer, or ``None`` (``false``; ``true`` before it is drawn)."""
+    return seed_everything if isinstance(seed_everything, int) and not isinstance(seed_everything, bool) else None
+
+
 def readable(message: str) -> str:
     """A jsonargparse / instantiation error as one line naming the field.
 
@@ -106,6 +111,9 @@ def readable(message: str) -> str:
     non-``None`` one says what is wrong, so that is the one kept. Other messages lose their
     line breaks.
     """
+    moved = moved_setting(message)  # a recipe key that has moved: name the new one
+    if moved is not None:
+        return moved
     union = "Does not validate against any of the Union subtypes"
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     if any(union in line for line in lines):
@@ -246,9 +254,14 @@ class LightmarlCLI(LightningCLI):
             "--evaluation",
             type=EvaluationConfig | None,
             default=None,
-            help="Evaluation scenarios, played by `lightmarl evaluate` and, with every_n_frames, during fit "
+            help="Validation episodes and evaluation scenarios: `validate` / `test` and every fit epoch play "
+            "evaluation.validation, `lightmarl evaluate` and, with every_n_frames, fit play the scenarios "
             "(docs/evaluation.md); `--evaluation.help` lists the fields.",
         )
+        # One evaluation configuration: the module's validation_step reads the same section.
+        parser.link_arguments("evaluation", "model.evaluation")
+        # The seed reaches the module as an argument: seed_everything, once `true` is resolved (before_instantiate_classes).
+        parser.link_arguments("seed_everything", "model.seed", compute_fn=seed_of)
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -256,6 +269,7 @@ class LightmarlCLI(LightningCLI):
         if not config.get("run_name"):
             config.run_name = run_name_of(config.get("config") or [])
         apply_run_defaults(config, config.run_name)
+        config.model.seed = seed_of(config.get("seed_everything"))  # `true` is a random seed by now
 
     def instantiate_classes(self) -> None:
         check_class_paths(self.config[self.subcommand] if self.subcommand else self.config)
@@ -263,10 +277,9 @@ class LightmarlCLI(LightningCLI):
             super().instantiate_classes()
         except (ValueError, TypeError) as err:
             raise ConfigError(readable(str(err))) from err
-        evaluation = self._config_init().get("evaluation")
-        if evaluation is not None:
-            suite_for(cast(MARLModule, self.model), evaluation)  # a bad scenario fails every subcommand now
-        if self.subcommand == "fit" and evaluation is not None and evaluation.every_n_frames is not None:
+        evaluation = cast(MARLModule, self.model).evaluation  # the recipe's evaluation: section, as validation reads it
+        suite_for(cast(MARLModule, self.model), evaluation)  # a bad scenario fails every subcommand now
+        if self.subcommand == "fit" and evaluation.every_n_frames is not None:
             # Before the checkpoint callbacks, so that a monitored eval/... metric is fresh when they run.
             self.trainer.callbacks.insert(0, PeriodicEvaluation(evaluation))  # type: ignore[attr-defined]
 

@@ -71,7 +71,7 @@ class LeagueHost(Protocol):
     @property
     def device(self) -> torch.device: ...
 
-    def _base_seed(self) -> int: ...
+    seed: int
 
     @property
     def policies(self) -> Any: ...
@@ -290,7 +290,7 @@ class LeagueTraining:
                 "(train with one process, or leave average_networks out)"
             )
         folder = self.config.snapshot_dir or os.path.join(trainer.default_root_dir, "league")
-        seed = self.config.seed if self.config.seed is not None else module._base_seed()
+        seed = self.config.seed if self.config.seed is not None else module.seed
         manager = LeagueManager(
             roles=self.config.roles,
             pretrained=self.config.pretrained,
