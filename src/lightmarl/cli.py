@@ -260,8 +260,6 @@ class LightmarlCLI(LightningCLI):
         )
         # One evaluation configuration: the module's validation_step reads the same section.
         parser.link_arguments("evaluation", "model.evaluation")
-        # The seed reaches the module as an argument: seed_everything, once `true` is resolved (before_instantiate_classes).
-        parser.link_arguments("seed_everything", "model.seed", compute_fn=seed_of)
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -269,7 +267,8 @@ class LightmarlCLI(LightningCLI):
         if not config.get("run_name"):
             config.run_name = run_name_of(config.get("config") or [])
         apply_run_defaults(config, config.run_name)
-        config.model.seed = seed_of(config.get("seed_everything"))  # `true` is a random seed by now
+        if config.model.get("seed") is None:  # the seed reaches the module as an argument; `true` is drawn by now
+            config.model.seed = seed_of(config.get("seed_everything"))
 
     def instantiate_classes(self) -> None:
         check_class_paths(self.config[self.subcommand] if self.subcommand else self.config)

@@ -75,8 +75,8 @@ class MARLModule(LightningModule):
             commands pass it): its ``validation`` block is what ``validation_step`` / ``test_step``
             play, its scenarios what ``lightmarl evaluate`` and periodic evaluation play.
         seed: base seed of the training env copies (copy ``i`` of rank ``r``: ``seed + num_envs * r + i``)
-            and of each rank's action sampling; ``lightmarl`` commands pass ``seed_everything``
-            (``None``: 0).
+            and of each rank's action sampling. Unset (``null``), the ``lightmarl`` commands pass the
+            run's ``seed_everything``; in Python it is then 0 (``seed_everything`` does not reach it).
         stats_window: training episodes per binding in the running episode statistics.
         cpu_threads: torch intra-op threads per process (``None``: torch's default). Small
             policies step fastest with 1; more threads spin-wait on a busy machine.
