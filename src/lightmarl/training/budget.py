@@ -99,3 +99,23 @@ class FrameBudget:
             f"of model.max_frames {self.max_frames}, not a whole number of iterations of {fpi} frames. Resume "
             f"with the settings the checkpoint was written with, or set model.max_frames to {options}"
         )
+
+    def show_in_progress_bar(self, trainer: Any, remaining_iterations: int) -> None:
+        """Give the progress bar the budget's epochs and iterations instead of ``-2`` and ``--``.
+
+        The frame budget, not an epoch count, ends training (``max_epochs: -1``) and the tick loader
+        has no length, so Lightning's bar reads ``Epoch 3/-2 ... 60/--``. The epochs the budget
+        still needs and ``iterations_per_epoch`` are what the run will do: stating them to the fit
+        loop changes no stopping point (the last tick ends the last epoch either way). A resumed run
+        keeps ``--`` for the iterations: with a known epoch length Lightning would warn that a
+        manual-optimization run's step count does not fall on an epoch boundary.
+
+        Args:
+            trainer: the Lightning ``Trainer`` at the start of ``fit``.
+            remaining_iterations: iterations the run still takes.
+        """
+        loop = trainer.fit_loop
+        if loop.max_epochs is None or loop.max_epochs < 0:
+            loop.max_epochs = trainer.current_epoch + math.ceil(remaining_iterations / self.iterations_per_epoch)
+        if loop.max_batches == float("inf") and trainer.ckpt_path is None:
+            loop.max_batches = self.iterations_per_epoch

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 from typing import Any, cast
@@ -397,24 +396,7 @@ class MARLModule(LightningModule):
             )
             self.trainer.should_stop = True
             return
-        self._show_budget_in_progress_bar()
-
-    def _show_budget_in_progress_bar(self) -> None:
-        """Give the progress bar the frame budget's epochs and iterations instead of ``-2`` and ``--``.
-
-        The frame budget, not an epoch count, ends training (``max_epochs: -1``) and the tick loader
-        has no length, so Lightning's bar reads ``Epoch 3/-2 ... 60/--``. The epochs the budget
-        still needs and ``iterations_per_epoch`` are what the run will do: stating them to the fit
-        loop changes no stopping point (the last tick ends the last epoch either way). A resumed run
-        keeps ``--`` for the iterations: with a known epoch length Lightning would warn that a
-        manual-optimization run's step count does not fall on an epoch boundary.
-        """
-        loop = self.trainer.fit_loop
-        if loop.max_epochs is None or loop.max_epochs < 0:
-            epochs_left = math.ceil((self.total_iterations - self.iterations) / self.iterations_per_epoch)
-            loop.max_epochs = self.trainer.current_epoch + epochs_left
-        if loop.max_batches == float("inf") and self.trainer.ckpt_path is None:
-            loop.max_batches = self.iterations_per_epoch
+        self.budget.show_in_progress_bar(self.trainer, self.remaining_iterations)
 
     def on_fit_end(self) -> None:
         if self._collector is not None:
