@@ -245,6 +245,13 @@ class EvaluationConfig:
     exploitability: list[str] = field(default_factory=list)
     best_response: list[BestResponseConfig] = field(default_factory=list)
 
+    @property
+    def names_scenarios(self) -> bool:
+        """Whether the section names anything for ``lightmarl evaluate`` to play besides the validation episodes."""
+        return bool(
+            self.scenarios or self.head_to_head or self.replace_one_agent or self.exploitability or self.best_response
+        )
+
 
 @dataclass(frozen=True)
 class Mix:
