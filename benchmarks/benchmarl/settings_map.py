@@ -677,6 +677,10 @@ RECIPE_SKIPS = ("env.device", "trainer.accelerator")
 RECIPES_DIR = "recipes/benchmarl"
 
 
+#: settings of the recipe's validation episodes (its `evaluation:` section).
+VALIDATION = "evaluation.validation."
+
+
 def recipe_text(algorithm: str, task: str = "vmas/balance") -> str:
     """The recipe ``recipes/benchmarl/<algorithm>.yaml``: BenchMARL's defaults of ``algorithm`` on ``task``, mapped."""
     import yaml
@@ -689,6 +693,7 @@ def recipe_text(algorithm: str, task: str = "vmas/balance") -> str:
     model: dict[str, Any] = {}
     init_args: dict[str, Any] = {}
     kwargs: dict[str, Any] = {}
+    validation: dict[str, Any] = {}
     for key, value in settings.items():
         if key in RECIPE_SKIPS:
             continue
@@ -700,6 +705,8 @@ def recipe_text(algorithm: str, task: str = "vmas/balance") -> str:
             init_args[key[len(A) :]] = value
         elif key.startswith(POLICY):
             kwargs[key[len(POLICY) :]] = value
+        elif key.startswith(VALIDATION):
+            validation[key[len(VALIDATION) :]] = value
         else:
             model[key.split(".", 1)[1]] = value
     recipe = {
@@ -710,6 +717,7 @@ def recipe_text(algorithm: str, task: str = "vmas/balance") -> str:
             "algorithm": {"class_path": algorithm_class, "init_args": init_args},
             **model,
         },
+        **({"evaluation": {"validation": validation}} if validation else {}),
     }
     header = (
         f"# {algorithm.upper()} on VMAS {scenario} with BenchMARL 1.5.2's default settings (conf/algorithm/{algorithm}.yaml,\n"
