@@ -11,7 +11,7 @@ two ``lightmarl fit`` runs at the recipe's frame budget:
 
 The figure of a run is its last evaluation: ``eval/<student>/episode_return`` in the run's
 ``csv/version_*/metrics.csv``, the mean per-agent return of the student's agents over the recipe's
-seeded evaluation episodes (``eval_episodes``, ``eval_seed``: the same start states in every run),
+seeded evaluation episodes (``evaluation.validation.episodes``, ``evaluation.validation.seed``: the same start states in every run),
 played greedily, logged after the last training iteration. The table gives per arm the mean over
 seeds with a 95% Student t-interval of the per-seed figures, and the gain (with minus without)
 with Welch's 95% t-interval; per-seed figures follow it.

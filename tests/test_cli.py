@@ -28,7 +28,7 @@ TINY = [
     "--model.iterations_per_epoch=2",
     # The last epoch is partial and not validated: its checkpoint must still be written.
     "--trainer.check_val_every_n_epoch=2",
-    "--model.eval_episodes=2",
+    "--evaluation.validation.episodes=2",
     "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
 ]
@@ -165,7 +165,7 @@ def test_recipe_fits_and_validates_through_the_cli(recipe, device, tmp_path, mon
             assert f"collect/{binding}/episode_return" in header
     assert list(tmp_path.rglob("events.out.tfevents.*")), "TensorBoard events are written"
     main(["validate", "--config", str(recipe), "--ckpt_path", "last", *tiny])
-    if "evaluation" in yaml.safe_load(recipe.read_text()):
+    if set(yaml.safe_load(recipe.read_text()).get("evaluation", {})) - {"validation"}:
         # The recipe's evaluation scenarios, two episodes per mix, on the last checkpoint.
         main(["evaluate", "--config", str(recipe), *tiny, "--evaluation.episodes=2"])
         assert list(tmp_path.rglob("evaluation/report.json")), "lightmarl evaluate writes the report"

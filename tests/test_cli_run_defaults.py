@@ -23,7 +23,7 @@ TINY = [
     "--model.algorithm.init_args.minibatch_size=10",  # a minibatch fits in one rollout of 2 x 5 env steps
     "--model.max_frames=20",
     "--model.iterations_per_epoch=1",
-    "--model.eval_episodes=1",
+    "--evaluation.validation.episodes=1",
     "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
 ]
@@ -90,7 +90,7 @@ def test_explicit_settings_win_over_the_defaults(tmp_path, monkeypatch):
 def test_max_time_stops_a_run_on_time_with_a_checkpoint_it_resumes_from(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     recipe = str(ROOT / "recipes/quickstart.yaml")
-    budget = [*TINY, "--model.max_frames=100000000", "--model.eval_episodes=1"]
+    budget = [*TINY, "--model.max_frames=100000000", "--evaluation.validation.episodes=1"]
     start = time.monotonic()
     main(["fit", "--config", recipe, *budget, "--trainer.max_time=00:00:00:04"])
     elapsed = time.monotonic() - start
@@ -113,7 +113,7 @@ def test_a_best_by_metric_checkpoint_goes_beside_last_in_the_run_directory(tmp_p
     section = (ROOT / "docs/getting_started.md").read_text().split("## Where things go")[1].split("\n## ")[0]
     snippet = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, flags=re.S).group(1))
     best = json.dumps(snippet["trainer"]["callbacks"])
-    tiny = [*TINY, "--model.max_frames=60", "--model.eval_episodes=2"]  # 6 epochs, each with an evaluation
+    tiny = [*TINY, "--model.max_frames=60", "--evaluation.validation.episodes=2"]  # 6 epochs, each with an evaluation
     recipe = str(ROOT / "recipes/quickstart.yaml")
     main(["fit", "--config", recipe, "--run_name=picked", *tiny, "--trainer.callbacks", best])
     checkpoints = tmp_path / "runs" / "picked" / "checkpoints"
@@ -132,7 +132,7 @@ def test_a_best_by_metric_checkpoint_goes_beside_last_in_the_run_directory(tmp_p
     main(
         [
             "validate", "--config", recipe, "--run_name=picked", *tiny,
-            f"--ckpt_path={checkpoints / 'best.ckpt'}", "--model.eval_seed=20000", "--trainer.callbacks", best,
+            f"--ckpt_path={checkpoints / 'best.ckpt'}", "--evaluation.validation.seed=20000", "--trainer.callbacks", best,
         ]
     )  # fmt: skip
 

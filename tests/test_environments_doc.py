@@ -27,7 +27,7 @@ TINY = [
     "--model.iterations_per_epoch=1",
     # PPO's minibatch fits in the smallest tiny rollout (4 copies x 2 steps).
     '--model.algorithm={"class_path": "lightmarl.algorithms.PPO", "init_args": {"minibatch_size": 8}}',
-    "--model.eval_episodes=1",
+    "--evaluation.validation.episodes=1",
     "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
     "--trainer.logger=false",

@@ -19,7 +19,7 @@ MULTI_GROUP = ROOT / "docs" / "howto" / "multi_group.md"
 OWN_ENV = ROOT / "docs" / "howto" / "bring_your_env.md"
 SCRIPTED = ROOT / "docs" / "howto" / "scripted_policy.md"
 #: a seconds-long run of a page's recipe: the page's own fields, fewer frames and episodes.
-SHORT = ["--model.max_frames=800", "--model.eval_episodes=2", "--trainer.enable_progress_bar=false"]
+SHORT = ["--model.max_frames=800", "--evaluation.validation.episodes=2", "--trainer.enable_progress_bar=false"]
 
 
 def blocks(page: Path, language: str) -> list[str]:

@@ -18,7 +18,7 @@ Units. Both frameworks report the same quantity, so nothing is rescaled:
   10, with deterministic actions; episodes cut at the first done).
 * lightmarl's ``eval/<binding>/episode_return`` (``lightmarl.evaluation.episodes``) is the mean
   over episodes of the mean over the binding's agents of each agent's undiscounted return
-  (greedy actions, ``model.eval_episodes`` episodes).
+  (greedy actions, ``evaluation.validation.episodes`` episodes).
 
 A per-agent reward that a scenario shares (VMAS balance) is therefore the team reward in both;
 a summed team return would be ``n_agents`` times these numbers.
@@ -26,7 +26,7 @@ a summed team return would be ``n_agents`` times these numbers.
 Wall time. "train s" is each framework's own timer of collection plus updates, summed up to the
 evaluation: BenchMARL's ``timers/collection_time + timers/training_time``, lightmarl's
 ``time/collect_s + time/update_s``. Evaluation and start-up are left out on both sides
-(BenchMARL evaluates ``--benchmarl-eval-episodes``, lightmarl its recipe's ``eval_episodes``); the whole process's
+(BenchMARL evaluates ``--benchmarl-eval-episodes``, lightmarl its recipe's ``evaluation.validation.episodes``); the whole process's
 wall time is reported next to it ("process s").
 
 Usage, from the repository root with lightmarl's virtualenv (the ``vmas`` extra and

@@ -489,18 +489,18 @@ RULES: dict[str, dict[str, Rule]] = {
         "off_policy_prb_beta": Ignored("read only with a prioritized replay buffer"),
         "evaluation": Fixed(True, "lightmarl evaluates after every epoch (model.iterations_per_epoch iterations)"),
         "render": Ignored(
-            "videos of evaluation episodes (lightmarl: model.eval_video_episodes); compare.py turns it off"
+            "videos of evaluation episodes (lightmarl: evaluation.validation.video_episodes); compare.py turns it off"
         ),
         "evaluation_interval": To(
             {"*": ["model.iterations_per_epoch"]}, convert=_evaluation_every, note="/ frames per batch"
         ),
         "evaluation_episodes": To(
-            {"*": ["model.eval_episodes", "model.eval_num_envs"]},
+            {"*": ["evaluation.validation.episodes", "evaluation.validation.num_envs"]},
             note="BenchMARL plays them as one batch of as many VMAS env copies",
         ),
-        "evaluation_deterministic_actions": To({"*": ["model.eval_deterministic"]}),
+        "evaluation_deterministic_actions": To({"*": ["evaluation.validation.deterministic"]}),
         "evaluation_static": Ignored(
-            "lightmarl plays the same seeded episodes (model.eval_seed) at every evaluation, as static=true; the "
+            "lightmarl plays the same seeded episodes (evaluation.validation.seed) at every evaluation, as static=true; the "
             "default false draws new ones: evaluation noise, not learning"
         ),
         "loggers": Ignored(_LOGGING),
@@ -677,6 +677,10 @@ RECIPE_SKIPS = ("env.device", "trainer.accelerator")
 RECIPES_DIR = "recipes/benchmarl"
 
 
+#: settings of the recipe's validation episodes (its `evaluation:` section).
+VALIDATION = "evaluation.validation."
+
+
 def recipe_text(algorithm: str, task: str = "vmas/balance") -> str:
     """The recipe ``recipes/benchmarl/<algorithm>.yaml``: BenchMARL's defaults of ``algorithm`` on ``task``, mapped."""
     import yaml
@@ -689,6 +693,7 @@ def recipe_text(algorithm: str, task: str = "vmas/balance") -> str:
     model: dict[str, Any] = {}
     init_args: dict[str, Any] = {}
     kwargs: dict[str, Any] = {}
+    validation: dict[str, Any] = {}
     for key, value in settings.items():
         if key in RECIPE_SKIPS:
             continue
@@ -700,6 +705,8 @@ def recipe_text(algorithm: str, task: str = "vmas/balance") -> str:
             init_args[key[len(A) :]] = value
         elif key.startswith(POLICY):
             kwargs[key[len(POLICY) :]] = value
+        elif key.startswith(VALIDATION):
+            validation[key[len(VALIDATION) :]] = value
         else:
             model[key.split(".", 1)[1]] = value
     recipe = {
@@ -710,6 +717,7 @@ def recipe_text(algorithm: str, task: str = "vmas/balance") -> str:
             "algorithm": {"class_path": algorithm_class, "init_args": init_args},
             **model,
         },
+        **({"evaluation": {"validation": validation}} if validation else {}),
     }
     header = (
         f"# {algorithm.upper()} on VMAS {scenario} with BenchMARL 1.5.2's default settings (conf/algorithm/{algorithm}.yaml,\n"

@@ -319,6 +319,7 @@ def test_qmix_beats_random_within_its_recipe_budget(tmp_path):
         algorithm=QMIX(**model["algorithm"]["init_args"]),
         rollout_steps=model["rollout_steps"],
         max_frames=model["max_frames"],
+        seed=recipe["seed_everything"],
     )
     Trainer(
         max_epochs=-1,
@@ -330,7 +331,7 @@ def test_qmix_beats_random_within_its_recipe_budget(tmp_path):
         default_root_dir=tmp_path,
     ).fit(module)
     assert module.frames >= model["max_frames"]
-    episodes = {"num_episodes": model["eval_episodes"], "seed": 10_000}
+    episodes = {"num_episodes": recipe["evaluation"]["validation"]["episodes"], "seed": 10_000}
     trained = evaluate_episodes(module.population, env, **episodes)["main"]["episode_return"]
     random_population = MultiAgentPolicy(
         {"main": UniformRandomPolicy(module.env_spec.groups["agent"], seed=0)}, module.table

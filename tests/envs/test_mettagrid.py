@@ -89,7 +89,7 @@ def test_the_recipe_trains_briefly_and_validates_through_the_cli(tmp_path, monke
         "--model.rollout_steps=5",
         "--model.algorithm.init_args.minibatch_size=10",
         "--model.max_frames=20",
-        "--model.eval_episodes=2",
+        "--evaluation.validation.episodes=2",
         "--trainer.enable_progress_bar=false",
         "--trainer.enable_model_summary=false",
         "--trainer.logger=false",

@@ -20,6 +20,7 @@ from lightmarl.envs.transforms import (
     load_transforms_state_dict,
     transforms_state_dict,
 )
+from lightmarl.evaluation.scenarios import EvaluationConfig, ValidationConfig
 from lightmarl.policies import MultiAgentPolicy, UniformRandomPolicy
 from lightmarl.population.bindings import BindingTable, PolicyBinding
 
@@ -393,7 +394,7 @@ def test_the_module_checkpoints_the_statistics_and_evaluates_with_them():
             num_envs=4,
             transforms=[ObservationNorm(), FrameStack(2)],
         )
-        return MARLModule(env=env, eval_episodes=4)
+        return MARLModule(env=env, evaluation=EvaluationConfig(validation=ValidationConfig(episodes=4)))
 
     trained = module()
     assert trained.env_spec.groups["agent"].observation_shape == (36,)  # policies see the stacked frames

@@ -13,6 +13,7 @@ from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs.checks import check_same_trajectories, check_vec_env, random_actions
 from lightmarl.envs.transforms import FrameStack, ObservationNorm
 from lightmarl.envs.vmas import VmasEnvConfig, VmasVecEnv
+from lightmarl.evaluation.scenarios import EvaluationConfig, ValidationConfig
 from lightmarl.policies import MLPActorCritic, MultiAgentPolicy
 from lightmarl.population import BindingTable, PolicyBinding
 
@@ -153,8 +154,7 @@ def test_evaluation_video_records_whole_vmas_episodes(monkeypatch, tmp_path):
     module = MARLModule(
         env=balance(num_envs=2),
         policy_bindings=[{"id": "main", "class_path": "lightmarl.policies.MLPActorCritic"}],
-        eval_episodes=2,
-        eval_video_episodes=1,
+        evaluation=EvaluationConfig(validation=ValidationConfig(episodes=2, video_episodes=1)),
     )
     Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path).validate(
         module

@@ -233,7 +233,7 @@ def test_validate_logs_the_info_fields_of_the_recipes_env(tmp_path, monkeypatch)
             "--model.env.env_kwargs={num_agents: 3, nvec: [2], action_mask: false, max_cycles: 4}",
             "--model.env.info_fields=[score, never_reported]",
             f"--model.policy_bindings=[{{id: hit, class_path: {SCRIPTS}.Hit}}]",
-            "--model.eval_episodes=4",
+            "--evaluation.validation.episodes=4",
         ]
     )
     (metrics,) = tmp_path.glob("runs/quickstart/csv/version_*/metrics.csv")

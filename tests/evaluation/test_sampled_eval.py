@@ -12,7 +12,7 @@ from lightmarl.cli import main
 SPREAD = [
     "--model.env.env_fn=mpe2.simple_spread_v3.parallel_env",
     "--model.env.num_envs=4",
-    "--model.eval_episodes=8",
+    "--evaluation.validation.episodes=8",
     "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
     "--seed_everything=0",
@@ -44,7 +44,7 @@ def test_continuous_policy_reports_sampled_return_next_to_greedy(tmp_path, monke
 
 
 def test_sampled_evaluation_alone_adds_no_second_pass(tmp_path, monkeypatch):
-    logged = validate(tmp_path, monkeypatch, *CONTINUOUS, "--model.eval_deterministic=false")
+    logged = validate(tmp_path, monkeypatch, *CONTINUOUS, "--evaluation.validation.deterministic=false")
     assert "eval/main/episode_return" in logged
     assert not [k for k in logged if k.endswith("_sampled")]
 

@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightmarl.algorithms import PPO
 from lightmarl.envs import PettingZooEnvConfig
+from lightmarl.evaluation.scenarios import EvaluationConfig, ValidationConfig
 from lightmarl.policies import UniformRandomPolicy
 from lightmarl.training.module import MARLModule
 
@@ -40,8 +41,7 @@ def module() -> MARLModule:
         rollout_steps=8,
         max_frames=2 * 8 * 2,
         iterations_per_epoch=2,
-        eval_episodes=12,
-        eval_winner="positive_return",
+        evaluation=EvaluationConfig(validation=ValidationConfig(episodes=12, winner="positive_return")),
     )
 
 

@@ -11,6 +11,7 @@ from lightning.pytorch import Trainer
 
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.envs.transforms import FrameStack, ObservationNorm
+from lightmarl.evaluation.scenarios import EvaluationConfig, ValidationConfig
 from lightmarl.evaluation.video import (
     FrameRecorder,
     frame_stride,
@@ -41,7 +42,11 @@ def rendered_shape(config: PettingZooEnvConfig) -> tuple[int, int, int]:
 
 
 def test_validate_writes_a_gif_of_one_episode_per_evaluation(tmp_path):
-    module = MARLModule(env=SPREAD, policy_bindings=RANDOM, eval_episodes=2, eval_video_episodes=1)
+    module = MARLModule(
+        env=SPREAD,
+        policy_bindings=RANDOM,
+        evaluation=EvaluationConfig(validation=ValidationConfig(episodes=2, video_episodes=1)),
+    )
     Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path).validate(
         module
     )
@@ -62,7 +67,11 @@ def test_validate_writes_a_gif_with_the_recipes_transforms(tmp_path):
         env_fn=SPREAD.env_fn, env_kwargs={"N": 3, "max_cycles": 5}, num_envs=2, transforms=[ObservationNorm()]
     )
     mlp = [{"id": "main", "class_path": "lightmarl.policies.MLPActorCritic"}]
-    module = MARLModule(env=normalized, policy_bindings=mlp, eval_episodes=2, eval_video_episodes=2)
+    module = MARLModule(
+        env=normalized,
+        policy_bindings=mlp,
+        evaluation=EvaluationConfig(validation=ValidationConfig(episodes=2, video_episodes=2)),
+    )
     Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path).validate(
         module
     )
@@ -122,11 +131,11 @@ def test_write_video_mp4(tmp_path):
 
 
 def test_bad_video_settings_fail_before_training():
-    with pytest.raises(ValueError, match=r"model.eval_video_episodes: expected an integer >= 0, got -1"):
-        MARLModule(env=SPREAD, eval_video_episodes=-1)
+    with pytest.raises(ValueError, match=r"evaluation.validation.video_episodes: expected an integer >= 0, got -1"):
+        MARLModule(env=SPREAD, evaluation=EvaluationConfig(validation=ValidationConfig(video_episodes=-1)))
     no_render = PettingZooEnvConfig(env_fn="lightmarl.envs.testing.memory.parallel_env", num_envs=2)
     with pytest.raises(ValueError, match="render_mode='rgb_array'"):
-        MARLModule(env=no_render, eval_video_episodes=1)
+        MARLModule(env=no_render, evaluation=EvaluationConfig(validation=ValidationConfig(video_episodes=1)))
 
 
 def test_recorder_forwards_the_env_api():
@@ -176,4 +185,8 @@ def test_an_env_family_without_recording_fails_before_training():
 
     MARLModule(env=NoFrames(), policy_bindings=RANDOM)  # trains and evaluates
     with pytest.raises(ValueError, match=r"evaluation video: env 'no_frames' \(NoFrames\) cannot record RGB frames"):
-        MARLModule(env=NoFrames(), policy_bindings=RANDOM, eval_video_episodes=1)
+        MARLModule(
+            env=NoFrames(),
+            policy_bindings=RANDOM,
+            evaluation=EvaluationConfig(validation=ValidationConfig(video_episodes=1)),
+        )

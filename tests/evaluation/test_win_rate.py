@@ -1,4 +1,4 @@
-"""Win, draw and loss per seat in every ``eval_winner`` mode: scripted draws, always-wins and
+"""Win, draw and loss per seat in every ``evaluation.validation.winner`` mode: scripted draws, always-wins and
 mirror matches, with seats swapped between env copies (a draw counted as a loss for both sides, or seats never swapped, would make payoff and PFSP weights wrong)."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ TINY = {
     "model.rollout_steps": 10,
     "model.max_frames": 160,
     "model.iterations_per_epoch": 2,
-    "model.eval_episodes": 2,
+    "evaluation.validation.episodes": 2,
     "model.algorithm.init_args.minibatch_size": 40,
     "trainer.enable_model_summary": False,
 }

@@ -54,7 +54,7 @@ def fit_args(recipe: str, root: Path, iterations: int, world: int = 1) -> list[s
         f"--model.rollout_steps={ROLLOUT_STEPS}",
         f"--model.max_frames={NUM_ENVS * ROLLOUT_STEPS * world * iterations}",
         f"--model.iterations_per_epoch={ITERATIONS_PER_EPOCH}",
-        "--model.eval_episodes=1",
+        "--evaluation.validation.episodes=1",
         *minibatches_within(path, NUM_ENVS * ROLLOUT_STEPS),
         *RECIPES[recipe],
     ]  # fmt: skip

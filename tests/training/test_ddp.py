@@ -81,7 +81,7 @@ def run_ddp(recipe: Path, tmp_path: Path, extra: str = "") -> str:
         "--model.rollout_steps", str(ROLLOUT_STEPS),
         "--model.max_frames", str(FRAMES),
         "--model.iterations_per_epoch", str(ITERATIONS_PER_EPOCH),
-        "--model.eval_episodes", "2",
+        "--evaluation.validation.episodes", "2",
         *minibatches_within(recipe, NUM_ENVS * ROLLOUT_STEPS),
     ]  # fmt: skip
     proc = subprocess.run(

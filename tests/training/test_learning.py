@@ -44,6 +44,7 @@ def train(max_frames: int, tmp_path, seed: int = 0) -> MARLModule:
         ],
         algorithm=PPO(lr=3e-3, epochs=4, minibatch_size=400),
         max_frames=max_frames,
+        seed=seed,
     )
     fit_quietly(module, tmp_path)
     # Whole iterations: the budget is met by the first iteration that reaches it.

@@ -45,8 +45,8 @@ RECIPE = {
         "rollout_steps": 10,
         "max_frames": ITERATIONS * 4 * 10 * WORLD,
         "iterations_per_epoch": 2,
-        "eval_episodes": 2,
     },
+    "evaluation": {"validation": {"episodes": 2}},
     "trainer": {"enable_progress_bar": False, "strategy": "ddp", "accelerator": "cpu"},
 }  # fmt: skip
 #: torchrun / Lightning variables a test process may have inherited; each launch sets its own.

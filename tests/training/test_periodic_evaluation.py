@@ -15,7 +15,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightmarl.algorithms import PPO
 from lightmarl.errors import ConfigError
-from lightmarl.evaluation.scenarios import EvaluationConfig, ReplaceOneAgentConfig, ScenarioConfig
+from lightmarl.evaluation.scenarios import EvaluationConfig, ReplaceOneAgentConfig, ScenarioConfig, ValidationConfig
 from lightmarl.training.module import MARLModule
 from lightmarl.training.periodic_evaluation import PeriodicEvaluation
 
@@ -147,8 +147,7 @@ def test_validation_during_fit_leaves_training_bit_identical(spread_config, tmp_
     def fit(validate: bool) -> dict[str, Any]:
         seed_everything(0)
         module = _module(spread_config)
-        module.eval_deterministic = False  # sampled evaluation draws from torch's RNG
-        module.eval_episodes = 3
+        module.evaluation.validation = ValidationConfig(episodes=3, deterministic=False)  # sampled: torch's RNG
         trainer = Trainer(
             max_epochs=-1,
             logger=False,

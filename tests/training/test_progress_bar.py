@@ -5,6 +5,7 @@ from __future__ import annotations
 from lightning.pytorch import Callback, Trainer
 
 from lightmarl.algorithms import PPO
+from lightmarl.evaluation.scenarios import EvaluationConfig, ValidationConfig
 from lightmarl.training import MARLModule
 
 
@@ -23,7 +24,7 @@ def fit(spread_config, max_frames: int, seen: Seen, ckpt_path=None, root=None) -
         rollout_steps=5,  # 4 copies x 5 steps = 20 frames per iteration
         max_frames=max_frames,
         iterations_per_epoch=3,
-        eval_episodes=1,
+        evaluation=EvaluationConfig(validation=ValidationConfig(episodes=1)),
     )
     trainer = Trainer(
         max_epochs=-1,

@@ -29,7 +29,7 @@ def fit(root: Path, num_envs: int, rollout_steps: int, max_frames: int, *more: s
         f"--model.rollout_steps={rollout_steps}",
         f"--model.max_frames={max_frames}",
         "--model.iterations_per_epoch=1",
-        "--model.eval_episodes=1",
+        "--evaluation.validation.episodes=1",
         "--model.algorithm.init_args.minibatch_size=10",
         *more,
     ]  # fmt: skip
@@ -91,11 +91,11 @@ def test_another_world_size_is_checked_the_same_way():
     module = MARLModule(env=PettingZooEnvConfig(num_envs=3), rollout_steps=10, max_frames=150)
     module._trainer = SimpleNamespace(world_size=2)  # type: ignore[assignment]  # resumed on 2 processes
     module.frames, module.iterations = 60, 2
-    saved = {"iteration_shape": {"env.num_envs": 3, "model.rollout_steps": 10, "world size": 1}}
+    saved = {"env.num_envs": 3, "model.rollout_steps": 10, "world size": 1}
     with pytest.raises(
         ConfigError, match=r"resumed with world size 1 -> 2; the 60 frames done leave 90 .* to 120 or 180"
     ):
-        module._check_resumed_budget(saved)
+        module.budget.check_resume(saved, frames=60, iterations=2, world_size=module.world_size)
     module.max_frames = 180
-    module._check_resumed_budget(saved)  # 2 iterations of 60 frames land on it
+    module.budget.check_resume(saved, frames=60, iterations=2, world_size=2)  # 2 iterations of 60 frames land on it
     assert module.remaining_iterations == 2

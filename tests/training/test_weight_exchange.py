@@ -18,7 +18,7 @@ TINY = [
     "--model.rollout_steps=10",
     "--model.max_frames=1200",
     "--model.iterations_per_epoch=3",
-    "--model.eval_episodes=2",
+    "--evaluation.validation.episodes=2",
     "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 #: (`TRAINER_COMMANDS`) and those `main` dispatches itself. A new command is one entry here.
 COMMANDS: dict[str, str] = {
     "fit": "train a recipe's population until model.max_frames env steps; writes runs/<recipe>/",
-    "validate": "play model.eval_episodes seeded episodes with a checkpoint's policies, logged as eval/...",
+    "validate": "play evaluation.validation.episodes seeded episodes with a checkpoint's policies, logged as eval/...",
     "test": "the same episodes as validate, logged as test/...",
     "evaluate": "play the recipe's evaluation: scenarios; write report.json, summary.md, plots and videos",
     "export": "write a run's policies for inference (safetensors or ONNX), without optimizer or trainer state",

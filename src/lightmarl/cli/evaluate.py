@@ -44,9 +44,9 @@ class EvaluateCLI(LightmarlCLI):
         """Load the checkpoint, play every scenario, write the outputs, log the metrics, print the table."""
         config = self.config_init
         evaluation = config.get("evaluation")
-        if evaluation is None:
+        if evaluation is None or not evaluation.names_scenarios:  # evaluation.validation alone is validate's
             raise ConfigError(
-                "evaluation: the recipe has no `evaluation:` section; add one (docs/evaluation.md) "
+                "evaluation: the recipe's `evaluation:` section names no scenarios; add some (docs/evaluation.md) "
                 "or pass --evaluation.scenarios / --evaluation.head_to_head"
             )
         module = cast(MARLModule, self.model)

@@ -22,6 +22,7 @@ from lightmarl._imports import import_object
 from lightmarl.cli.commands import COMMANDS_HINT, DEBUG_ENV
 from lightmarl.cli.run_defaults import apply_run_defaults, run_name_of
 from lightmarl.errors import ConfigError
+from lightmarl.evaluation.scenarios import moved_setting
 
 
 def readable(message: str) -> str:
@@ -32,6 +33,9 @@ def readable(message: str) -> str:
     non-``None`` one says what is wrong, so that is the one kept. Other messages lose their
     line breaks.
     """
+    moved = moved_setting(message)  # a recipe key that has moved: name the new one
+    if moved is not None:
+        return moved
     union = "Does not validate against any of the Union subtypes"
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     if any(union in line for line in lines):

@@ -58,6 +58,11 @@ def run_name_of(config_files: Sequence[Any]) -> str:
     return path.name
 
 
+def seed_of(seed_everything: Any) -> int | None:
+    """The module's ``seed`` from ``seed_everything``: the integer, or ``None`` (``false``; ``true`` before it is drawn)."""
+    return seed_everything if isinstance(seed_everything, int) and not isinstance(seed_everything, bool) else None
+
+
 def apply_run_defaults(config: Any, run_name: str) -> None:
     """Fill what a recipe leaves unset with the run layout every recipe shares (docs/getting_started.md, "Where things go").
 

@@ -15,7 +15,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightmarl.cli.checkpoints import read_checkpoint, resolve_last
 from lightmarl.cli.commands import TRAINER_COMMANDS
 from lightmarl.cli.parsing import check_class_paths, readable
-from lightmarl.cli.run_defaults import apply_run_defaults, check_run_name, run_name_of
+from lightmarl.cli.run_defaults import apply_run_defaults, check_run_name, run_name_of, seed_of
 from lightmarl.errors import ConfigError
 from lightmarl.evaluation.scenarios import EvaluationConfig
 from lightmarl.training.module import MARLModule
@@ -66,9 +66,12 @@ class LightmarlCLI(LightningCLI):
             "--evaluation",
             type=EvaluationConfig | None,
             default=None,
-            help="Evaluation scenarios, played by `lightmarl evaluate` and, with every_n_frames, during fit "
+            help="Validation episodes and evaluation scenarios: `validate` / `test` and every fit epoch play "
+            "evaluation.validation, `lightmarl evaluate` and, with every_n_frames, fit play the scenarios "
             "(docs/evaluation.md); `--evaluation.help` lists the fields.",
         )
+        # One evaluation configuration: the module's validation_step reads the same section.
+        parser.link_arguments("evaluation", "model.evaluation")
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -76,6 +79,8 @@ class LightmarlCLI(LightningCLI):
         if not config.get("run_name"):
             config.run_name = run_name_of(config.get("config") or [])
         apply_run_defaults(config, config.run_name)
+        if config.model.get("seed") is None:  # the seed reaches the module as an argument; `true` is drawn by now
+            config.model.seed = seed_of(config.get("seed_everything"))
 
     def instantiate_classes(self) -> None:
         check_class_paths(self.config[self.subcommand] if self.subcommand else self.config)
@@ -83,10 +88,9 @@ class LightmarlCLI(LightningCLI):
             super().instantiate_classes()
         except (ValueError, TypeError) as err:
             raise ConfigError(readable(str(err))) from err
-        evaluation = self._config_init().get("evaluation")
-        if evaluation is not None:
-            suite_for(cast(MARLModule, self.model), evaluation)  # a bad scenario fails every subcommand now
-        if self.subcommand == "fit" and evaluation is not None and evaluation.every_n_frames is not None:
+        evaluation = cast(MARLModule, self.model).evaluation  # the recipe's evaluation: section, as validation reads it
+        suite_for(cast(MARLModule, self.model), evaluation)  # a bad scenario fails every subcommand now
+        if self.subcommand == "fit" and evaluation.every_n_frames is not None:
             # Before the checkpoint callbacks, so that a monitored eval/... metric is fresh when they run.
             self.trainer.callbacks.insert(0, PeriodicEvaluation(evaluation))  # type: ignore[attr-defined]
 

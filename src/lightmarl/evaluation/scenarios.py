@@ -42,6 +42,72 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _WINNERS = ("none", "highest_return", "positive_return")
 
 
+#: recipe keys of the validation episodes before they joined the ``evaluation:`` section -> their keys now.
+MOVED_SETTINGS = {
+    "model.eval_episodes": "evaluation.validation.episodes",
+    "model.eval_num_envs": "evaluation.validation.num_envs",
+    "model.eval_seed": "evaluation.validation.seed",
+    "model.eval_deterministic": "evaluation.validation.deterministic",
+    "model.eval_winner": "evaluation.validation.winner",
+    "model.eval_video_episodes": "evaluation.validation.video_episodes",
+}
+
+
+def moved_setting(message: str) -> str | None:
+    """A parser error about a key of `MOVED_SETTINGS` as one line naming the key to use instead, else ``None``."""
+    for old, new in MOVED_SETTINGS.items():
+        if re.search(rf"(?<![\w.]){re.escape(old)}(?!\w)", message):
+            return f"{old}: the validation episodes are set in the evaluation: section; use {new}"
+    return None
+
+
+@dataclass
+class ValidationConfig:
+    """``evaluation.validation``: the seeded episodes of the recipe's own seating that ``validation_step``
+    (after every ``fit`` epoch, ``lightmarl validate``) and ``test_step`` play, logged as
+    ``eval/<binding>/...`` / ``test/<binding>/...`` (`lightmarl.evaluation.validation`).
+
+    Attributes:
+        episodes: episodes per validation / test run.
+        num_envs: env copies played at once (default: ``env.num_envs``).
+        seed: base seed of the env copies (same start states every evaluation; rank ``r`` of a
+            multi-process run adds ``1000 * r``).
+        deterministic: take each policy's mode action instead of sampling. Bindings of
+            continuous-action groups are then also played with sampled actions, on the same seeded
+            episodes, logged with a ``_sampled`` suffix (``eval/<binding>/episode_return_sampled``).
+        winner: adds ``win_rate`` / ``draw_rate`` per binding: ``highest_return`` for head-to-head
+            play (the binding with the strictly highest mean return wins), ``positive_return`` for
+            games that pay a positive return for a win, zero for a draw and a negative one for a
+            loss, or ``none``.
+        video_episodes: after each evaluation, rank 0 also plays this many episodes in one env copy
+            built with ``render_mode="rgb_array"`` and writes them to
+            ``<log_dir>/videos/<eval|test>_iter<iterations>.gif`` (0: no video); see
+            `lightmarl.evaluation.video`.
+    """
+
+    episodes: int = 32
+    num_envs: int | None = None
+    seed: int = 10_000
+    deterministic: bool = True
+    winner: WinRule = "none"
+    video_episodes: int = 0
+
+    def __post_init__(self) -> None:
+        where = "evaluation.validation"
+        if isinstance(self.episodes, bool) or not isinstance(self.episodes, int) or self.episodes < 1:
+            raise ValueError(f"{where}.episodes: expected a positive integer, got {self.episodes!r}")
+        num_envs = self.num_envs
+        if num_envs is not None and (isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1):
+            raise ValueError(f"{where}.num_envs: expected a positive integer or null (the default), got {num_envs!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"{where}.seed: expected an integer, got {self.seed!r}")
+        if self.winner not in _WINNERS:
+            raise ValueError(f"{where}.winner: {self.winner!r} is not one of {list(_WINNERS)}")
+        video = self.video_episodes
+        if isinstance(video, bool) or not isinstance(video, int) or video < 0:
+            raise ValueError(f"{where}.video_episodes: expected an integer >= 0, got {video!r}")
+
+
 @dataclass
 class ScenarioConfig:
     """One named mix.
@@ -134,9 +200,11 @@ class ReplaceOneAgentConfig:
 
 @dataclass
 class EvaluationConfig:
-    """The ``evaluation:`` section of a recipe: scenarios, generators, extra bindings, periodic evaluation.
+    """The ``evaluation:`` section of a recipe: validation episodes, scenarios, generators, extra bindings, periodic evaluation.
 
     Attributes:
+        validation: the episodes ``validation_step`` and ``test_step`` play with the recipe's own
+            seating (``lightmarl validate`` / ``test``, and after every ``fit`` epoch).
         bindings: bindings that play only in evaluation, beside the recipe's: scripted
             (``class_path``), from a checkpoint (``policy_uri: run.ckpt#binding``) or an exported
             directory (``policy_uri: DIR#binding``); always frozen.
@@ -163,6 +231,7 @@ class EvaluationConfig:
             they earn against it.
     """
 
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
     bindings: list[PolicyBindingConfig] = field(default_factory=list)
     scenarios: list[ScenarioConfig] = field(default_factory=list)
     head_to_head: list[HeadToHeadConfig] = field(default_factory=list)
@@ -175,6 +244,13 @@ class EvaluationConfig:
     out_dir: str | None = None
     exploitability: list[str] = field(default_factory=list)
     best_response: list[BestResponseConfig] = field(default_factory=list)
+
+    @property
+    def names_scenarios(self) -> bool:
+        """Whether the section names anything for ``lightmarl evaluate`` to play besides the validation episodes."""
+        return bool(
+            self.scenarios or self.head_to_head or self.replace_one_agent or self.exploitability or self.best_response
+        )
 
 
 @dataclass(frozen=True)

@@ -228,6 +228,7 @@ def _one_run(
         max_frames=config.frames,
         iterations_per_epoch=10**9,
         cpu_threads=module.cpu_threads,
+        seed=seed,
     )
     for binding_id, (_, state, _) in zip(ids, members):
         if state is not None:

@@ -132,7 +132,7 @@ def save_checkpoint(module: MARLModule, checkpoint: dict[str, Any]) -> None:
     """Add the module's entries to a Lightning checkpoint (`MARLModule.on_save_checkpoint`)."""
     checkpoint[CHECKPOINT_KEY] = {
         POPULATION_KEY: describe_population(module).to_dict(),
-        "iteration_shape": module._iteration_shape(),
+        "iteration_shape": module.budget.iteration_shape(module.world_size),
         "trainers": module.marl_trainer.state_dict() if module.marl_trainer is not None else {},
     }
     if module.league is not None and module.league.matchmaker is not None:
@@ -169,7 +169,12 @@ def _load(module: MARLModule, checkpoint: dict[str, Any]) -> None:
     module.frames = population.counters["frames"]
     module.iterations = population.counters["iterations"]
     if module.marl_trainer is not None:  # fit: the budget left, in the frames an iteration now takes
-        module._check_resumed_budget(run)
+        module.budget.check_resume(
+            run.get("iteration_shape"),
+            frames=module.frames,
+            iterations=module.iterations,
+            world_size=module.world_size,
+        )
     load_transforms_state_dict(
         module.env_config.transforms,
         [{"transform": t["class_path"].rsplit(".", 1)[-1], "state": t["state"]} for t in population.transforms],

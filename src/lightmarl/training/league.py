@@ -55,7 +55,7 @@ class LeagueHost(Protocol):
     @property
     def trainer(self) -> Any: ...
 
-    def _base_seed(self) -> int: ...
+    seed: int
 
     @property
     def policies(self) -> Any: ...
@@ -212,7 +212,7 @@ class LeagueTraining(LeagueRun):
                 raise ConfigError(f"league.meta_game: exact needs an OpenSpiel game: {err}") from None
             self.meta_payoffs = exact_meta_payoffs(self.exact_tables)
         self.build(
-            StrategyExchange(trainer.strategy), os.path.join(trainer.default_root_dir, "league"), module._base_seed()
+            StrategyExchange(trainer.strategy), os.path.join(trainer.default_root_dir, "league"), module.seed
         )
 
     # -- between iterations ---------------------------------------------------------------

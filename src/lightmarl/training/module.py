@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any, cast
@@ -12,7 +11,6 @@ from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
-from lightmarl import keys
 from lightmarl.algorithms import PPO, Algorithm, IndependentMARLTrainer, MARLTrainer
 from lightmarl.algorithms.marl_trainer import MARLTrainerFactory
 from lightmarl.data.collector import RolloutCollector, StepHook
@@ -22,9 +20,8 @@ from lightmarl.envs.transforms import (
     transformed_spec,
 )
 from lightmarl.errors import ConfigError
-from lightmarl.evaluation.episodes import WinRule, evaluate_episodes
-from lightmarl.evaluation.suite import preserved_rng
-from lightmarl.evaluation.video import check_renders, write_evaluation_video
+from lightmarl.evaluation.scenarios import EvaluationConfig
+from lightmarl.evaluation.validation import check_validation, play_validation
 from lightmarl.policies.base import Policy
 from lightmarl.policies.multi_agent import MultiAgentPolicy
 from lightmarl.policies.registry import PolicyRegistry
@@ -32,6 +29,7 @@ from lightmarl.policies.shared_modules import SharedModules
 from lightmarl.population import BindingTable, PerEnvAgentBindingMap, PolicyBindingConfig
 from lightmarl.population.shared import SharedModuleConfig
 from lightmarl.training import checkpoint as checkpoints
+from lightmarl.training.budget import FrameBudget
 from lightmarl.training.league import LeagueConfig, LeagueTraining
 from lightmarl.training.resume import RunResume, seed_rank_streams
 from lightmarl.training.rollouts import tick_loader
@@ -67,20 +65,13 @@ class MARLModule(LightningModule):
         max_frames: training budget in env steps summed over env copies and processes.
         iterations_per_epoch: training batches per Lightning epoch (checkpoints and
             validation run at epoch ends).
-        eval_episodes: episodes per validation / test run.
-        eval_num_envs: env copies played at once during evaluation (default: ``env.num_envs``).
-        eval_seed: base seed of evaluation env copies (same start states every evaluation).
-        eval_deterministic: evaluate the policies' mode actions instead of sampling. Bindings
-            of continuous-action groups are then also played with sampled actions, on the same
-            seeded episodes, logged with a ``_sampled`` suffix (``eval/<binding>/episode_return_sampled``).
-        eval_winner: adds ``win_rate`` / ``draw_rate`` per binding: ``highest_return`` for
-            head-to-head play (the binding with the strictly highest mean return wins),
-            ``positive_return`` for games that pay a positive return for a win, zero for a draw and a
-            negative one for a loss, or ``none``.
-        eval_video_episodes: after each evaluation, rank 0 also plays this many episodes in one
-            env copy built with ``render_mode="rgb_array"`` and writes them to
-            ``<log_dir>/videos/<eval|test>_iter<iterations>.gif`` (0: no video); see
-            `lightmarl.evaluation.video`.
+        evaluation: the recipe's ``evaluation:`` section
+            ([`EvaluationConfig`][lightmarl.evaluation.scenarios.EvaluationConfig]; ``lightmarl``
+            commands pass it): its ``validation`` block is what ``validation_step`` / ``test_step``
+            play, its scenarios what ``lightmarl evaluate`` and periodic evaluation play.
+        seed: base seed of the training env copies (copy ``i`` of rank ``r``: ``seed + num_envs * r + i``)
+            and of each rank's action sampling. Unset (``null``), the ``lightmarl`` commands pass the
+            run's ``seed_everything``; in Python it is then 0 (``seed_everything`` does not reach it).
         stats_window: training episodes per binding in the running episode statistics.
         cpu_threads: torch intra-op threads per process (``None``: torch's default). Small
             policies step fastest with 1; more threads spin-wait on a busy machine.
@@ -112,12 +103,8 @@ class MARLModule(LightningModule):
         rollout_steps: int = 25,
         max_frames: int = 200_000,
         iterations_per_epoch: int = 10,
-        eval_episodes: int = 32,
-        eval_num_envs: int | None = None,
-        eval_seed: int = 10_000,
-        eval_deterministic: bool = True,
-        eval_winner: WinRule = "none",
-        eval_video_episodes: int = 0,
+        evaluation: EvaluationConfig | None = None,
+        seed: int | None = None,
         stats_window: int = 100,
         cpu_threads: int | None = 1,
         shared_modules: dict[str, SharedModuleConfig] | None = None,
@@ -127,17 +114,14 @@ class MARLModule(LightningModule):
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
-        for name, value in (
-            ("rollout_steps", rollout_steps),
-            ("max_frames", max_frames),
-            ("iterations_per_epoch", iterations_per_epoch),
-            ("eval_episodes", eval_episodes),
+        if cpu_threads is not None and (
+            isinstance(cpu_threads, bool) or not isinstance(cpu_threads, int) or cpu_threads < 1
         ):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"model.{name}: expected a positive integer, got {value!r}")
-        for name, optional in (("eval_num_envs", eval_num_envs), ("cpu_threads", cpu_threads)):
-            if optional is not None and (isinstance(optional, bool) or not isinstance(optional, int) or optional < 1):
-                raise ValueError(f"model.{name}: expected a positive integer or null (the default), got {optional!r}")
+            raise ValueError(
+                f"model.cpu_threads: expected a positive integer or null (the default), got {cpu_threads!r}"
+            )
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ValueError(f"model.seed: expected an integer >= 0 or null, got {seed!r}")
         if policy_bindings is not None and len(policy_bindings) == 0:
             # An empty list would quietly become the default binding: say so instead.
             raise ValueError(
@@ -150,14 +134,10 @@ class MARLModule(LightningModule):
         self.rollout_steps = rollout_steps
         self.max_frames = max_frames
         self.iterations_per_epoch = iterations_per_epoch
-        self.eval_episodes = eval_episodes
-        self.eval_num_envs = eval_num_envs
-        self.eval_seed = eval_seed
-        self.eval_deterministic = eval_deterministic
-        self.eval_winner = eval_winner
-        if isinstance(eval_video_episodes, bool) or not isinstance(eval_video_episodes, int) or eval_video_episodes < 0:
-            raise ValueError(f"model.eval_video_episodes: expected an integer >= 0, got {eval_video_episodes!r}")
-        self.eval_video_episodes = eval_video_episodes
+        _ = self.budget  # a bad number fails now, naming its field
+        #: the one evaluation configuration: validation episodes and the evaluation scenarios.
+        self.evaluation = evaluation if evaluation is not None else EvaluationConfig()
+        self.seed = 0 if seed is None else seed
         self.stats_window = stats_window
         self.cpu_threads = cpu_threads
 
@@ -165,8 +145,7 @@ class MARLModule(LightningModule):
         # The env's own spec too: exports rebuild the transforms' inputs from it (EnvConfig.spec() is the same chain).
         self.env_base_spec = self.env_config.base_spec()
         self.env_spec = transformed_spec(self.env_base_spec, self.env_config.transforms)
-        if self.eval_video_episodes:
-            check_renders(self.env_config)  # an env that cannot draw RGB frames fails here, not after an epoch
+        check_validation(self.evaluation.validation, self.env_config)  # e.g. a video of an env that draws nothing
         # League: its opponent slot bindings join the population; it owns the agent binding map.
         self.league = LeagueTraining(league, self.env_spec, policy_bindings) if league is not None else None
         if self.league is not None:
@@ -218,8 +197,6 @@ class MARLModule(LightningModule):
         self._collector: RolloutCollector | None = None
         self.frames = 0
         self.iterations = 0
-        if not isinstance(checkpoint_replay, bool):
-            raise ValueError(f"model.checkpoint_replay: expected true or false, got {checkpoint_replay!r}")
         self.checkpoint_replay = checkpoint_replay
         self._resume = RunResume(checkpoint_replay)  # per-process state in checkpoints, put back on resume
 
@@ -253,66 +230,30 @@ class MARLModule(LightningModule):
             raise KeyError(f"no policy for binding {binding_id!r}; bindings with policies are {list(self.policies)}")
         return self.policies[binding_id]
 
-    # -- set-up -------------------------------------------------------------------------------
-    def _base_seed(self) -> int:
-        return int(os.environ.get("PL_GLOBAL_SEED", 0))
+    # -- budget ---------------------------------------------------------------------------------
+    @property
+    def budget(self) -> FrameBudget:
+        """The frame budget as the recipe sets it now (`lightmarl.training.budget`)."""
+        return FrameBudget(self.max_frames, self.env_config.num_envs, self.rollout_steps, self.iterations_per_epoch)
+
+    @property
+    def world_size(self) -> int:
+        return self._trainer.world_size if self._trainer is not None else 1
 
     @property
     def frames_per_iteration(self) -> int:
         """Env steps per training batch, summed over processes."""
-        world = self._trainer.world_size if self._trainer is not None else 1
-        return self.env_config.num_envs * self.rollout_steps * world
+        return self.budget.frames_per_iteration(self.world_size)
 
     @property
     def remaining_iterations(self) -> int:
         """Iterations left until ``max_frames``, counted from the frames done (a resumed run's come from its checkpoint)."""
-        return max(0, math.ceil((self.max_frames - self.frames) / self.frames_per_iteration))
+        return self.budget.remaining_iterations(self.frames, self.world_size)
 
     @property
     def total_iterations(self) -> int:
         """Iterations of the whole run: those done and those left."""
         return self.iterations + self.remaining_iterations
-
-    def _iteration_shape(self) -> dict[str, int]:
-        world = self._trainer.world_size if self._trainer is not None else 1
-        return {
-            "env.num_envs": self.env_config.num_envs,
-            "model.rollout_steps": self.rollout_steps,
-            "world size": world,
-        }
-
-    def _check_resumed_budget(self, state: dict[str, Any]) -> None:
-        """A resume whose iterations take another number of frames continues to exactly ``max_frames`` or is refused.
-
-        The budget counts frames: those done come from the checkpoint, so a resumed run with more env
-        copies, a longer rollout or more processes neither trains past ``max_frames`` nor stops short
-        of it, and says which it would have to do instead.
-        """
-        saved = state.get("iteration_shape")
-        now = self._iteration_shape()
-        fpi = self.frames_per_iteration
-        if isinstance(saved, dict):
-            changed = [f"{k} {saved[k]} -> {now[k]}" for k in now if k in saved and saved[k] != now[k]]
-        elif self.iterations > 0 and self.frames != self.iterations * fpi:  # a checkpoint without the shape
-            changed = [f"frames per iteration {self.frames // self.iterations} -> {fpi}"]
-        else:
-            changed = []
-        left = self.max_frames - self.frames
-        if not changed or left <= 0:
-            return
-        if left % fpi == 0:
-            rank_zero_info(
-                f"lightmarl: resuming with {', '.join(changed)}: {left // fpi} iterations of {fpi} frames "
-                f"reach model.max_frames {self.max_frames} exactly"
-            )
-            return
-        below, above = self.frames + left // fpi * fpi, self.frames + -(-left // fpi) * fpi
-        options = " or ".join(str(n) for n in dict.fromkeys(n for n in (below, above) if n > self.frames))
-        raise ConfigError(
-            f"--ckpt_path: the run is resumed with {', '.join(changed)}; the {self.frames} frames done leave {left} "
-            f"of model.max_frames {self.max_frames}, not a whole number of iterations of {fpi} frames. Resume "
-            f"with the settings the checkpoint was written with, or set model.max_frames to {options}"
-        )
 
     def algorithm_of(self, binding_id: str) -> Algorithm:
         """The algorithm that trains ``binding_id`` (its entry in ``model.algorithms``, else ``model.algorithm``)."""
@@ -390,9 +331,9 @@ class MARLModule(LightningModule):
         self._place_bindings()
         self.marl_trainer.to(self.device)
         rank, num_envs = self.global_rank, self.env_config.num_envs
-        seed_rank_streams(self._base_seed(), rank, dict(self.policies.items()))  # each rank samples its own actions
+        seed_rank_streams(self.seed, rank, dict(self.policies.items()))  # each rank samples its own actions
         # Per-rank env seeds: seed + num_envs * rank + i.
-        env = self.env_config.make_vector(seed=self._base_seed() + num_envs * rank)
+        env = self.env_config.make_vector(seed=self.seed + num_envs * rank)
         self._collector = RolloutCollector(
             env,
             self.population,
@@ -423,24 +364,7 @@ class MARLModule(LightningModule):
             )
             self.trainer.should_stop = True
             return
-        self._show_budget_in_progress_bar()
-
-    def _show_budget_in_progress_bar(self) -> None:
-        """Give the progress bar the frame budget's epochs and iterations instead of ``-2`` and ``--``.
-
-        The frame budget, not an epoch count, ends training (``max_epochs: -1``) and the tick loader
-        has no length, so Lightning's bar reads ``Epoch 3/-2 ... 60/--``. The epochs the budget
-        still needs and ``iterations_per_epoch`` are what the run will do: stating them to the fit
-        loop changes no stopping point (the last tick ends the last epoch either way). A resumed run
-        keeps ``--`` for the iterations: with a known epoch length Lightning would warn that a
-        manual-optimization run's step count does not fall on an epoch boundary.
-        """
-        loop = self.trainer.fit_loop
-        if loop.max_epochs is None or loop.max_epochs < 0:
-            epochs_left = math.ceil((self.total_iterations - self.iterations) / self.iterations_per_epoch)
-            loop.max_epochs = self.trainer.current_epoch + epochs_left
-        if loop.max_batches == float("inf") and self.trainer.ckpt_path is None:
-            loop.max_batches = self.iterations_per_epoch
+        self.budget.show_in_progress_bar(self.trainer, self.remaining_iterations)
 
     def on_fit_end(self) -> None:
         if self._collector is not None:
@@ -504,71 +428,30 @@ class MARLModule(LightningModule):
             self.trainer.should_stop = True
 
     # -- evaluation -----------------------------------------------------------------------
-    def _evaluate(self, prefix: str) -> None:
-        self.population.eval()
-        rank = self.global_rank
-        seed = self.eval_seed + 1_000 * rank
-
-        def play(deterministic: bool) -> dict[str, dict[str, float]]:
-            # Sampled actions from a stream of their own: the same draws in every evaluation, in fit
-            # and in validate, and training's random streams untouched (restored by preserved_rng).
-            torch.manual_seed(seed)
-            return evaluate_episodes(
-                self.population,
-                self.env_config,
-                num_episodes=self.eval_episodes,
-                seed=seed,
-                num_envs=self.eval_num_envs,
-                deterministic=deterministic,
-                winner=self.eval_winner,
-                device=self.device,
-            )
-
-        with preserved_rng([self.device]):
-            results = play(self.eval_deterministic)
-            for stats in results.values():
-                # Every process logs the same keys (sync_dist): a field no episode reported is NaN.
-                for name in self.env_spec.info_fields:
-                    stats.setdefault(keys.info_key(name), float("nan"))
-            logs = {f"{prefix}/{b}/{name}": value for b, stats in results.items() for name, value in stats.items()}
-            continuous = self._continuous_bindings()
-            if self.eval_deterministic and continuous:
-                # A continuous policy's mean action can look good while the sampled play it trains on
-                # falls over (or the reverse): report both, on the same seeded episodes.
-                sampled = play(deterministic=False)
-                for b in continuous:
-                    for name, value in sampled.get(b, {}).items():
-                        logs[f"{prefix}/{b}/{name}_sampled"] = value
-            video = None
-            if self.eval_video_episodes and rank == 0:
-                torch.manual_seed(seed)
-                video = write_evaluation_video(
-                    self.population,
-                    self.env_config,
-                    os.path.join(self.trainer.log_dir or ".", "videos", f"{prefix}_iter{self.iterations}.gif"),
-                    num_episodes=self.eval_video_episodes,
-                    seed=self.eval_seed,
-                    deterministic=self.eval_deterministic,
-                    device=self.device,
-                )
-        self.log_dict(logs, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
-        if video is not None:
-            rank_zero_info(f"lightmarl: evaluation video {video}")
-
-    def _continuous_bindings(self) -> list[str]:
-        """Active bindings that act for a group with continuous actions, in binding order."""
-        groups = self.env_spec.groups
-        return [
-            b
-            for b in self.table.active_ids
-            if b in self.table.group_of_binding and groups[self.table.group_of_binding[b]].action_kind == "continuous"
-        ]
+    def _validate(self, prefix: str) -> None:
+        # trainer.log_dir is a collective under DDP (it broadcasts rank 0's): every rank asks.
+        video = None
+        if self.evaluation.validation.video_episodes:
+            video = os.path.join(self.trainer.log_dir or ".", "videos", f"{prefix}_iter{self.iterations}.gif")
+        result = play_validation(
+            self.population,
+            self.env_config,
+            self.env_spec,
+            self.evaluation.validation,
+            prefix=prefix,
+            rank=self.global_rank,
+            device=self.device,
+            video_path=video,
+        )
+        self.log_dict(result.logs, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
+        if result.video is not None:
+            rank_zero_info(f"lightmarl: evaluation video {result.video}")
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate("eval")
+        self._validate("eval")
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate("test")
+        self._validate("test")
 
     # -- checkpoints (the schema: lightmarl.training.checkpoint) ----------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -15,7 +15,6 @@ without it).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -59,7 +58,7 @@ def run_suite(
         dict(module.policies.items()),
         device=module.device,
         step_count=module.frames,
-        run=f"seed_{os.environ.get('PL_GLOBAL_SEED', 0)}",
+        run=f"seed_{module.seed}",
         video_dir=video_dir,
         metadata=metadata,
         mixtures=mixtures,

@@ -113,6 +113,8 @@ class RunResume:
     """
 
     def __init__(self, checkpoint_replay: bool = True) -> None:
+        if not isinstance(checkpoint_replay, bool):
+            raise ValueError(f"model.checkpoint_replay: expected true or false, got {checkpoint_replay!r}")
         self.checkpoint_replay = checkpoint_replay
         self._pending: dict[str, Any] | None = None  # this rank's saved state, until the run has put it back
 

@@ -1,0 +1,121 @@
+"""The training budget in frames: how many iterations a run takes, and what a resume with another shape may do.
+
+``model.max_frames`` counts env steps summed over env copies and processes. An iteration is one
+rollout of ``env.num_envs x model.rollout_steps`` env steps per process, so its frames depend on the
+world size too. The frames done come from a resumed run's checkpoint: a run resumed with more env
+copies, a longer rollout or more processes neither trains past ``max_frames`` nor stops short of it
+(`FrameBudget.check_resume`), and says which it would have to do instead.
+
+Examples:
+    >>> budget = FrameBudget(max_frames=150, num_envs=3, rollout_steps=10)
+    >>> budget.frames_per_iteration(world_size=1), budget.remaining_iterations(frames=60, world_size=1)
+    (30, 3)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from lightning.pytorch.utilities import rank_zero_info
+
+from lightmarl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class FrameBudget:
+    """A run's frame budget and the shape of its iterations.
+
+    Attributes:
+        max_frames: training budget in env steps summed over env copies and processes.
+        num_envs: env copies each process steps.
+        rollout_steps: env steps per env copy per iteration.
+        iterations_per_epoch: iterations per Lightning epoch.
+    """
+
+    max_frames: int
+    num_envs: int
+    rollout_steps: int
+    iterations_per_epoch: int = 10
+
+    def __post_init__(self) -> None:
+        for name, value in (
+            ("model.rollout_steps", self.rollout_steps),
+            ("model.max_frames", self.max_frames),
+            ("model.iterations_per_epoch", self.iterations_per_epoch),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+
+    def frames_per_iteration(self, world_size: int) -> int:
+        """Env steps per iteration, summed over ``world_size`` processes."""
+        return self.num_envs * self.rollout_steps * world_size
+
+    def remaining_iterations(self, frames: int, world_size: int) -> int:
+        """Iterations left until ``max_frames`` after ``frames`` done."""
+        return max(0, math.ceil((self.max_frames - frames) / self.frames_per_iteration(world_size)))
+
+    def iteration_shape(self, world_size: int) -> dict[str, int]:
+        """What an iteration is made of, as a checkpoint records it (the recipe's field names)."""
+        return {"env.num_envs": self.num_envs, "model.rollout_steps": self.rollout_steps, "world size": world_size}
+
+    def check_resume(self, saved_shape: Any, *, frames: int, iterations: int, world_size: int) -> None:
+        """Continue a resumed run to exactly ``max_frames`` or refuse it.
+
+        Args:
+            saved_shape: the checkpoint's `iteration_shape` (``None`` for a checkpoint without one).
+            frames: frames the checkpoint's run had done.
+            iterations: iterations the checkpoint's run had done.
+            world_size: processes of the resumed run.
+
+        Raises:
+            ConfigError: the frames left are no whole number of the resumed run's iterations; the
+                message names what changed and the ``max_frames`` values that would fit.
+        """
+        now = self.iteration_shape(world_size)
+        fpi = self.frames_per_iteration(world_size)
+        if isinstance(saved_shape, dict):
+            changed = [
+                f"{k} {saved_shape[k]} -> {now[k]}" for k in now if k in saved_shape and saved_shape[k] != now[k]
+            ]
+        elif iterations > 0 and frames != iterations * fpi:  # a checkpoint without the shape
+            changed = [f"frames per iteration {frames // iterations} -> {fpi}"]
+        else:
+            changed = []
+        left = self.max_frames - frames
+        if not changed or left <= 0:
+            return
+        if left % fpi == 0:
+            rank_zero_info(
+                f"lightmarl: resuming with {', '.join(changed)}: {left // fpi} iterations of {fpi} frames "
+                f"reach model.max_frames {self.max_frames} exactly"
+            )
+            return
+        below, above = frames + left // fpi * fpi, frames + -(-left // fpi) * fpi
+        options = " or ".join(str(n) for n in dict.fromkeys(n for n in (below, above) if n > frames))
+        raise ConfigError(
+            f"--ckpt_path: the run is resumed with {', '.join(changed)}; the {frames} frames done leave {left} "
+            f"of model.max_frames {self.max_frames}, not a whole number of iterations of {fpi} frames. Resume "
+            f"with the settings the checkpoint was written with, or set model.max_frames to {options}"
+        )
+
+    def show_in_progress_bar(self, trainer: Any, remaining_iterations: int) -> None:
+        """Give the progress bar the budget's epochs and iterations instead of ``-2`` and ``--``.
+
+        The frame budget, not an epoch count, ends training (``max_epochs: -1``) and the tick loader
+        has no length, so Lightning's bar reads ``Epoch 3/-2 ... 60/--``. The epochs the budget
+        still needs and ``iterations_per_epoch`` are what the run will do: stating them to the fit
+        loop changes no stopping point (the last tick ends the last epoch either way). A resumed run
+        keeps ``--`` for the iterations: with a known epoch length Lightning would warn that a
+        manual-optimization run's step count does not fall on an epoch boundary.
+
+        Args:
+            trainer: the Lightning ``Trainer`` at the start of ``fit``.
+            remaining_iterations: iterations the run still takes.
+        """
+        loop = trainer.fit_loop
+        if loop.max_epochs is None or loop.max_epochs < 0:
+            loop.max_epochs = trainer.current_epoch + math.ceil(remaining_iterations / self.iterations_per_epoch)
+        if loop.max_batches == float("inf") and trainer.ckpt_path is None:
+            loop.max_batches = self.iterations_per_epoch
