@@ -261,7 +261,7 @@ def test_a_lightmarl_run_goes_through_the_sweep_runner_and_is_not_run_twice(tmp_
         "--model.env.num_envs=4",
         "--model.rollout_steps=10",
         "--model.iterations_per_epoch=2",
-        "--model.eval_episodes=2",
+        "--evaluation.validation.episodes=2",
         "--model.algorithm.init_args.minibatch_size=40",
         "--trainer.enable_model_summary=false",
     ]

@@ -150,7 +150,7 @@ def test_evaluation_video_records_whole_vmas_episodes(monkeypatch, tmp_path):
     assert not (episodes[0][-1] == episodes[1][0]).all(), "an episode ends on its final state, not the reset one"
     again, _ = record_episodes(population, config, num_episodes=1, seed=0, max_side=None)
     assert (again[0][0] == episodes[0][0]).all()  # the seed reproduces the start
-    # The same from a recipe: `lightmarl validate` with eval_video_episodes writes a GIF.
+    # The same from a recipe: `lightmarl validate` with evaluation.validation.video_episodes writes a GIF.
     module = MARLModule(
         env=balance(num_envs=2),
         policy_bindings=[{"id": "main", "class_path": "lightmarl.policies.MLPActorCritic"}],
