@@ -128,7 +128,8 @@ def test_compare_gives_both_frameworks_the_same_reduction():
     assert init_args["batch_size"] == 3 * 128
     assert "--model.env.init_args.scenario=navigation" in run.lightmarl_overrides
     assert (
-        "--evaluation.validation.episodes=32" in run.lightmarl_overrides and "--model.max_frames=60000" in run.lightmarl_overrides
+        "--evaluation.validation.episodes=32" in run.lightmarl_overrides
+        and "--model.max_frames=60000" in run.lightmarl_overrides
     )
     with pytest.raises(SystemExit):  # the parser names a setting lightmarl cannot match, before anything runs
         compare.main(

@@ -14,7 +14,15 @@ PAGE = ROOT / "docs" / "reference" / "metrics.md"
 
 def test_every_validation_metric_is_in_the_reference(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    main(["validate", "--config", str(ROOT / "recipes/quickstart.yaml"), *TINY_CLI_RUN, "--evaluation.validation.episodes=2"])
+    main(
+        [
+            "validate",
+            "--config",
+            str(ROOT / "recipes/quickstart.yaml"),
+            *TINY_CLI_RUN,
+            "--evaluation.validation.episodes=2",
+        ]
+    )
     logged = set(re.findall(r"eval/main/(\w+)", capsys.readouterr().out))
     assert {"episode_return", "episode_return_std", "episodes", "episode_length"} <= logged
     page = PAGE.read_text()

@@ -39,7 +39,11 @@ def normalized_run(tmp_path_factory):
         main(["fit", "--config", str(NORMALIZED), *tiny])
         run = where / "runs" / "ippo_normalized"
         main(["export", str(run), "--out", str(where / "exported")])
-        evaluation = [f"--evaluation.validation.episodes={EPISODES}", f"--evaluation.validation.num_envs={EPISODES}", "--trainer.logger=null"]
+        evaluation = [
+            f"--evaluation.validation.episodes={EPISODES}",
+            f"--evaluation.validation.num_envs={EPISODES}",
+            "--trainer.logger=null",
+        ]
         main(["validate", "--config", str(NORMALIZED), *tiny, *evaluation, "--ckpt_path", "last"])
         rows = [r for m in run.rglob("metrics.csv") for r in csv.DictReader(m.open())]
         score = next(float(r["eval/main/episode_return"]) for r in rows if r.get("eval/main/episode_return"))
@@ -233,7 +237,11 @@ def test_an_image_recipe_replays_validates_score(tmp_path, monkeypatch):
     population = lightmarl.load_population(tmp_path / "runs" / "pistonball")
     # One episode per validate: with several copies the first episodes to end count, not one per seed.
     for seed in (EVAL_SEED, EVAL_SEED + 1):
-        evaluation = ["--evaluation.validation.episodes=1", "--evaluation.validation.num_envs=1", f"--evaluation.validation.seed={seed}"]
+        evaluation = [
+            "--evaluation.validation.episodes=1",
+            "--evaluation.validation.num_envs=1",
+            f"--evaluation.validation.seed={seed}",
+        ]
         main(["validate", "--config", str(recipe), *tiny, *evaluation, "--trainer.logger=null", "--ckpt_path", "last"])
         metrics = sorted((tmp_path / "runs").rglob("metrics.csv"))[-1]
         rows = [r for r in csv.DictReader(metrics.open()) if r.get("eval/main/episode_return")]

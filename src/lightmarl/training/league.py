@@ -211,9 +211,7 @@ class LeagueTraining(LeagueRun):
             except ValueError as err:  # not an OpenSpiel two-player zero-sum game
                 raise ConfigError(f"league.meta_game: exact needs an OpenSpiel game: {err}") from None
             self.meta_payoffs = exact_meta_payoffs(self.exact_tables)
-        self.build(
-            StrategyExchange(trainer.strategy), os.path.join(trainer.default_root_dir, "league"), module.seed
-        )
+        self.build(StrategyExchange(trainer.strategy), os.path.join(trainer.default_root_dir, "league"), module.seed)
 
     # -- between iterations ---------------------------------------------------------------
     def after_iteration(self, experience: Any) -> dict[str, float]:
