@@ -116,11 +116,7 @@ class LeagueConfig(LeagueSettings):
 class LeagueTraining(LeagueRun):
     """The league of one training process, run by a [`MARLModule`][lightmarl.training.module.MARLModule].
 
-    Args:
-        config: the recipe's ``league:`` section.
-        env_spec: the env the league plays.
-        policy_bindings: the recipe's bindings; the players' bindings must be trainable ones
-            of the same policy class and kwargs (snapshots load into every opponent slot).
+    Takes `LeagueRun`'s arguments, with the recipe's whole ``league:`` section as ``config``.
     """
 
     def __init__(self, config: LeagueConfig, env_spec: EnvSpec, policy_bindings: list[PolicyBindingConfig] | None):
