@@ -207,6 +207,39 @@ MARLTrainerFactory = Callable[
 ]
 
 
+def build_marl_trainer(
+    factory: MARLTrainerFactory,
+    table: BindingTable,
+    policies: dict[str, Policy],
+    algorithms: dict[str, Algorithm],
+    shared: SharedModules | None,
+    *,
+    num_envs: int,
+    rollout_steps: int,
+) -> MARLTrainer:
+    """A run's MARLTrainer, once every binding is checked against its algorithm (policy contract,
+    rollout shape) and the loss profiles against the trainers' loss names: before any env exists.
+
+    Args:
+        factory: the recipe's ``model.marl_trainer``.
+        table: the run's bindings.
+        policies: every active binding's policy.
+        algorithms: the algorithm of each trainable binding.
+        shared: the run's shared modules.
+        num_envs: env copies per process.
+        rollout_steps: env steps per copy per iteration.
+
+    Raises:
+        ValueError: naming the binding, algorithm or loss profile that does not fit.
+    """
+    table.require_trainable()
+    for binding_id, algorithm in algorithms.items():
+        algorithm.check_rollout(binding_id, num_envs, rollout_steps)
+    marl_trainer = factory(table, policies, algorithms, shared)
+    marl_trainer.check_loss_profiles()
+    return marl_trainer
+
+
 class IndependentMARLTrainer(MARLTrainer):
     """Independent learning, the default ``model.marl_trainer``: each trainable binding learns on its own rows.
 

@@ -126,6 +126,23 @@ class MultiAgentPolicy(nn.Module):
             return policy(tensordict)
         return tensordict.update(policy(tensordict.to(device)).to(home))
 
+    def weights_of(self, binding_id: str) -> dict[str, torch.Tensor]:
+        """A CPU copy of one binding's policy weights."""
+        return {k: v.detach().cpu().clone() for k, v in self.policy_of(binding_id).state_dict().items()}
+
+    def load_weights(self, binding_id: str, weights: dict[str, torch.Tensor]) -> None:
+        """Load weights into one binding's policy; shapes must match."""
+        try:
+            self.policy_of(binding_id).load_state_dict(weights)
+        except (RuntimeError, ValueError) as err:
+            raise ValueError(f"set_weights: the weights do not fit binding {binding_id!r}: {err}") from None
+
+    def policy_of(self, binding_id: str) -> nn.Module:
+        """The policy of ``binding_id`` (a KeyError naming the bindings with policies otherwise)."""
+        if binding_id not in self.policies:
+            raise KeyError(f"no policy for binding {binding_id!r}; bindings with policies are {list(self.policies)}")
+        return self.policies[binding_id]
+
     @property
     def binding_devices(self) -> dict[str, torch.device]:
         """Bindings whose policy acts on a device of its own (``PolicyBinding.device``)."""
@@ -133,8 +150,20 @@ class MultiAgentPolicy(nn.Module):
             b.id: torch.device(b.device) for b in self.table.bindings if b.device is not None and b.id in self.policies
         }
 
-    def place_bindings(self) -> None:
-        """Move policies with their own ``device`` there (after the module was moved as a whole)."""
+    def place_bindings(self, trainer_device: torch.device | None = None) -> None:
+        """Move policies with their own ``device`` there (after the module was moved as a whole).
+
+        Args:
+            trainer_device: where the trainable policies learn: a trainable binding asking for
+                another device is refused (its optimizer lives there; frozen and scripted bindings
+                may act elsewhere, e.g. a large frozen NPC on the CPU).
+        """
+        for binding_id, device in self.binding_devices.items():
+            if trainer_device is not None and self.table.binding(binding_id).trainable and device != trainer_device:
+                raise ValueError(
+                    f"policy_bindings: trainable binding {binding_id!r} asks for device {str(device)!r} but the "
+                    f"trainer runs on {str(trainer_device)!r}; only frozen bindings may act on a device of their own"
+                )
         for binding_id, device in self.binding_devices.items():
             self.policies[binding_id].to(device)
 

@@ -5,7 +5,7 @@ Plain, validated data plus the index tensors derived from it; no networks live h
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NotRequired, TypedDict, cast
@@ -249,6 +249,12 @@ class BindingTable:
         policy_mapping_fn: str | Callable[[str], str] | None = None,
         num_envs: int | None = None,
     ) -> None:
+        if bindings is not None and len(bindings) == 0:
+            # An empty list would quietly become the default binding: say so instead.
+            raise ValueError(
+                "model.policy_bindings: the list is empty; list at least one binding, or leave policy_bindings "
+                "unset for the default (one trainable 'main' binding of lightmarl.policies.MLPActorCritic)"
+            )
         self.bindings = [as_binding(b) for b in bindings] if bindings else default_bindings()
         self.env_spec = env_spec
         self.loss_profiles: dict[str, list[str] | None] = (
@@ -521,6 +527,14 @@ class BindingTable:
     def active_ids(self) -> list[str]:
         """Bindings that control at least one agent (in the default map or any per-env override)."""
         return [b for b in self.ids if b in self.group_of_binding]
+
+    def check_trainable(self, binding_ids: Iterable[str], *, field: str) -> None:
+        """Refuse ids that name no trainable binding (e.g. the keys of ``model.algorithms``)."""
+        for binding_id in binding_ids:
+            if binding_id not in self.index or not self.binding(binding_id).trainable:
+                raise ValueError(
+                    f"{field}: {binding_id!r} is not a trainable binding; trainable bindings are {self.trainable_ids}"
+                )
 
     def require_trainable(self) -> None:
         """Training needs at least one trainable binding that controls an agent."""

@@ -100,6 +100,16 @@ class FrameBudget:
             f"with the settings the checkpoint was written with, or set model.max_frames to {options}"
         )
 
+    def reached(self, frames: int) -> bool:
+        """Whether ``frames`` done already reach ``max_frames`` (a finished run resumed), saying so on rank 0."""
+        if frames < self.max_frames:
+            return False
+        rank_zero_info(
+            f"lightmarl: the run had already reached model.max_frames ({frames} frames); nothing to train "
+            "(raise model.max_frames to continue it)"
+        )
+        return True
+
     def show_in_progress_bar(self, trainer: Any, remaining_iterations: int) -> None:
         """Give the progress bar the budget's epochs and iterations instead of ``-2`` and ``--``.
 

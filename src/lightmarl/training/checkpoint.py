@@ -38,7 +38,7 @@ def describe_binding(module: MARLModule, binding_id: str) -> dict[str, Any]:
     """How to rebuild one binding's policy: class path, keyword arguments, shared modules, group
     and whether it trains (plain data)."""
     return {
-        **cast(Policy, module._policy_of(binding_id)).origin,
+        **cast(Policy, module.population.policy_of(binding_id)).origin,
         "group": module.table.group_of_binding.get(binding_id),
         "trainable": module.table.binding(binding_id).trainable,
     }

@@ -12,30 +12,25 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from lightmarl.algorithms import PPO, Algorithm, IndependentMARLTrainer, MARLTrainer
-from lightmarl.algorithms.marl_trainer import MARLTrainerFactory
+from lightmarl.algorithms.marl_trainer import MARLTrainerFactory, build_marl_trainer
 from lightmarl.data.collector import RolloutCollector, StepHook
 from lightmarl.envs.config import EnvConfig
 from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
-from lightmarl.envs.transforms import (
-    transformed_spec,
-)
+from lightmarl.envs.transforms import transformed_spec
 from lightmarl.errors import ConfigError
 from lightmarl.evaluation.scenarios import EvaluationConfig
 from lightmarl.evaluation.validation import check_validation, play_validation
 from lightmarl.policies.base import Policy
-from lightmarl.policies.multi_agent import MultiAgentPolicy
-from lightmarl.policies.registry import PolicyRegistry
-from lightmarl.policies.shared_modules import SharedModules
+from lightmarl.policies.recipe_population import build_recipe_population
 from lightmarl.population import BindingTable, PerEnvAgentBindingMap, PolicyBindingConfig
 from lightmarl.population.shared import SharedModuleConfig
 from lightmarl.training import checkpoint as checkpoints
 from lightmarl.training.budget import FrameBudget
 from lightmarl.training.league import LeagueConfig, LeagueTraining
 from lightmarl.training.resume import RunResume, seed_rank_streams
-from lightmarl.training.rollouts import tick_loader
+from lightmarl.training.rollouts import iteration_logs, tick_loader
 from lightmarl.training.stepper import LightningStepper, assert_ranks_in_sync
 from lightmarl.training.storage import check_run_directories, use_atomic_checkpoints
-from lightmarl.trust import recipe_class_paths
 
 
 class MARLModule(LightningModule):
@@ -122,12 +117,6 @@ class MARLModule(LightningModule):
             )
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ValueError(f"model.seed: expected an integer >= 0 or null, got {seed!r}")
-        if policy_bindings is not None and len(policy_bindings) == 0:
-            # An empty list would quietly become the default binding: say so instead.
-            raise ValueError(
-                "model.policy_bindings: the list is empty; list at least one binding, or leave policy_bindings "
-                "unset for the default (one trainable 'main' binding of lightmarl.policies.MLPActorCritic)"
-            )
         self.env_config = env or PettingZooEnvConfig()
         self.algorithm = algorithm or PPO()
         self.algorithms = dict(algorithms or {})
@@ -164,33 +153,12 @@ class MARLModule(LightningModule):
         )
         if self.league is not None:
             self.league.reserve(self.table)
-        for binding_id in self.algorithms:
-            if binding_id not in self.table.index or not self.table.binding(binding_id).trainable:
-                raise ValueError(
-                    f"model.algorithms: {binding_id!r} is not a trainable binding; "
-                    f"trainable bindings are {self.table.trainable_ids}"
-                )
+        self.table.check_trainable(self.algorithms, field="model.algorithms")
         for binding_id in self.table.trainable_ids:
             self.algorithm_of(binding_id).reserve_bindings(binding_id, self.table)
-        self.shared = SharedModules(shared_modules, self.table, self.env_spec)
-        # Loaded policies see inputs as in their own runs (env transforms); a policy_uri file may name the
-        # classes this recipe names, and lightmarl's own (lightmarl.trust).
-        registry = PolicyRegistry(
-            self.env_config.transforms, allowed=recipe_class_paths(self.table.bindings, shared_modules)
+        self.shared, self.population = build_recipe_population(
+            self.table, self.env_spec, self.env_config.transforms, shared_modules
         )
-        policies = {
-            b: registry.get(
-                self.table.binding(b),
-                self.env_spec.groups[self.table.group_of_binding[b]],
-                injected=self.shared.injected(b),
-            )
-            for b in self.table.active_ids
-        }
-        for binding in self.table.bindings:
-            if not binding.trainable and binding.id in policies:
-                policies[binding.id].requires_grad_(False)
-        self.shared.restore_trainability()  # a module a trainable binding uses keeps learning
-        self.population = MultiAgentPolicy(policies, self.table)
         self.marl_trainer_factory = marl_trainer
         self.marl_trainer: MARLTrainer | None = None
         self._optimizer_index: dict[str, int] = {}  # optimizer name (binding id) -> position in configure_optimizers
@@ -206,29 +174,16 @@ class MARLModule(LightningModule):
 
     def get_weights(self, binding_id: str) -> dict[str, torch.Tensor]:
         """A CPU copy of one binding's policy weights (what [`WeightExchange`][lightmarl.training.weight_exchange.WeightExchange] publishes)."""
-        return {k: v.detach().cpu().clone() for k, v in self._policy_of(binding_id).state_dict().items()}
+        return self.population.weights_of(binding_id)
 
     def set_weights(self, binding_id: str, weights: dict[str, torch.Tensor]) -> None:
         """Load weights into one binding's policy (another run's, from [`WeightExchange`][lightmarl.training.weight_exchange.WeightExchange]); shapes must match."""
-        policy = self._policy_of(binding_id)
-        try:
-            policy.load_state_dict(weights)
-        except (RuntimeError, ValueError) as err:
-            raise ValueError(f"set_weights: the weights do not fit binding {binding_id!r}: {err}") from None
-
-    def describe_binding(self, binding_id: str) -> dict[str, Any]:
-        """How to rebuild one binding's policy (`lightmarl.training.checkpoint.describe_binding`)."""
-        return checkpoints.describe_binding(self, binding_id)
+        self.population.load_weights(binding_id, weights)
 
     def snapshot_description(self, binding_id: str) -> dict[str, Any]:
         """What a league snapshot file of ``binding_id`` carries besides its weights
         (`lightmarl.training.checkpoint.snapshot_description`)."""
         return checkpoints.snapshot_description(self, binding_id)
-
-    def _policy_of(self, binding_id: str) -> nn.Module:
-        if binding_id not in self.policies:
-            raise KeyError(f"no policy for binding {binding_id!r}; bindings with policies are {list(self.policies)}")
-        return self.policies[binding_id]
 
     # -- budget ---------------------------------------------------------------------------------
     @property
@@ -270,16 +225,16 @@ class MARLModule(LightningModule):
             # Before any env exists: an unwritable run directory fails now, and checkpoints are written atomically.
             check_run_directories(self._trainer)
             use_atomic_checkpoints(self._trainer)
-        # Every binding is checked against its algorithm's policy contract and the loss profiles
-        # against the trainers' loss names here, before any env exists.
         try:
-            self.table.require_trainable()
-            algorithms = {b: self.algorithm_of(b) for b in self.table.trainable_ids}
-            policies = {b: cast(Policy, p) for b, p in self.policies.items()}
-            for binding_id, algorithm in algorithms.items():
-                algorithm.check_rollout(binding_id, self.env_config.num_envs, self.rollout_steps)
-            marl_trainer = self.marl_trainer_factory(self.table, policies, algorithms, self.shared)
-            marl_trainer.check_loss_profiles()
+            marl_trainer = build_marl_trainer(
+                self.marl_trainer_factory,
+                self.table,
+                {b: cast(Policy, p) for b, p in self.policies.items()},
+                {b: self.algorithm_of(b) for b in self.table.trainable_ids},
+                self.shared,
+                num_envs=self.env_config.num_envs,
+                rollout_steps=self.rollout_steps,
+            )
         except ValueError as err:
             raise ConfigError(str(err)) from err
         self.marl_trainer = marl_trainer
@@ -304,15 +259,10 @@ class MARLModule(LightningModule):
         return {name: cast(torch.optim.Optimizer, listed[i]) for name, i in self._optimizer_index.items()}
 
     def _place_bindings(self) -> None:
-        # Trainable policies live with their optimizer on the module's device; frozen and
-        # scripted bindings may act elsewhere (e.g. a large frozen NPC on the CPU).
-        for binding_id, device in self.population.binding_devices.items():
-            if self.table.binding(binding_id).trainable and device != self.device:
-                raise ConfigError(
-                    f"policy_bindings: trainable binding {binding_id!r} asks for device {str(device)!r} but the "
-                    f"trainer runs on {str(self.device)!r}; only frozen bindings may act on a device of their own"
-                )
-        self.population.place_bindings()
+        try:
+            self.population.place_bindings(trainer_device=self.device)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
 
     def on_validation_start(self) -> None:
         self._place_bindings()
@@ -355,13 +305,9 @@ class MARLModule(LightningModule):
         self._resume.restore_rng(
             self.device, dict(self.policies.items())
         )  # last: nothing may draw from the RNG streams after them
-        if self.frames >= self.max_frames:
+        if self.budget.reached(self.frames):
             # Resumed from a checkpoint of a finished run: no iteration would run, so no training
             # step would ever stop the (max_epochs: -1) fit loop, which would spin on empty epochs.
-            rank_zero_info(
-                f"lightmarl: the run had already reached model.max_frames ({self.frames} frames); nothing to train "
-                "(raise model.max_frames to continue it)"
-            )
             self.trainer.should_stop = True
             return
         self.budget.show_in_progress_bar(self.trainer, self.remaining_iterations)
@@ -404,19 +350,14 @@ class MARLModule(LightningModule):
         self.frames += self.frames_per_iteration
         league_logs = self.league.after_iteration(experience) if self.league is not None else {}
 
-        logs: dict[str, float] = {}
-        for binding, values in metrics.items():
-            for name, value in values.items():
-                logs[f"train/{binding}/{name}"] = value
-        for binding, stats in self._collector.episode_summary().items():
-            for name, value in stats.items():
-                logs[f"collect/{binding}/{name}"] = value
-        now = time.perf_counter()
-        logs["time/fps"] = self.frames_per_iteration / max(now - started, 1e-9)
-        logs["time/collect_s"] = collected - started
-        logs["time/update_s"] = now - collected
-        logs["counters/frames"] = float(self.frames)
-        logs["counters/iterations"] = float(self.iterations)
+        logs = iteration_logs(
+            metrics,
+            self._collector.episode_summary(),
+            frames=self.frames,
+            iterations=self.iterations,
+            frames_per_iteration=self.frames_per_iteration,
+            seconds=(started, collected, time.perf_counter()),
+        )
         logs.update(league_logs)
         self.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
         progress = {"fps": logs["time/fps"]}

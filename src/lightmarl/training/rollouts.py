@@ -1,4 +1,4 @@
-"""Lightning's training data for RL: iteration ticks; rollouts are collected in ``training_step``.
+"""Lightning's training data for RL: iteration ticks (rollouts are collected in ``training_step``), and what an iteration logs.
 
 Lightning prefetches one batch ahead from iterable loaders. Were the loader to yield
 rollouts, rollout k+1 would be collected before update k, from a stale policy; so the
@@ -7,7 +7,7 @@ loader yields only iteration numbers and ``training_step`` collects with the cur
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -43,3 +43,33 @@ def tick_loader(iterations: int = 1, remaining: Callable[[], int] = lambda: 1) -
         collate_fn=_keep,
         generator=torch.Generator(),
     )
+
+
+def iteration_logs(
+    metrics: Mapping[str, Mapping[str, float]],
+    episodes: Mapping[str, Mapping[str, float]],
+    *,
+    frames: int,
+    iterations: int,
+    frames_per_iteration: int,
+    seconds: tuple[float, float, float],
+) -> dict[str, float]:
+    """What one training iteration logs (docs/reference/metrics.md).
+
+    Args:
+        metrics: the update's metrics per binding, logged as ``train/<binding>/<name>``.
+        episodes: the running episode statistics per binding, logged as ``collect/<binding>/<name>``.
+        frames: frames done after this iteration (``counters/frames``).
+        iterations: iterations done after this iteration (``counters/iterations``).
+        frames_per_iteration: env steps of one iteration, summed over processes (for ``time/fps``).
+        seconds: ``time.perf_counter()`` at the iteration's start, after its collection and at its end.
+    """
+    started, collected, now = seconds
+    logs = {f"train/{b}/{name}": value for b, values in metrics.items() for name, value in values.items()}
+    logs.update({f"collect/{b}/{name}": value for b, stats in episodes.items() for name, value in stats.items()})
+    logs["time/fps"] = frames_per_iteration / max(now - started, 1e-9)
+    logs["time/collect_s"] = collected - started
+    logs["time/update_s"] = now - collected
+    logs["counters/frames"] = float(frames)
+    logs["counters/iterations"] = float(iterations)
+    return logs
