@@ -48,9 +48,12 @@ def processes_with(marker: str) -> list[int]:
 def wait_for_iterations(run_dir: Path, count: int, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        metrics = list(run_dir.rglob("metrics.csv"))
-        if metrics and len(metrics[0].read_text().splitlines()) > count:
-            return
+        try:  # the run creates and fills its folders meanwhile: a folder listed may be gone when read
+            metrics = list(run_dir.rglob("metrics.csv"))
+            if metrics and len(metrics[0].read_text().splitlines()) > count:
+                return
+        except FileNotFoundError:
+            pass
         time.sleep(0.2)
     raise AssertionError(f"the run logged fewer than {count} iterations in {timeout} s")
 
