@@ -126,7 +126,7 @@ class EloRatings:
 def elo_from_results(
     games: Iterable[tuple[str, str, GameResult | str | float]], initial: float = 1000.0, k: float = 32.0
 ) -> dict[str, float]:
-    """Elo ratings after replaying ``(home, away, result)`` games in order."""
+    """Elo ratings after applying ``(home, away, result)`` games in order."""
     table = EloRatings(initial=initial, k=k)
     for home, away, result in games:
         table.update(home, away, result)

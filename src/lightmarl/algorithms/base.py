@@ -314,7 +314,7 @@ class UnitTrainer(ABC):
         del state
 
     def replay_state_dict(self) -> dict:
-        """Experience kept across iterations (a replay buffer) that a resumed run needs; ``{}``: none.
+        """Experience kept across iterations (a replay buffer, open transitions) that a resumed run needs; ``{}``: none.
 
         Kept apart from [`state_dict`][lightmarl.algorithms.base.UnitTrainer.state_dict]: it is per process under DDP, large, and optional
         (``model.checkpoint_replay``).

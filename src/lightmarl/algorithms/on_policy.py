@@ -11,7 +11,7 @@
    (`valid_row_gae`) and the advantages are standardised over the binding's rows;
 4. ``epochs`` passes of minibatches over the env steps with rows, one gradient step each on the main
    loss plus every auxiliary loss (`AuxiliaryLoss.loss`). A recurrent policy
-   ([`Recurrent`][lightmarl.policies.contracts.Recurrent]) is replayed on whole env sequences.
+   ([`Recurrent`][lightmarl.policies.contracts.Recurrent]) is rerun over whole env sequences.
 
 A subclass builds its TorchRL loss (`OnPolicyUnitTrainer._make_loss`, with ``advantage`` and
 ``value_target`` keys) and may add auxiliary losses (`OnPolicyUnitTrainer._make_auxiliary_losses`), as
@@ -172,7 +172,7 @@ class OnPolicyUnitTrainer(UnitTrainer):
         self.update_every = self.config.update_every
         self.recurrent = isinstance(policy, Recurrent) and policy.is_recurrent
         # Where the losses run: inside sequence mode for a recurrent policy.
-        self._replay: Callable[[], AbstractContextManager[None]] = (
+        self._sequence_context: Callable[[], AbstractContextManager[None]] = (
             policy.sequence_mode if isinstance(policy, Recurrent) and self.recurrent else contextlib.nullcontext
         )
         self.updates = 0
@@ -242,8 +242,8 @@ class OnPolicyUnitTrainer(UnitTrainer):
             steps = steps | extra.mask.any(-1)
         means = MetricMeans()
         params = self.parameters()
-        for batch, replay in self._minibatches(data, steps, stepper):
-            with replay:
+        for batch, context in self._minibatches(data, steps, stepper):
+            with context:
                 terms = self.minibatch_losses(batch, main=num_rows > 0, auxiliary=extras)
             optimize(terms, optimizer, stepper, params, self.config.max_grad_norm, guard=self.guard)
             means.add(terms)
@@ -287,7 +287,7 @@ class OnPolicyUnitTrainer(UnitTrainer):
         """``epochs`` shuffled passes of minibatches over the env ``steps`` (``[envs, time]`` bool) that
         hold the binding's rows, each with the context its losses run in."""
         if self.recurrent:
-            # Whole env sequences [envs, time]: the actor replays each one from its stored state.
+            # Whole env sequences [envs, time]: the actor reruns each one from its stored state.
             played = steps.any(-1)
             samples = data if bool(played.all()) else data[played]
             size = max(1, min(self.config.minibatch_size // data.shape[1], samples.shape[0]))
@@ -301,7 +301,7 @@ class OnPolicyUnitTrainer(UnitTrainer):
         for _ in range(self.config.epochs):
             order = torch.randperm(count, device=samples.device)
             for i in range(batches):
-                yield samples[order[i * size : (i + 1) * size]], self._replay()
+                yield samples[order[i * size : (i + 1) * size]], self._sequence_context()
 
     def estimate_advantages(
         self,

@@ -177,8 +177,8 @@ class RolloutCollector:
         self.loop = RolloutLoop(env, policy, exploration, self.device)
         #: each copy's episode in flight and its actions so far, to put the copies back when a run resumes.
         self.history = EpisodeHistory(self.num_envs)
-        # Only vectors that can replay episodes use the history (VMAS cannot): others skip its per-copy loop.
-        self._replayable = all(callable(getattr(lane.env, "resume_state", None)) for lane in self.loop.lanes)
+        # Only vectors that can fast-forward episodes use the history (VMAS cannot): others skip its per-copy loop.
+        self._restorable = all(callable(getattr(lane.env, "resume_state", None)) for lane in self.loop.lanes)
 
     @property
     def recurrent(self) -> RecurrentStates:
@@ -317,7 +317,7 @@ class RolloutCollector:
         here = ended_here.device
         episode_ids = self._episode_ids(ended_here)
         time_index = self._time_index(ended_here)
-        if self._replayable:
+        if self._restorable:
             self.history.record({g.name: experience.get((g.name, keys.ACTION)) for g in self._groups}, ended_here.cpu())
         first = steps[0][0]
         E, T = self.num_envs, self.rollout_steps
@@ -421,7 +421,7 @@ class RolloutCollector:
     def load_state_dict(self, state: dict[str, Any]) -> list[str]:
         """Restore `state_dict`'s output before the first `collect`, env copies included.
 
-        Each copy is reset for its episode in flight and replays that episode's actions
+        Each copy is reset for its episode in flight and fast-forwarded through that episode's actions
         (`restore`). Where that cannot be exact, the
         collector still goes on, and the returned messages say why (for the caller to warn).
 
@@ -450,18 +450,20 @@ class RolloutCollector:
         resumable = [getattr(lane.env, "resume_state", lambda: None)() is not None for lane in self.loop.lanes]
         if lanes is None or not all(resumable) or len(lanes) != len(self.loop.lanes):
             self._restart_episodes()
-            return [f"env {self.env.spec.name!r}: its vector cannot replay episodes; every copy starts a new episode"]
+            return [
+                f"env {self.env.spec.name!r}: its vector cannot fast-forward episodes; every copy starts a new episode"
+            ]
         differing: list[int] = []
         for lane, lane_state in zip(self.loop.lanes, lanes):
             copies = range(lane.envs.start, lane.envs.stop)
             episodes = [int(self.history.episodes[e]) for e in copies]
-            replayed = cast(Any, lane.env).restore(episodes, [self.history.actions_of(e) for e in copies], lane_state)
-            differing += [lane.envs.start + i for i in replayed]
+            diverged = cast(Any, lane.env).restore(episodes, [self.history.actions_of(e) for e in copies], lane_state)
+            differing += [lane.envs.start + i for i in diverged]
         self.loop.resume()
         if differing:
             return [
-                f"env {self.env.spec.name!r}: replaying the episodes in flight did not reproduce copies {differing} "
-                "(the env is not deterministic given its seed and actions); they go on from the replayed state"
+                f"env {self.env.spec.name!r}: fast-forwarding the episodes in flight did not reproduce copies {differing} "
+                "(the env is not deterministic given its seed and actions); they go on from the fast-forwarded state"
             ]
         return []
 

@@ -1,6 +1,6 @@
 """What putting env copies back mid-episode needs: each copy's episode number and the actions since it began.
 
-A PettingZoo env cannot be snapshotted, but it can be replayed: episode ``k`` of a copy is reset
+A PettingZoo env cannot be snapshotted, but it can be fast-forwarded: episode ``k`` of a copy is reset
 with `episode_seed` of the copy's seed and ``k``, so the same
 actions bring it back to the same state (for an env that is deterministic given its seed and
 actions). `EpisodeHistory` keeps, per copy, the number of its episode in flight and the

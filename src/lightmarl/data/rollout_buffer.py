@@ -530,7 +530,7 @@ class MultiAgentRolloutBuffer(KeptRollouts):
         Args:
             length: steps trained on per chunk; ``None`` gives one chunk per whole trajectory
                 (padded to the longest, ``burn_in`` ignored).
-            burn_in: steps replayed before each chunk to warm up the recurrent state.
+            burn_in: steps rerun before each chunk to warm up the recurrent state.
             binding_id: keep only rows of this binding.
             complete_only: keep only completed episodes.
 

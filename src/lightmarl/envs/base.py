@@ -106,7 +106,7 @@ class ResumableVecEnv(VecEnv, Protocol):
     """A [`VecEnv`][lightmarl.envs.base.VecEnv] that can put its copies back mid-episode, e.g. when a run resumes from a checkpoint.
 
     Each copy's episode ``k`` is reset with `episode_seed` of the
-    copy's seed and ``k``; `restore` resets the copy for its episode in flight and replays
+    copy's seed and ``k``; `restore` resets the copy for its episode in flight and fast-forwards it through
     the actions the episode was stepped with so far. PettingZoo vectors (in-process and in worker
     processes, and transforms over them) are resumable; VMAS vectors are not.
     """
@@ -128,35 +128,37 @@ class ResumableVecEnv(VecEnv, Protocol):
             state: what `resume_state` returned.
 
         Returns:
-            The copies whose replay did not reproduce the saved observations (an env that is
+            The copies whose fast-forward did not reproduce the saved observations (an env that is
             not deterministic given its seed and actions); empty when the restore is exact.
         """
         ...
 
 
-class ReplayingVecEnv:
-    """The `ResumableVecEnv` half of vectors whose copies replay their episodes in flight.
+class FastForwardingVecEnv:
+    """The `ResumableVecEnv` half of vectors whose copies fast-forward their episodes in flight.
 
-    A subclass implements `_replay`; this class keeps what the policies see next as the
-    state to check the replay against.
+    A subclass implements `_fast_forward`; this class keeps what the policies see next as the
+    state to check the fast-forward against.
     """
 
     current: Outputs
 
     def resume_state(self) -> dict[str, Any]:
-        """The observations the policies see next, which `restore` checks its replay against."""
+        """The observations the policies see next, which `restore` checks its fast-forward against."""
         return {"current": clone_outputs(self.current)}
 
     def restore(
         self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]], state: dict[str, Any]
     ) -> list[int]:
         """See `ResumableVecEnv.restore`."""
-        diverged, self.current = self._replay(episodes, actions)
+        diverged, self.current = self._fast_forward(episodes, actions)
         return sorted(set(diverged) | set(differing_copies(self.current, state["current"])))
 
-    def _replay(self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]]) -> tuple[list[int], Outputs]:
+    def _fast_forward(
+        self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]]
+    ) -> tuple[list[int], Outputs]:
         """Reset each copy for its episode ``episodes[i]`` and step it with ``actions[i]``: the copies whose
-        episode ended before the last action, and the observations after the replay."""
+        episode ended before the last action, and the observations after the fast-forward."""
         raise NotImplementedError
 
 
@@ -165,12 +167,12 @@ def clone_outputs(outputs: Outputs) -> Outputs:
     return {g: {k: v.clone() for k, v in entries.items()} for g, entries in outputs.items()}
 
 
-def differing_copies(replayed: Outputs, saved: Outputs) -> list[int]:
-    """The env copies (first dim) where any array of ``replayed`` differs from ``saved``."""
+def differing_copies(restored: Outputs, saved: Outputs) -> list[int]:
+    """The env copies (first dim) where any array of ``restored`` differs from ``saved``."""
     differ: torch.Tensor | None = None
     for g, entries in saved.items():
         for k, value in entries.items():
-            other = replayed.get(g, {}).get(k)
+            other = restored.get(g, {}).get(k)
             rows = (
                 torch.ones(value.shape[0], dtype=torch.bool)
                 if other is None or other.shape != value.shape

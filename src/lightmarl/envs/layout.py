@@ -159,7 +159,7 @@ class EnvSlice(Protocol):
     def step(self, actions: dict[str, np.ndarray], nxt: Arrays, current: Arrays, ended: np.ndarray) -> None:
         """Step every copy: results into ``nxt``, next observations into ``current``, resets into ``ended``."""
 
-    def replay(self, e: int, episode: int, actions: dict[str, np.ndarray], current: Arrays) -> bool:
+    def fast_forward(self, e: int, episode: int, actions: dict[str, np.ndarray], current: Arrays) -> bool:
         """Reset copy ``e`` (a vector index) for its episode ``episode`` and step it with ``actions``.
 
         Args:
@@ -192,7 +192,7 @@ def episode_seed(seed: int, episode: int) -> int:
 
     The first episode is reset with ``seed`` itself; the others with a seed drawn from
     NumPy's ``SeedSequence([seed, episode])``, so any episode of any copy can be started again
-    from its number alone (resuming a run replays the episodes in flight this way).
+    from its number alone ((resuming a run fast-forwards the episodes in flight this way)).
     """
     if episode == 0:
         return seed

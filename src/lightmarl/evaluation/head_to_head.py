@@ -124,7 +124,7 @@ class HeadToHead:
 
     Attributes:
         payoff: the payoff matrix.
-        elo: player -> Elo rating after replaying the games in order (sequential Elo depends on
+        elo: player -> Elo rating after applying the games in order (sequential Elo depends on
             the order; ratings of a long, shuffled list are stable).
         openskill: player -> ``(mu, sigma)`` of an openskill Plackett-Luce rating.
     """

@@ -188,7 +188,7 @@ class TwinQCritics(Protocol):
 class Recurrent(Protocol):
     """A policy with memory: trained on whole ``[envs, time]`` sequences inside `sequence_mode`.
 
-    Optional for on-policy learners (they replay sequences when a policy has it), so it is
+    Optional for on-policy learners (they rerun whole sequences through a policy that has it), so it is
     tested with ``isinstance`` rather than required.
     """
 

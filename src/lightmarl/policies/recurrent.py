@@ -4,7 +4,7 @@ The recurrent state of every row lives in the rollout: before each step the coll
 ``(group, "recurrent_state")`` (``[*batch, layers, hidden]``; LSTMs stack hidden and cell
 state as ``[*batch, 2, layers, hidden]``) and ``(group, "is_init")`` (the row starts an
 episode, so the state is reset to zeros); the policy writes the state after the step to
-``(group, "next_recurrent_state")``. Training replays whole rollouts in *sequence mode*:
+``(group, "next_recurrent_state")``. Training reruns whole rollouts in *sequence mode*:
 each (env, agent) sequence restarts from the state stored at its first step and is reset
 wherever ``is_init`` is set, so the state seen in training is the one seen at collection.
 """

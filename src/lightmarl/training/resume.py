@@ -19,12 +19,12 @@ which writes the file):
 and a PettingZoo env cannot be snapshotted. Instead every copy's episode ``k`` is reset with a
 seed derived from the copy's seed (run seed, rank and copy index) and ``k``
 (`episode_seed`), and the checkpoint keeps the actions of each
-episode in flight. On resume each copy is reset for its episode and replays those actions, which
+episode in flight. On resume each copy is reset for its episode and fast-forwarded through those actions, which
 puts an env that is deterministic given its seed and actions back in the same state. Where the
-replayed observations differ from the saved ones (an env with randomness of its own), the run
-warns naming the copies and goes on from the replayed state: weights, optimizers, buffers and
+fast-forwarded observations differ from the saved ones (an env with randomness of its own), the run
+warns naming the copies and goes on from the fast-forwarded state: weights, optimizers, buffers and
 RNG streams are still restored, but the run is no longer bit-identical. Vectors that cannot
-replay (VMAS) start new episodes on resume, with a warning.
+fast-forward (VMAS) start new episodes on resume, with a warning.
 
 The pieces go back in the order the run needs them: the replay buffers when Lightning loads the
 checkpoint (`RunResume.load`), the env copies once the collector exists
@@ -140,7 +140,7 @@ class RunResume:
         return {"world_size": len(ranks), "ranks": ranks}
 
     def load(self, saved: dict[str, Any] | None, rank: int, world_size: int, trainer: MARLTrainer | None) -> None:
-        """Take this rank's part of a checkpoint's resume state: the replay buffers now, the rest later."""
+        """Take this rank's part of a checkpoint's resume state: the replay state (replay buffers, open transitions) now, the rest later."""
         self._pending = None
         if saved is None:
             return
@@ -168,10 +168,14 @@ class RunResume:
             league.load_rank_state_dict(self._pending["league"])
         for problem in problems:
             warnings.warn(f"lightmarl: resume is not bit-identical: {problem}", stacklevel=2)
-        replayed = sum(len(next(iter(a.values()), ())) for a in self._pending["collector"]["history"]["actions"])
-        buffers = f", replay buffers of {sorted(self._pending['replay'])}" if self._pending["replay"] else ""
+        fast_forwarded = sum(len(next(iter(a.values()), ())) for a in self._pending["collector"]["history"]["actions"])
+        kept = (
+            f", kept experience (replay buffers, open transitions) of {sorted(self._pending['replay'])}"
+            if self._pending["replay"]
+            else ""
+        )
         rank_zero_info(
-            f"lightmarl: resumed {collector.num_envs} env copies mid-episode ({replayed} actions replayed){buffers}"
+            f"lightmarl: resumed {collector.num_envs} env copies mid-episode ({fast_forwarded} actions re-stepped){kept}"
         )
 
     def restore_rng(self, device: torch.device, policies: Mapping[str, Any] | None = None) -> None:

@@ -1,6 +1,6 @@
 """Turn-based board games that start each episode from a random opening.
 
-Self-play between nearly deterministic policies replays a handful of games: the players meet few
+Self-play between nearly deterministic policies plays the same handful of games again and again: the players meet few
 positions and learn little that carries over to an opponent that plays differently (on connect
 four, a main player trained that way missed most of the immediate wins and blocks it met against
 a scripted opponent that plays random moves between its tactical ones, docs/league.md). Opening

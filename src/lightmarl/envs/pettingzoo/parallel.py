@@ -187,9 +187,9 @@ class ParallelSlice:
                 if key in arrays:
                     current[group][key][rows][keep] = arrays[key][rows][keep]
 
-    def replay(self, e: int, episode: int, actions: dict[str, np.ndarray], current: Arrays) -> bool:
+    def fast_forward(self, e: int, episode: int, actions: dict[str, np.ndarray], current: Arrays) -> bool:
         """Reset copy ``e`` for its episode ``episode`` and step it with ``actions``; see
-        `replay`."""
+        `fast_forward`."""
         j = e - self.start
         rows = len(current[self.groups[0].name][keys.VALID])  # the vector's copies: arrays are indexed by `e`
         state_shape = current[ROOT][keys.STATE].shape[1:] if ROOT in current else None

@@ -9,12 +9,12 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from lightmarl.envs.base import Outputs, ReplayingVecEnv, observation_td
+from lightmarl.envs.base import FastForwardingVecEnv, Outputs, observation_td
 from lightmarl.envs.layout import Arrays, GroupLayout, SliceFactory, empty_current, empty_next
 from lightmarl.envs.spec import EnvSpec
 
 
-class InProcessVecEnv(ReplayingVecEnv):
+class InProcessVecEnv(FastForwardingVecEnv):
     """``num_envs`` env copies stepped in this process by their family's stepping code, with auto-reset.
 
     ``reset()`` and ``step()`` return, per group, tensors shaped ``[num_envs, agents_in_group, ...]``.
@@ -76,12 +76,14 @@ class InProcessVecEnv(ReplayingVecEnv):
         self.current = self._to_torch(current)
         return self._to_torch(nxt), torch.from_numpy(episode_end)
 
-    def _replay(self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]]) -> tuple[list[int], Outputs]:
+    def _fast_forward(
+        self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]]
+    ) -> tuple[list[int], Outputs]:
         current = empty_current(self._groups, self.num_envs, self.spec.state_shape)
         diverged = [
             e
             for e in range(self.num_envs)
-            if not self._block.replay(e, int(episodes[e]), {g: a.numpy() for g, a in actions[e].items()}, current)
+            if not self._block.fast_forward(e, int(episodes[e]), {g: a.numpy() for g, a in actions[e].items()}, current)
         ]
         return diverged, self._to_torch(current)
 

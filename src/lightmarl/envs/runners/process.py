@@ -34,7 +34,7 @@ from typing import Any, Literal, NoReturn
 import torch
 from tensordict import TensorDict
 
-from lightmarl.envs.base import Outputs, ReplayingVecEnv, observation_td
+from lightmarl.envs.base import FastForwardingVecEnv, Outputs, observation_td
 from lightmarl.envs.layout import Arrays, GroupLayout, empty_current
 from lightmarl.envs.runners.placement import worker_cpus
 from lightmarl.envs.runners.shared_memory import SharedArrays
@@ -59,7 +59,7 @@ WorkerFailure = Literal["stop", "restart"]
 PETTINGZOO_SLICE = "lightmarl.envs.pettingzoo.slices.pettingzoo_slice"
 
 
-class ProcessVecEnv(ReplayingVecEnv):
+class ProcessVecEnv(FastForwardingVecEnv):
     """``num_envs`` env copies stepped by ``num_workers`` worker processes, with auto-reset.
 
     Each worker builds its copies from ``env_fn`` and steps them with the slices ``make_slice``
@@ -443,13 +443,15 @@ class ProcessVecEnv(ReplayingVecEnv):
         ended = torch.from_numpy(self._shared.ended[rows].copy())
         return self._copy_out(self._shared.next, rows), ended, self._copy_out(self._shared.current, rows)
 
-    def _replay(self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]]) -> tuple[list[int], Outputs]:
+    def _fast_forward(
+        self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]]
+    ) -> tuple[list[int], Outputs]:
         return self._restore(None, episodes, actions)
 
     def _restore(
         self, phase: int | None, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]]
     ) -> tuple[list[int], Outputs]:
-        """Replay the copies of ``phase`` (``episodes`` / ``actions`` indexed from its first copy):
+        """Fast-forward the copies of ``phase`` (``episodes`` / ``actions`` indexed from its first copy):
         the copies (from the phase's first) whose episode ended early, and the phase's observations."""
         rows = self._rows(phase)
         first = rows.start or 0
@@ -461,8 +463,8 @@ class ProcessVecEnv(ReplayingVecEnv):
         self._drain()
         workers = [w for w in self._workers if w.index in work]
         for w in workers:
-            self._send([w], "replay", work[w.index])
-        diverged = [e - first for payload in self._answers(workers, "replay", self.timeout) for e in payload]
+            self._send([w], "fast_forward", work[w.index])
+        diverged = [e - first for payload in self._answers(workers, "fast_forward", self.timeout) for e in payload]
         return diverged, self._copy_out(self._shared.current, rows)
 
     def phases(self) -> list[VecEnvPhase]:
@@ -503,7 +505,7 @@ class ProcessVecEnv(ReplayingVecEnv):
         self.close()
 
 
-class VecEnvPhase(ReplayingVecEnv):
+class VecEnvPhase(FastForwardingVecEnv):
     """One phase (a contiguous range of copies) of a [`ProcessVecEnv`][lightmarl.envs.runners.process.ProcessVecEnv], as a vector of its own.
 
     The [`AsyncVecEnv`][lightmarl.envs.base.AsyncVecEnv] interface over copies
@@ -527,7 +529,9 @@ class VecEnvPhase(ReplayingVecEnv):
         self.current = self.vector._reset(self.phase)
         return self.current
 
-    def _replay(self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]]) -> tuple[list[int], Outputs]:
+    def _fast_forward(
+        self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]]
+    ) -> tuple[list[int], Outputs]:
         return self.vector._restore(self.phase, episodes, actions)
 
     def step_async(self, actions: dict[str, torch.Tensor]) -> None:

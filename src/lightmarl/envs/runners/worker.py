@@ -8,7 +8,7 @@ the env layout and the env family's slice code, never torch, so it starts in wel
 `EnvSlice` factory) come by import path.
 
 Protocol: a duplex pipe carries small commands (``("step", phase)``, ``("reset", phase)`` with
-``phase=None`` for all of the worker's copies, ``("replay", [(copy, episode, actions), ...])`` to
+``phase=None`` for all of the worker's copies, ``("fast_forward", [(copy, episode, actions), ...])`` to
 put copies back mid-episode (a resumed run), ``("render", index)``, ``("close", None)``) and
 replies (``("ok", payload)`` or ``("error", (message, traceback))``); observations never go
 through the pipe but through `SharedArrays`.
@@ -131,12 +131,12 @@ def worker_main(conn: Connection, args: WorkerArgs) -> None:
                     for block in blocks if arg is None else (blocks[arg],):
                         shared.clear_rows(slice(block.start, block.stop), sections=("current",))
                         block.reset(shared.current)
-                elif command == "replay":  # [(copy, episode, actions)]: put copies back mid-episode
+                elif command == "fast_forward":  # [(copy, episode, actions)]: put copies back mid-episode
                     diverged = []
                     for e, episode, actions in arg:
                         block = next(b for b in blocks if b.start <= e < b.stop)
                         shared.clear_rows(slice(e, e + 1), sections=("current",))
-                        if not block.replay(e, episode, actions, shared.current):
+                        if not block.fast_forward(e, episode, actions, shared.current):
                             diverged.append(e)
                     payload = diverged
                 elif command == "render":

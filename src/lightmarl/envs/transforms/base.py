@@ -215,8 +215,8 @@ class TransformedVecEnv:
     def restore(
         self, episodes: Sequence[int], actions: Sequence[dict[str, torch.Tensor]], state: dict[str, Any]
     ) -> list[int]:
-        """The base vector replays; the transforms take their memory and observations from ``state``
-        (replaying through them would count the replayed steps in their statistics twice)."""
+        """The base vector fast-forwards; the transforms take their memory and observations from ``state``
+        (fast-forwarding through them would count the re-stepped steps in their statistics twice)."""
         differing = cast(Any, self.base).restore(episodes, actions, state["base"])
         load_transforms_state_dict(self.transforms, state["statistics"])
         for bound, saved in zip(self.bound, state["bound"]):
