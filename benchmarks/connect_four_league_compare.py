@@ -22,7 +22,7 @@ plays ``--games`` games (half moving first) against
   ``--search-depth`` plies, its first ``--search-openings`` moves uniformly random);
 - head to head, within each seed: every method's main player (greedy) against every other's
   (sampling its moves, as ``benchmarks/league_connect_four.py`` plays the first snapshot: two greedy
-  players would replay one game).
+  players would play one game over and over).
 
 and every epoch checkpoint plays ``--curve-games`` games against the heuristic (the curve). The
 games are played by ``benchmarks/league_connect_four.py``'s ``play_match`` (a draw scores ½, 95%

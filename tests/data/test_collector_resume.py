@@ -1,7 +1,7 @@
 """A collector restored from its state_dict goes on with exactly the experience of the one it was taken from.
 
 Env copies are mid-episode when the state is taken: each is reset for its episode in flight
-(per-episode seeds) and replays that episode's actions. Checked in process and with worker
+(per-episode seeds) and fast-forwarded through that episode's actions. Checked in process and with worker
 processes (phased too), through transforms with per-copy memory, for a turn-based env and with
 recurrent states; and an env that is not deterministic given seed and actions is reported.
 """
@@ -57,15 +57,15 @@ def _continued_and_resumed(config: PettingZooEnvConfig, recurrent: bool = False,
     try:
         warnings = resumed.load_state_dict(state)
         torch.set_rng_state(rng)
-        replayed = [resumed.collect() for _ in range(after)]
+        resumed_rollouts = [resumed.collect() for _ in range(after)]
         assert resumed.episode_summary() == original.episode_summary()
     finally:
         resumed.close()
-    return continued, replayed, warnings
+    return continued, resumed_rollouts, warnings
 
 
-def _assert_same(continued, replayed) -> None:
-    for a, b in zip(continued, replayed):
+def _assert_same(continued, resumed_rollouts) -> None:
+    for a, b in zip(continued, resumed_rollouts):
         assert sorted(a.keys(True, True), key=str) == sorted(b.keys(True, True), key=str)
         for key in a.keys(True, True):
             assert torch.equal(a.get(key), b.get(key)), key
@@ -90,18 +90,18 @@ def _assert_same(continued, replayed) -> None:
     ids=["in-process", "workers", "workers-phased", "transforms", "turn-based"],
 )
 def test_a_restored_collector_continues_bit_identically(config):
-    continued, replayed, warnings = _continued_and_resumed(config)
+    continued, resumed_rollouts, warnings = _continued_and_resumed(config)
     assert warnings == []
-    _assert_same(continued, replayed)
+    _assert_same(continued, resumed_rollouts)
 
 
 def test_recurrent_states_continue_too():
     config = PettingZooEnvConfig(
         env_fn="lightmarl.envs.testing.memory.parallel_env", env_kwargs={"num_agents": 3, "delay": 9}, num_envs=3
     )
-    continued, replayed, warnings = _continued_and_resumed(config, recurrent=True, before=2)
+    continued, resumed_rollouts, warnings = _continued_and_resumed(config, recurrent=True, before=2)
     assert warnings == []
-    _assert_same(continued, replayed)
+    _assert_same(continued, resumed_rollouts)
 
 
 def test_each_episode_of_a_copy_has_its_own_seed():

@@ -29,7 +29,7 @@ def mixed_population():
     return table, policies
 
 
-def test_state_is_stored_reset_at_episode_starts_and_replayed_exactly():
+def test_state_is_stored_reset_at_episode_starts_and_rerun_exactly():
     table, policies = mixed_population()
     collector = RolloutCollector(MEMORY.make_vector(seed=0), MultiAgentPolicy(policies, table), rollout_steps=6)
     collector.collect()  # the second rollout starts mid-episode, from a carried state
@@ -45,10 +45,10 @@ def test_state_is_stored_reset_at_episode_starts_and_replayed_exactly():
     assert state.shape == (3, 6, 3, 2, 1, 8)  # [envs, time, agents, (h, c), layers, hidden]
     assert state[:, 0, [0, 2]].abs().sum() > 0, "the carried state of an episode in progress is stored"
     assert state[:, :, 1].abs().sum() == 0, "the feed-forward binding's rows carry no state"
-    # Replaying whole sequences from the stored state reproduces the collected log-probs.
+    # Rerunning whole sequences from the stored state reproduces the collected log-probs.
     with policies["rnn"].sequence_mode(), set_exploration_type(ExplorationType.RANDOM):
-        replay = policies["rnn"].actor.get_dist(exp).log_prob(rows["action"])
-    assert torch.allclose(replay[..., [0, 2]], rows["action_log_prob"][..., [0, 2]], atol=1e-5)
+        rerun = policies["rnn"].actor.get_dist(exp).log_prob(rows["action"])
+    assert torch.allclose(rerun[..., [0, 2]], rows["action_log_prob"][..., [0, 2]], atol=1e-5)
 
 
 def test_ppo_trains_a_recurrent_binding_on_sequences():
@@ -73,7 +73,7 @@ def test_state_restarts_when_the_binding_map_changes():
     assert restarted["action_log_prob"].isfinite().all()
 
 
-def test_recurrent_critic_values_agree_between_stored_states_and_sequence_replay():
+def test_recurrent_critic_values_agree_between_stored_states_and_sequence_rerun():
     spec = MEMORY.spec()
     policy = RecurrentActorCritic(spec.groups["agent"], hidden_size=8, cell="gru", critic="recurrent")
     table = BindingTable(None, spec)
@@ -84,8 +84,8 @@ def test_recurrent_critic_values_agree_between_stored_states_and_sequence_replay
         stepwise = policy.critic(exp.clone())["agent", "state_value"]  # from each row's stored state
         following = policy.critic(exp["next"].clone())["agent", "state_value"]  # from the stored next states
         with policy.sequence_mode():
-            replayed = policy.critic(exp.clone())["agent", "state_value"]
-    assert torch.allclose(stepwise, replayed, atol=1e-5)
+            rerun = policy.critic(exp.clone())["agent", "state_value"]
+    assert torch.allclose(stepwise, rerun, atol=1e-5)
     done = exp["next", "agent", "done"][..., 0, 0]
     for t in range(6):
         same_episode = ~done[:, t]

@@ -16,7 +16,7 @@ def board(*rows: str) -> torch.Tensor:
     return torch.stack([own, theirs], -1)
 
 
-def replay(moves: list[int], seed: int = 0):
+def play_moves(moves: list[int], seed: int = 0):
     """A fresh ``connect_four_v3`` env with ``moves`` (columns, ``player_0`` first) played."""
     env = connect_four_v3.env()
     env.reset(seed=seed)
@@ -28,12 +28,12 @@ def replay(moves: list[int], seed: int = 0):
 def random_game_positions(games: int, seed: int = 0):
     """Yield ``(moves, observation)`` before every move of ``games`` random legal games of ``connect_four_v3``.
 
-    ``moves`` are the columns played so far (:func:`replay` rebuilds the env there: a wrapped
+    ``moves`` are the columns played so far (:func:`play_moves` rebuilds the env there: a wrapped
     PettingZoo env cannot be deep-copied); ``observation`` is the mover's ``[6, 7, 2]`` board.
     """
     rng = random.Random(seed)
     for _ in range(games):
-        env = replay([])
+        env = play_moves([])
         moves: list[int] = []
         while not (any(env.terminations.values()) or any(env.truncations.values())):
             seen = env.observe(env.agent_selection)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from connect_four_positions import board, random_game_positions, replay
+from connect_four_positions import board, play_moves, random_game_positions
 
 from lightmarl_examples.connect_four import rules
 
@@ -56,7 +56,7 @@ def test_winning_drops_agree_with_pettingzoo_on_random_games():
             if observation[0, column].sum() > 0:  # a full column
                 assert not predicted[column]
                 continue
-            trial = replay(moves)
+            trial = play_moves(moves)
             trial.step(column)
             won = trial.rewards[mover] == 1
             assert bool(predicted[column]) == won, (observation, column)

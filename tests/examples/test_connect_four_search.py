@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from connect_four_positions import board, random_game_positions, replay
+from connect_four_positions import board, play_moves, random_game_positions
 
 from lightmarl.envs import PettingZooEnvConfig
 from lightmarl.policies import UniformRandomPolicy
@@ -75,7 +75,7 @@ def test_wins_and_blocks_on_random_positions_agree_with_the_rules():
 
 def play(first, second, seed: int) -> tuple[float, list[int]]:
     """One ``connect_four_v3`` game: ``first``'s return (+1 / 0 / -1) and the columns played."""
-    env = replay([], seed=seed)
+    env = play_moves([], seed=seed)
     policies = {"player_0": first, "player_1": second}
     moves: list[int] = []
     while not (any(env.terminations.values()) or any(env.truncations.values())):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from connect_four_positions import board, random_game_positions, replay
+from connect_four_positions import board, play_moves, random_game_positions
 from tensordict import TensorDict
 
 from lightmarl.envs.spec import GroupSpec
@@ -154,7 +154,7 @@ def test_win_and_under_agree_with_pettingzoo_on_random_games():
         for column in range(7):
             if not facts["legal"][0, column]:
                 continue
-            trial = replay(moves)
+            trial = play_moves(moves)
             trial.step(column)
             assert bool(facts["win"][0, column]) == (trial.rewards[mover] == 1)
             if trial.rewards[mover] == 1 or any(trial.terminations.values()):

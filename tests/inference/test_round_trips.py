@@ -1,5 +1,5 @@
 """Round trips that would have caught a population's artifact missing what it needs to act:
-a normalized recipe exported and replayed scores what `validate` scores on the same seeds; an NPC
+a normalized recipe exported and played again scores what `validate` scores on the same seeds; an NPC
 from a normalized run used in another recipe sees normalized inputs; counters are public."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def normalized_run(tmp_path_factory):
     return run, where / "exported", score
 
 
-def replay(population) -> float:
+def play_export(population) -> float:
     """The mean per-agent return of the validate episodes, played by `population`: copy i is reset with
     EVAL_SEED + i, and simple_spread's episodes all last 25 steps, so the first episodes to end are those."""
     returns = []
@@ -68,7 +68,7 @@ def replay(population) -> float:
     return float(np.mean(returns))
 
 
-def test_the_export_replays_validates_score_on_the_same_seeds(normalized_run):
+def test_the_export_scores_what_validate_scores_on_the_same_seeds(normalized_run):
     run, exported, score = normalized_run
     description = json.loads((exported / "population.json").read_text())
     assert description["format"] == "lightmarl.population/1"
@@ -76,13 +76,13 @@ def test_the_export_replays_validates_score_on_the_same_seeds(normalized_run):
     population = lightmarl.load_population(exported)
     assert population.frames == 40 and population.iterations == 4  # public counters, as the checkpoint has them
     assert population.agent_map == {"agent_0": "main", "agent_1": "main", "agent_2": "main"}
-    assert replay(population) == pytest.approx(score, abs=1e-4)
+    assert play_export(population) == pytest.approx(score, abs=1e-4)
     # The run directory and its checkpoint load the same population.
-    assert replay(lightmarl.load_population(run)) == pytest.approx(score, abs=1e-4)
+    assert play_export(lightmarl.load_population(run)) == pytest.approx(score, abs=1e-4)
 
 
 def test_without_its_transforms_the_policy_would_act_otherwise(normalized_run):
-    """The statistics are not the identity: dropping them changes actions (so the replay test can fail)."""
+    """The statistics are not the identity: dropping them changes actions (so the play-again test can fail)."""
     _, exported, _ = normalized_run
     population = lightmarl.load_population(exported)
     env = simple_spread_v3.parallel_env(N=3, max_cycles=25, continuous_actions=False)
@@ -219,8 +219,8 @@ def test_the_onnx_export_of_a_normalized_run_acts_as_the_population(normalized_r
 
 
 @pytest.mark.slow
-def test_an_image_recipe_replays_validates_score(tmp_path, monkeypatch):
-    """recipes/pistonball.yaml (Resize, Grayscale where the env runs, FrameStack): the export's replay
+def test_an_image_recipe_export_scores_what_validate_scores(tmp_path, monkeypatch):
+    """recipes/pistonball.yaml (Resize, Grayscale where the env runs, FrameStack): the export played again
     on PettingZoo's own env scores what `validate` scores on the same seeds."""
     pistonball = pytest.importorskip("pettingzoo.butterfly.pistonball_v6")
     recipe = ROOT / "recipes/pistonball.yaml"

@@ -38,7 +38,7 @@ def test_elo_hand_computed():
     assert b == pytest.approx(1000 + 32 * expected)
 
 
-def test_elo_table_and_replay():
+def test_elo_table_updates_and_state_round_trip():
     table = EloRatings(initial=1500, k=16)
     table.update("a", "b", "win")
     assert table["a"] == 1508 and table["b"] == 1492

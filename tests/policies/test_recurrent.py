@@ -1,4 +1,4 @@
-"""Recurrent policies: replaying a rollout in sequence mode reproduces what was seen when acting."""
+"""Recurrent policies: rerunning a rollout in sequence mode reproduces what was seen when acting."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ MEMORY = PettingZooEnvConfig(
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
-def test_sequence_replay_matches_step_by_step_acting(cell):
+def test_sequence_rerun_matches_step_by_step_acting(cell):
     group = MEMORY.spec().groups["agent"]
     policy = RecurrentActorCritic(group, hidden_size=16, cell=cell, layers=2)
     n, t, a = 4, 9, group.num_agents
@@ -57,8 +57,8 @@ def test_sequence_replay_matches_step_by_step_acting(cell):
         batch_size=[n, t],
     )
     with policy.sequence_mode():
-        replay = policy.actor.get_dist(rollout).logits
-    assert torch.allclose(replay, torch.stack(step_logits, dim=1).log_softmax(-1), atol=1e-5)
+        rerun = policy.actor.get_dist(rollout).logits
+    assert torch.allclose(rerun, torch.stack(step_logits, dim=1).log_softmax(-1), atol=1e-5)
 
 
 def test_state_carries_information_across_steps():

@@ -4,7 +4,7 @@ For an on-policy (quickstart), an off-policy (ppo_vs_dqn, replay buffer wrapping
 value-decomposition (QMIX) and a turn-based (connect four: transitions open across the checkpoint) recipe through the real CLI: weights, optimizer states, trainer
 state (target networks, counters), replay buffers, RNG streams and the collector's state of the
 final checkpoints are equal. Every checkpoint falls mid-episode (episodes of 25 steps, rollouts
-of 10), so the env copies must be put back by replaying their episodes in flight.
+of 10), so the env copies must be put back by fast-forwarding their episodes in flight.
 """
 
 from __future__ import annotations
