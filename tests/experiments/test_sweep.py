@@ -87,6 +87,7 @@ def _states(out: Path) -> dict[str, dict]:
     return found
 
 
+@pytest.mark.slow  # minutes of subprocess runs on 2 cores
 def test_a_sweep_killed_halfway_and_restarted_runs_every_run_exactly_once(tmp_path):
     """2 configs x 3 seeds, 2 at once; SIGKILL to the whole sweep (runs included) once two runs are done and
     another has a checkpoint; the restart skips the done runs, resumes the interrupted ones from their

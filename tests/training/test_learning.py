@@ -61,6 +61,7 @@ def evaluation_gap(module: MARLModule, episodes: int = 64) -> tuple[float, float
     return trained, baseline
 
 
+@pytest.mark.slow  # 60k frames of training: about a minute alone, several on a busy 2-core machine
 def test_mappo_beats_random_within_60k_frames(tmp_path):
     # One run's return at this budget swings by several points with the seed (and with float
     # noise: a 1e-6 change in one update grows into different trajectories), so two seeded runs
