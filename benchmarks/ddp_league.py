@@ -108,9 +108,13 @@ def main() -> None:
     before_commit = subprocess.run(
         ["git", "-C", str(args.before), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
+    # Each tree runs its own copy of the recipe: a recipe's keys move with the code that reads them.
+    before_recipe = args.recipe
+    if args.recipe.resolve().is_relative_to(REPO) and (args.before / args.recipe.resolve().relative_to(REPO)).exists():
+        before_recipe = args.before.resolve() / args.recipe.resolve().relative_to(REPO)
     runs: list[tuple[Run, Run]] = []
     for _ in range(args.rounds):
-        before = fit("before", args.before.resolve(), args.recipe, args.iterations, args.warmup, extra)
+        before = fit("before", args.before.resolve(), before_recipe, args.iterations, args.warmup, extra)
         after = fit("after", REPO, args.recipe, args.iterations, args.warmup, extra)
         runs.append((before, after))
         print(
