@@ -375,9 +375,9 @@ class CountingMARLTrainer(IndependentMARLTrainer):
         self.updates = 0
         CountingMARLTrainer.built.append(self)
 
-    def update(self, experience, optimizers, stepper, iteration=0):
+    def update(self, experience, optimizers, stepper, iteration=0, fraction_done=0.0):
         self.updates += 1
-        return super().update(experience, optimizers, stepper, iteration)
+        return super().update(experience, optimizers, stepper, iteration, fraction_done)
 
 
 def test_the_marl_trainer_is_chosen_by_class_path(tmp_path, monkeypatch, capsys):

@@ -45,7 +45,8 @@ def test_algorithm_example_learns_to_stand_still(spread_config):
     collector = RolloutCollector(spread_config.make_vector(0), MultiAgentPolicy({"main": policy}, table), 5)
     optimizer = unit.make_optimizer()
     experience = collector.collect()
-    losses = [unit.update(experience, optimizer, PlainStepper())["loss_noop"] for _ in range(30)]
+    # As the MARLTrainer calls it: with the share of the budget spent, passed on to the example's update.
+    losses = [unit.learn(experience, optimizer, PlainStepper(), fraction_done=i / 30)["loss_noop"] for i in range(30)]
     assert losses[-1] < 0.5 * losses[0]
     probability_of_noop = policy.actor.get_dist(experience).probs[..., 0].mean()
     assert probability_of_noop > 0.5

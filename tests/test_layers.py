@@ -1,9 +1,12 @@
 """The import graph of ``src/lightmarl`` is acyclic and layered: every package imports only downward.
 
 Read from the source with :mod:`ast` (nothing is imported): every ``import`` statement counts,
-at module level, under ``if TYPE_CHECKING:`` and inside functions alike, because a cycle that
-only a function-level import hides is still a cycle. A row flows up the layers, from env to
-optimizer step, and code never reaches back down-to-up::
+at module level, under ``if TYPE_CHECKING:`` and inside functions alike, for the layers, and every
+one that runs counts for cycles: a cycle that only a function-level import hides is still a cycle.
+An import under ``if TYPE_CHECKING:`` never runs; it only names a type, so a module may name the
+type of the module that imports it (``training.checkpoint`` names ``training.module.MARLModule``,
+the module whose checkpoint schema it is) without making a cycle, as long as the layers allow it.
+A row flows up the layers, from env to optimizer step, and code never reaches back down-to-up::
 
     keys, ratings, trust   (torch-free: TensorDict keys, rating maths, the loading rule for files)
     _imports, errors
@@ -75,6 +78,8 @@ class Edge:
     target: str
     line: int
     in_function: bool
+    #: under ``if TYPE_CHECKING:``: names a type, never runs (not an edge of an import cycle).
+    type_only: bool = False
 
 
 def module_name(path: Path) -> str:
@@ -102,16 +107,47 @@ def _imported_names(node: ast.Import | ast.ImportFrom, module: str, is_package: 
         yield f"{base}.{alias.name}"
 
 
+def _is_type_checking(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:``."""
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
 def _walk(tree: ast.AST) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
     """Every import statement, and whether it sits inside a function."""
+    for node, in_function, _ in _walk_typed(tree):
+        yield node, in_function
 
-    def visit(node: ast.AST, in_function: bool) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+
+def _walk_typed(tree: ast.AST) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool, bool]]:
+    """Every import statement, whether it sits inside a function, and whether only under ``if TYPE_CHECKING:``
+    (its body: an ``else:`` branch runs)."""
+
+    def visit(
+        node: ast.AST, in_function: bool, type_only: bool
+    ) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool, bool]]:
+        if _is_type_checking(node):
+            assert isinstance(node, ast.If)
+            for child in node.body:
+                yield from visit_node(child, in_function, True)
+            for child in node.orelse:
+                yield from visit_node(child, in_function, type_only)
+            return
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.Import, ast.ImportFrom)):
-                yield child, in_function
-            yield from visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+            yield from visit_node(child, in_function, type_only)
 
-    yield from visit(tree, False)
+    def visit_node(
+        child: ast.AST, in_function: bool, type_only: bool
+    ) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool, bool]]:
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            yield child, in_function, type_only
+        yield from visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)), type_only)
+
+    yield from visit(tree, False, False)
 
 
 def resolve(name: str, modules: dict[str, Path]) -> str:
@@ -131,12 +167,12 @@ def import_graph() -> tuple[dict[str, list[Edge]], dict[str, list[tuple[str, int
     external: dict[str, list[tuple[str, int]]] = {m: [] for m in modules}
     for module, path in modules.items():
         tree = ast.parse(path.read_text(), filename=str(path))
-        for node, in_function in _walk(tree):
+        for node, in_function, type_only in _walk_typed(tree):
             for name in _imported_names(node, module, path.name == "__init__.py"):
                 if name == PACKAGE or name.startswith(PACKAGE + "."):
                     target = resolve(name, modules)
                     if target != module:
-                        edges[module].append(Edge(module, target, node.lineno, in_function))
+                        edges[module].append(Edge(module, target, node.lineno, in_function, type_only))
                 else:
                     external[module].append((name, node.lineno))
     return edges, external
@@ -156,7 +192,7 @@ def layer_of(package: str) -> int:
 
 
 def find_cycle(edges: dict[str, list[Edge]]) -> list[str] | None:
-    """One import cycle (``[a, b, ..., a]``), or ``None``."""
+    """One import cycle (``[a, b, ..., a]``) of imports that run (``type_only`` edges left out), or ``None``."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     path: list[str] = []
 
@@ -164,6 +200,8 @@ def find_cycle(edges: dict[str, list[Edge]]) -> list[str] | None:
         state[module] = 1
         path.append(module)
         for edge in edges[module]:
+            if edge.type_only:
+                continue
             if state.get(edge.target) == 1:
                 return [*path[path.index(edge.target) :], edge.target]
             if edge.target not in state and (cycle := visit(edge.target)):
@@ -264,6 +302,60 @@ def test_the_checks_catch_what_they_name():
         "lightmarl.league.payoff:11 imports lightmarl.evaluation.episodes (layer of evaluation)",
     ]
     assert function_level_imports(edges) == ["lightmarl.policies.base:5 imports lightmarl.envs.base inside a function"]
+    # An import that only names a type (``if TYPE_CHECKING:``) closes no cycle, but still may not go up.
+    typed = {
+        "lightmarl.training.module": [Edge("lightmarl.training.module", "lightmarl.training.checkpoint", 3, False)],
+        "lightmarl.training.checkpoint": [
+            Edge("lightmarl.training.checkpoint", "lightmarl.training.module", 8, False, type_only=True)
+        ],
+        "lightmarl.league.run": [Edge("lightmarl.league.run", "lightmarl.training.module", 4, False, type_only=True)],
+    }
+    assert find_cycle(typed) is None
+    assert upward_imports(typed) == ["lightmarl.league.run:4 imports lightmarl.training.module (layer of training)"]
+    runtime = {
+        **typed,
+        "lightmarl.training.checkpoint": [Edge("lightmarl.training.checkpoint", "lightmarl.training.module", 8, False)],
+    }
+    assert find_cycle(runtime) == [
+        "lightmarl.training.checkpoint",
+        "lightmarl.training.module",
+        "lightmarl.training.checkpoint",
+    ]
+
+
+def test_type_checking_imports_are_told_from_imports_that_run():
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import typing\n"
+        "if TYPE_CHECKING:\n"
+        "    from lightmarl.training.module import MARLModule\n"
+        "else:\n"
+        "    import lightmarl.keys\n"
+        "if typing.TYPE_CHECKING:\n"
+        "    import lightmarl.errors\n"
+        "import lightmarl.envs\n"
+        "def f():\n"
+        "    if TYPE_CHECKING:\n"
+        "        import lightmarl.population\n"
+    )
+    found = {
+        name: (in_function, type_only)
+        for node, in_function, type_only in _walk_typed(ast.parse(source))
+        for name in _imported_names(node, "lightmarl.x", False)
+        if name.startswith(PACKAGE)
+    }
+    assert found == {
+        "lightmarl.training.module.MARLModule": (False, True),
+        "lightmarl.keys": (False, False),
+        "lightmarl.errors": (False, True),
+        "lightmarl.envs": (False, False),
+        "lightmarl.population": (True, True),
+    }
+
+
+def test_the_schema_module_names_the_module_type_without_a_cycle(graph):
+    (edge,) = [e for e in graph[0]["lightmarl.training.checkpoint"] if e.target == "lightmarl.training.module"]
+    assert edge.type_only and not edge.in_function
     assert forbidden_external({"lightmarl.population.shared": [("torch.nn", 4), ("torch", 5), ("torchrl", 6)]}) == [
         "lightmarl.population.shared:4 imports torch.nn"
     ]

@@ -48,8 +48,8 @@ def train(max_frames: int, tmp_path, seed: int = 0) -> MARLModule:
     )
     fit_quietly(module, tmp_path)
     # Whole iterations: the budget is met by the first iteration that reaches it.
-    assert module.frames == module.total_iterations * module.frames_per_iteration
-    assert max_frames <= module.frames < max_frames + module.frames_per_iteration
+    assert module.frames == module.total_iterations * module.budget.frames_per_iteration
+    assert max_frames <= module.frames < max_frames + module.budget.frames_per_iteration
     return module
 
 

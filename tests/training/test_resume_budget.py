@@ -95,7 +95,7 @@ def test_another_world_size_is_checked_the_same_way():
     with pytest.raises(
         ConfigError, match=r"resumed with world size 1 -> 2; the 60 frames done leave 90 .* to 120 or 180"
     ):
-        module.budget.check_resume(saved, frames=60, iterations=2, world_size=module.world_size)
+        module.budget.check_resume(saved, frames=60, iterations=2)
     module.max_frames = 180
-    module.budget.check_resume(saved, frames=60, iterations=2, world_size=2)  # 2 iterations of 60 frames land on it
-    assert module.remaining_iterations == 2
+    module.budget.check_resume(saved, frames=60, iterations=2)  # 2 iterations of 60 frames land on it
+    assert module.budget.remaining_iterations(module.frames) == 2

@@ -224,7 +224,6 @@ class UnitTrainer(ABC):
         self.group: GroupSpec = policy.group
         self.population = population
         self.shared_parameter_ids = shared_parameter_ids
-        self.fraction_done = 0.0
         #: skips (or stops on) non-finite losses and gradients of this binding's steps.
         self.guard = NonFiniteGuard(binding_id, getattr(config, "on_nonfinite", "skip"))
         self._build()
@@ -268,19 +267,40 @@ class UnitTrainer(ABC):
 
     @abstractmethod
     def update(
-        self, experience: TensorDictBase, optimizer: torch.optim.Optimizer, stepper: GradientStepper
+        self,
+        experience: TensorDictBase,
+        optimizer: torch.optim.Optimizer,
+        stepper: GradientStepper,
+        *,
+        fraction_done: float = 0.0,
     ) -> dict[str, float]:
-        """Learn from one rollout; returns scalar metrics (logged as ``train/<binding>/<name>``)."""
+        """Learn from one rollout; returns scalar metrics (logged as ``train/<binding>/<name>``).
+
+        Args:
+            experience: the rollout (every binding's rows; this learner picks its own).
+            optimizer: this binding's optimizer.
+            stepper: backward and optimizer steps (across processes under DDP).
+            fraction_done: the share of the training budget spent, for schedules that depend on it.
+        """
 
     def learn(
-        self, experience: TensorDictBase, optimizer: torch.optim.Optimizer, stepper: GradientStepper
+        self,
+        experience: TensorDictBase,
+        optimizer: torch.optim.Optimizer,
+        stepper: GradientStepper,
+        *,
+        fraction_done: float = 0.0,
     ) -> dict[str, float]:
-        """[`update`][lightmarl.algorithms.base.UnitTrainer.update], watched: adds ``skipped_steps`` (non-finite steps skipped) and ``diverging`` to its metrics.
+        """[`update`][lightmarl.algorithms.base.UnitTrainer.update], scheduled and watched.
 
-        The MARLTrainer calls this; [`update`][lightmarl.algorithms.base.UnitTrainer.update] is what a subclass implements.
+        First [`set_progress`][lightmarl.algorithms.base.UnitTrainer.set_progress] applies the schedules at
+        ``fraction_done``, then the update runs with it; adds ``skipped_steps`` (non-finite steps skipped) and
+        ``diverging`` to its metrics. The MARLTrainer calls this; [`update`][lightmarl.algorithms.base.UnitTrainer.update]
+        is what a subclass implements.
         """
         self.guard.begin_update()
-        metrics = self.update(experience, optimizer, stepper)
+        self.set_progress(optimizer, fraction_done)
+        metrics = self.update(experience, optimizer, stepper, fraction_done=fraction_done)
         if not metrics:  # no rows of this binding: nothing was tried
             return metrics
         metrics.update(self.guard.end_update())
@@ -292,8 +312,10 @@ class UnitTrainer(ABC):
         return {}
 
     def set_progress(self, optimizer: torch.optim.Optimizer, fraction_done: float) -> None:
-        """Called before each update with the share of the training budget spent (for schedules)."""
-        self.fraction_done = fraction_done
+        """Apply the schedules at ``fraction_done``, the share of the training budget spent (e.g. the learning
+        rate in ``optimizer``); [`learn`][lightmarl.algorithms.base.UnitTrainer.learn] calls it before each update.
+        Default: no schedule."""
+        del optimizer, fraction_done
 
     def to(self, device: torch.device) -> UnitTrainer:
         """Move loss buffers (the policy moves with the LightningModule)."""

@@ -45,7 +45,11 @@ class MARLTrainer:
 
     A subclass (e.g. a centralized learner) overrides [`make_optimizers`][lightmarl.algorithms.marl_trainer.MARLTrainer.make_optimizers] and
     [`update`][lightmarl.algorithms.marl_trainer.MARLTrainer.update]; its constructor takes ``(table, policies, algorithms, shared=None)`` first
-    (the LightningModule passes them), then any keyword knobs a recipe sets in ``init_args``.
+    (the LightningModule passes them), then any keyword knobs a recipe sets in ``init_args``. Schedules
+    (learning-rate annealing, loss weights) follow the ``fraction_done`` argument of
+    [`update`][lightmarl.algorithms.marl_trainer.MARLTrainer.update]: the share of the training budget spent
+    when the rollout was collected, passed on to each UnitTrainer's
+    [`learn`][lightmarl.algorithms.base.UnitTrainer.learn].
 
     Args:
         table: the population.
@@ -101,15 +105,23 @@ class MARLTrainer:
         optimizers: Mapping[str, torch.optim.Optimizer],
         stepper: GradientStepper,
         iteration: int = 0,
+        fraction_done: float = 0.0,
     ) -> dict[str, dict[str, float]]:
         """One learning step of every UnitTrainer due at ``iteration`` on its rows of ``experience``.
 
         A UnitTrainer with ``update_every = k`` learns on iterations 0, k, 2k, ... and skips
         the others (its rows are simply not used), e.g. to let one co-trained binding adapt
         to a slower-moving partner. Then the shared modules take their one step.
+
+        Args:
+            experience: one rollout of every binding.
+            optimizers: name (binding id, ``_shared``) -> optimizer, as `make_optimizers` named them.
+            stepper: backward and optimizer steps (across processes under DDP).
+            iteration: training iterations done before this one.
+            fraction_done: the share of the training budget spent, for the learners' schedules.
         """
         metrics = {
-            binding_id: unit.learn(experience, optimizers[binding_id], stepper)
+            binding_id: unit.learn(experience, optimizers[binding_id], stepper, fraction_done=fraction_done)
             for binding_id, unit in self.unit_trainers.items()
             if iteration % unit.update_every == 0
         }
@@ -143,15 +155,14 @@ class MARLTrainer:
             )
         return norms
 
-    def set_progress(self, optimizers: Mapping[str, torch.optim.Optimizer], fraction_done: float) -> None:
-        """Tell every UnitTrainer the share of the budget spent (learning-rate and loss schedules)."""
-        for binding_id, unit in self.unit_trainers.items():
-            unit.set_progress(optimizers[binding_id], fraction_done)
-
     def to(self, device: torch.device) -> MARLTrainer:
         for unit in self.unit_trainers.values():
             unit.to(device)
         return self
+
+    def describe(self) -> str:
+        """Which binding learns with what, in words, for the run's log (``binding 'main' learns with MAPPO``)."""
+        return ", ".join(f"binding {b!r} learns with {unit.flavour}" for b, unit in self.unit_trainers.items())
 
     def state_dict(self) -> dict:
         return {b: unit.state_dict() for b, unit in self.unit_trainers.items()}
@@ -230,14 +241,36 @@ def build_marl_trainer(
         rollout_steps: env steps per copy per iteration.
 
     Raises:
-        ValueError: naming the binding, algorithm or loss profile that does not fit.
+        ConfigError: naming the binding, algorithm or loss profile that does not fit.
     """
-    table.require_trainable()
-    for binding_id, algorithm in algorithms.items():
-        algorithm.check_rollout(binding_id, num_envs, rollout_steps)
-    marl_trainer = factory(table, policies, algorithms, shared)
-    marl_trainer.check_loss_profiles()
+    try:
+        table.require_trainable()
+        for binding_id, algorithm in algorithms.items():
+            algorithm.check_rollout(binding_id, num_envs, rollout_steps)
+        marl_trainer = factory(table, policies, algorithms, shared)
+        marl_trainer.check_loss_profiles()
+    except ConfigError:
+        raise
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
     return marl_trainer
+
+
+def reserve_algorithm_bindings(table: BindingTable, algorithms: Mapping[str, Algorithm], default: Algorithm) -> None:
+    """Check a recipe's per-binding algorithms, then give every binding a trainable binding's algorithm reads a policy.
+
+    Args:
+        table: the run's bindings, before their policies are built.
+        algorithms: ``model.algorithms``: binding id -> algorithm, each id a trainable binding's.
+        default: ``model.algorithm``, for every other trainable binding.
+
+    Raises:
+        ValueError: naming an entry of ``model.algorithms`` that is no trainable binding, or a binding an
+            algorithm reads (e.g. a distillation teacher) that the population lacks.
+    """
+    table.check_trainable(algorithms, field="model.algorithms")
+    for binding_id in table.trainable_ids:
+        algorithms.get(binding_id, default).reserve_bindings(binding_id, table)
 
 
 class IndependentMARLTrainer(MARLTrainer):

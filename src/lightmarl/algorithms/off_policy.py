@@ -371,8 +371,14 @@ class OffPolicyUnitTrainer(UnitTrainer):
             )
 
     def update(
-        self, experience: TensorDictBase, optimizer: torch.optim.Optimizer, stepper: GradientStepper
+        self,
+        experience: TensorDictBase,
+        optimizer: torch.optim.Optimizer,
+        stepper: GradientStepper,
+        *,
+        fraction_done: float = 0.0,
     ) -> dict[str, float]:
+        del fraction_done  # exploration follows the frames collected, not the budget
         # A NaN reward or observation in replay would poison every later sample: it never gets in.
         transitions = self.guard.finite_transitions(self.transitions(experience))
         num_rows = transitions.shape[0]

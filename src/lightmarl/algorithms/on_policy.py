@@ -213,22 +213,26 @@ class OnPolicyUnitTrainer(UnitTrainer):
         return self
 
     def set_progress(self, optimizer: torch.optim.Optimizer, fraction_done: float) -> None:
-        """Linear learning-rate annealing, when enabled; the budget fraction also drives loss schedules."""
-        super().set_progress(optimizer, fraction_done)
+        """Linear learning-rate annealing, when enabled (the auxiliary losses' schedules read ``update``'s ``fraction_done``)."""
         if self.config.anneal_lr:
             for group in optimizer.param_groups:
                 group["lr"] = self.config.lr * max(0.0, 1.0 - fraction_done)
 
     # -- update -------------------------------------------------------------------------------
     def update(
-        self, experience: TensorDictBase, optimizer: torch.optim.Optimizer, stepper: GradientStepper
+        self,
+        experience: TensorDictBase,
+        optimizer: torch.optim.Optimizer,
+        stepper: GradientStepper,
+        *,
+        fraction_done: float = 0.0,
     ) -> dict[str, float]:
         rows = self.rollout_rows.take(experience)
         data = rows.data
         group_rows = data.get(self.group.name)
         mask = rows.learnable(loss_row_mask(group_rows, self.table, self.loss_name, binding_id=self.binding_id))
         num_rows = int(mask.sum())
-        extras = [aux.rows(rows, updates=self.updates, fraction_done=self.fraction_done) for aux in self.auxiliary]
+        extras = [aux.rows(rows, updates=self.updates, fraction_done=fraction_done) for aux in self.auxiliary]
         if num_rows == 0 and not any(extra.count for extra in extras):
             return {}
         for extra in extras:

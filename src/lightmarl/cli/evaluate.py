@@ -16,6 +16,7 @@ from lightmarl.evaluation.report import markdown_summary
 from lightmarl.evaluation.scenarios import EvaluationConfig
 from lightmarl.evaluation.suite import EvaluationResult, write_outputs
 from lightmarl.training.best_response import measure_best_response
+from lightmarl.training.checkpoint import check_checkpoint_fits
 from lightmarl.training.module import MARLModule
 from lightmarl.training.periodic_evaluation import run_suite, suite_for
 
@@ -56,7 +57,7 @@ class EvaluateCLI(LightmarlCLI):
             ckpt_path = resolve_last(self._checkpoint_dirs(), "evaluate")
         if ckpt_path is not None:
             checkpoint = read_checkpoint(ckpt_path)
-            module.check_checkpoint_fits(checkpoint["state_dict"], field="--ckpt_path")
+            check_checkpoint_fits(module, checkpoint["state_dict"], field="--ckpt_path")
             module.load_state_dict(checkpoint["state_dict"])
             module.on_load_checkpoint(checkpoint)
         if module.cpu_threads is not None:

@@ -18,6 +18,7 @@ from lightmarl.cli.parsing import check_class_paths, readable
 from lightmarl.cli.run_defaults import apply_run_defaults, check_run_name, run_name_of, seed_of
 from lightmarl.errors import ConfigError
 from lightmarl.evaluation.scenarios import EvaluationConfig
+from lightmarl.training.checkpoint import check_checkpoint_fits
 from lightmarl.training.module import MARLModule
 from lightmarl.training.periodic_evaluation import PeriodicEvaluation, suite_for
 from lightmarl.training.run_lock import RunLock
@@ -186,7 +187,7 @@ class LightmarlCLI(LightningCLI):
         if ckpt_path is None:
             return
         checkpoint = read_checkpoint(ckpt_path)
-        cast(MARLModule, self.model).check_checkpoint_fits(checkpoint["state_dict"], field="--ckpt_path")
+        check_checkpoint_fits(cast(MARLModule, self.model), checkpoint["state_dict"], field="--ckpt_path")
 
     def _checkpoint_files(self) -> list[str]:
         return sorted(p.name for d in self._checkpoint_dirs() if Path(d).is_dir() for p in Path(d).glob("*.ckpt"))

@@ -4,7 +4,8 @@
 recipe, the same section as the evaluation scenarios) says how many episodes, from which seed,
 with mode or sampled actions, how wins are decided and whether a video is written. `play_validation`
 plays them with the population as it stands and returns the metrics by binding, named
-``<prefix>/<binding>/<metric>``; the LightningModule logs them.
+``<prefix>/<binding>/<metric>``; `log_validation` plays them as a LightningModule's ``validation_step`` /
+``test_step`` and logs them.
 
 Validation never changes training state: sampled actions draw from a stream of their own, seeded
 the same way every time, and the torch, numpy and Python random streams are restored afterwards.
@@ -12,9 +13,12 @@ the same way every time, and the torch, numpy and Python random streams are rest
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
+from lightning.pytorch import LightningModule
+from lightning.pytorch.utilities import rank_zero_info
 
 from lightmarl import keys
 from lightmarl.envs.config import EnvConfig
@@ -131,3 +135,45 @@ def play_validation(
                 device=device,
             )
     return ValidationResult(logs=logs, video=None if video is None else str(video))
+
+
+def log_validation(
+    module: LightningModule,
+    population: MultiAgentPolicy,
+    env_config: EnvConfig,
+    spec: EnvSpec,
+    config: ValidationConfig,
+    *,
+    prefix: str,
+    iteration: int,
+) -> ValidationResult:
+    """`play_validation` as ``module``'s ``validation_step`` / ``test_step``: its rank and device, the video
+    under its log directory (``videos/<prefix>_iter<iteration>.gif``), the metrics logged per epoch on every process.
+
+    Args:
+        module: the LightningModule validated (it logs the metrics).
+        population: its bindings and their seating.
+        env_config: the env played.
+        spec: the env's spec after its transforms.
+        config: the recipe's ``evaluation.validation``.
+        prefix: metric prefix, ``eval`` (validation) or ``test``.
+        iteration: training iterations done (names the video).
+    """
+    # trainer.log_dir is a collective under DDP (it broadcasts rank 0's): every rank asks.
+    video = None
+    if config.video_episodes:
+        video = os.path.join(module.trainer.log_dir or ".", "videos", f"{prefix}_iter{iteration}.gif")
+    result = play_validation(
+        population,
+        env_config,
+        spec,
+        config,
+        prefix=prefix,
+        rank=module.global_rank,
+        device=module.device,
+        video_path=video,
+    )
+    module.log_dict(result.logs, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
+    if result.video is not None:
+        rank_zero_info(f"lightmarl: evaluation video {result.video}")
+    return result

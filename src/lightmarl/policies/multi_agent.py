@@ -12,6 +12,7 @@ from torchrl.envs.utils import ExplorationType, exploration_type
 
 from lightmarl import keys
 from lightmarl.envs.spec import EnvSpec
+from lightmarl.errors import ConfigError
 from lightmarl.policies.base import Policy, StackableActor
 from lightmarl.population import BindingTable
 from lightmarl.population.bindings import GroupBindingIndex
@@ -157,10 +158,13 @@ class MultiAgentPolicy(nn.Module):
             trainer_device: where the trainable policies learn: a trainable binding asking for
                 another device is refused (its optimizer lives there; frozen and scripted bindings
                 may act elsewhere, e.g. a large frozen NPC on the CPU).
+
+        Raises:
+            ConfigError: a trainable binding asks for another device than ``trainer_device``.
         """
         for binding_id, device in self.binding_devices.items():
             if trainer_device is not None and self.table.binding(binding_id).trainable and device != trainer_device:
-                raise ValueError(
+                raise ConfigError(
                     f"policy_bindings: trainable binding {binding_id!r} asks for device {str(device)!r} but the "
                     f"trainer runs on {str(trainer_device)!r}; only frozen bindings may act on a device of their own"
                 )

@@ -8,8 +8,10 @@ copies, a longer rollout or more processes neither trains past ``max_frames`` no
 
 Examples:
     >>> budget = FrameBudget(max_frames=150, num_envs=3, rollout_steps=10)
-    >>> budget.frames_per_iteration(world_size=1), budget.remaining_iterations(frames=60, world_size=1)
+    >>> budget.frames_per_iteration, budget.remaining_iterations(frames=60)
     (30, 3)
+    >>> budget.total_iterations(frames=60, iterations=2), budget.fraction_done(frames=60, iterations=2)
+    (5, 0.4)
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ class FrameBudget:
         num_envs: env copies each process steps.
         rollout_steps: env steps per env copy per iteration.
         iterations_per_epoch: iterations per Lightning epoch.
+        world_size: processes of the run (each steps ``num_envs`` env copies).
     """
 
     max_frames: int
     num_envs: int
     rollout_steps: int
     iterations_per_epoch: int = 10
+    world_size: int = 1
 
     def __post_init__(self) -> None:
         for name, value in (
@@ -48,33 +52,41 @@ class FrameBudget:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected a positive integer, got {value!r}")
 
-    def frames_per_iteration(self, world_size: int) -> int:
-        """Env steps per iteration, summed over ``world_size`` processes."""
-        return self.num_envs * self.rollout_steps * world_size
+    @property
+    def frames_per_iteration(self) -> int:
+        """Env steps per iteration, summed over the processes."""
+        return self.num_envs * self.rollout_steps * self.world_size
 
-    def remaining_iterations(self, frames: int, world_size: int) -> int:
+    def remaining_iterations(self, frames: int) -> int:
         """Iterations left until ``max_frames`` after ``frames`` done."""
-        return max(0, math.ceil((self.max_frames - frames) / self.frames_per_iteration(world_size)))
+        return max(0, math.ceil((self.max_frames - frames) / self.frames_per_iteration))
 
-    def iteration_shape(self, world_size: int) -> dict[str, int]:
+    def total_iterations(self, frames: int, iterations: int) -> int:
+        """Iterations of the whole run: the ``iterations`` done (``frames`` in all) and those left."""
+        return iterations + self.remaining_iterations(frames)
+
+    def fraction_done(self, frames: int, iterations: int) -> float:
+        """The share of the run's iterations done (what learning-rate and loss schedules follow)."""
+        return iterations / self.total_iterations(frames, iterations)
+
+    def iteration_shape(self) -> dict[str, int]:
         """What an iteration is made of, as a checkpoint records it (the recipe's field names)."""
-        return {"env.num_envs": self.num_envs, "model.rollout_steps": self.rollout_steps, "world size": world_size}
+        return {"env.num_envs": self.num_envs, "model.rollout_steps": self.rollout_steps, "world size": self.world_size}
 
-    def check_resume(self, saved_shape: Any, *, frames: int, iterations: int, world_size: int) -> None:
-        """Continue a resumed run to exactly ``max_frames`` or refuse it.
+    def check_resume(self, saved_shape: Any, *, frames: int, iterations: int) -> None:
+        """Continue a resumed run (on this budget's ``world_size`` processes) to exactly ``max_frames`` or refuse it.
 
         Args:
             saved_shape: the checkpoint's `iteration_shape` (``None`` for a checkpoint without one).
             frames: frames the checkpoint's run had done.
             iterations: iterations the checkpoint's run had done.
-            world_size: processes of the resumed run.
 
         Raises:
             ConfigError: the frames left are no whole number of the resumed run's iterations; the
                 message names what changed and the ``max_frames`` values that would fit.
         """
-        now = self.iteration_shape(world_size)
-        fpi = self.frames_per_iteration(world_size)
+        now = self.iteration_shape()
+        fpi = self.frames_per_iteration
         if isinstance(saved_shape, dict):
             changed = [
                 f"{k} {saved_shape[k]} -> {now[k]}" for k in now if k in saved_shape and saved_shape[k] != now[k]
@@ -110,7 +122,16 @@ class FrameBudget:
         )
         return True
 
-    def show_in_progress_bar(self, trainer: Any, remaining_iterations: int) -> None:
+    def start_fit(self, trainer: Any, frames: int) -> None:
+        """At the start of ``fit`` after ``frames`` done: stop a finished run resumed, else show the budget in the progress bar."""
+        if self.reached(frames):
+            # No iteration would run, so no training step would ever stop the (max_epochs: -1) fit
+            # loop, which would spin on empty epochs.
+            trainer.should_stop = True
+        else:
+            self.show_in_progress_bar(trainer, frames)
+
+    def show_in_progress_bar(self, trainer: Any, frames: int) -> None:
         """Give the progress bar the budget's epochs and iterations instead of ``-2`` and ``--``.
 
         The frame budget, not an epoch count, ends training (``max_epochs: -1``) and the tick loader
@@ -122,10 +143,12 @@ class FrameBudget:
 
         Args:
             trainer: the Lightning ``Trainer`` at the start of ``fit``.
-            remaining_iterations: iterations the run still takes.
+            frames: frames done (a resumed run's come from its checkpoint).
         """
         loop = trainer.fit_loop
         if loop.max_epochs is None or loop.max_epochs < 0:
-            loop.max_epochs = trainer.current_epoch + math.ceil(remaining_iterations / self.iterations_per_epoch)
+            loop.max_epochs = trainer.current_epoch + math.ceil(
+                self.remaining_iterations(frames) / self.iterations_per_epoch
+            )
         if loop.max_batches == float("inf") and trainer.ckpt_path is None:
             loop.max_batches = self.iterations_per_epoch

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -30,8 +30,8 @@ from lightmarl.policies.base import Policy
 from lightmarl.training.league import CHECKPOINT_KEY as LEAGUE_CHECKPOINT_KEY
 from lightmarl.training.resume import CHECKPOINT_KEY as RESUME_CHECKPOINT_KEY
 
-#: a [`MARLModule`][lightmarl.training.module.MARLModule] (which imports this module: not named as a type here).
-MARLModule = Any
+if TYPE_CHECKING:  # the module whose schema this is imports this one
+    from lightmarl.training.module import MARLModule
 
 
 def describe_binding(module: MARLModule, binding_id: str) -> dict[str, Any]:
@@ -132,7 +132,7 @@ def save_checkpoint(module: MARLModule, checkpoint: dict[str, Any]) -> None:
     """Add the module's entries to a Lightning checkpoint (`MARLModule.on_save_checkpoint`)."""
     checkpoint[CHECKPOINT_KEY] = {
         POPULATION_KEY: describe_population(module).to_dict(),
-        "iteration_shape": module.budget.iteration_shape(module.world_size),
+        "iteration_shape": module.budget.iteration_shape(),
         "trainers": module.marl_trainer.state_dict() if module.marl_trainer is not None else {},
     }
     if module.league is not None and module.league.matchmaker is not None:
@@ -169,12 +169,7 @@ def _load(module: MARLModule, checkpoint: dict[str, Any]) -> None:
     module.frames = population.counters["frames"]
     module.iterations = population.counters["iterations"]
     if module.marl_trainer is not None:  # fit: the budget left, in the frames an iteration now takes
-        module.budget.check_resume(
-            run.get("iteration_shape"),
-            frames=module.frames,
-            iterations=module.iterations,
-            world_size=module.world_size,
-        )
+        module.budget.check_resume(run.get("iteration_shape"), frames=module.frames, iterations=module.iterations)
     load_transforms_state_dict(
         module.env_config.transforms,
         [{"transform": t["class_path"].rsplit(".", 1)[-1], "state": t["state"]} for t in population.transforms],

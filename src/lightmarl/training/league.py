@@ -177,6 +177,15 @@ class LeagueTraining(LeagueRun):
         assert host.marl_trainer is not None
         host.marl_trainer.unit_trainers[binding].restart()
 
+    def population(
+        self, agent_binding_map: Any, policy_mapping_fn: str | None
+    ) -> tuple[list[PolicyBindingConfig], Any]:
+        """The bindings of the run's population (players, opponent slots, average networks) and the agent binding
+        map the league starts from, in place of a recipe's own (``ValueError`` where the recipe sets one)."""
+        if agent_binding_map is not None or policy_mapping_fn is not None:
+            raise ValueError("model.agent_binding_map / policy_mapping_fn: a league seats the agents; leave them unset")
+        return self.policy_bindings, self.eval_map
+
     def reserve(self, table: BindingTable) -> None:
         """Give every player, slot and average network binding a policy from the start (they enter the map later)."""
         super().reserve(table)

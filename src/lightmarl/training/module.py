@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, cast
 
@@ -12,14 +11,13 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from lightmarl.algorithms import PPO, Algorithm, IndependentMARLTrainer, MARLTrainer
-from lightmarl.algorithms.marl_trainer import MARLTrainerFactory, build_marl_trainer
-from lightmarl.data.collector import RolloutCollector, StepHook
+from lightmarl.algorithms.marl_trainer import MARLTrainerFactory, build_marl_trainer, reserve_algorithm_bindings
+from lightmarl.data.collector import RolloutCollector
 from lightmarl.envs.config import EnvConfig
 from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
 from lightmarl.envs.transforms import transformed_spec
-from lightmarl.errors import ConfigError
 from lightmarl.evaluation.scenarios import EvaluationConfig
-from lightmarl.evaluation.validation import check_validation, play_validation
+from lightmarl.evaluation.validation import check_validation, log_validation
 from lightmarl.policies.base import Policy
 from lightmarl.policies.recipe_population import build_recipe_population
 from lightmarl.population import BindingTable, PerEnvAgentBindingMap, PolicyBindingConfig
@@ -27,19 +25,18 @@ from lightmarl.population.shared import SharedModuleConfig
 from lightmarl.training import checkpoint as checkpoints
 from lightmarl.training.budget import FrameBudget
 from lightmarl.training.league import LeagueConfig, LeagueTraining
-from lightmarl.training.resume import RunResume, seed_rank_streams
-from lightmarl.training.rollouts import iteration_logs, tick_loader
+from lightmarl.training.resume import RunResume
+from lightmarl.training.rollouts import iteration_logs, log_iteration, rank_collector, tick_loader
 from lightmarl.training.stepper import LightningStepper, assert_ranks_in_sync
-from lightmarl.training.storage import check_run_directories, use_atomic_checkpoints
+from lightmarl.training.storage import prepare_run_storage
 
 
 class MARLModule(LightningModule):
-    """A population of bindings acting in vectorized PettingZoo envs, trained with manual optimization.
+    """A population of bindings acting in vectorized envs, trained with manual optimization.
 
-    Each training batch is one rollout of ``env.num_envs x rollout_steps`` env steps per
-    process; ``training_step`` hands it to the MARLTrainer, whose UnitTrainers (one per
-    trainable binding) take their own optimizer steps. ``validate`` / ``test`` play
-    evaluation episodes and report metrics per binding.
+    Each training batch is one rollout of ``env.num_envs x rollout_steps`` env steps per process; ``training_step``
+    hands it to the MARLTrainer, whose UnitTrainers (one per trainable binding) take their own optimizer steps.
+    ``validate`` / ``test`` play evaluation episodes and report metrics per binding.
 
     Args:
         env: the env and how many copies each process steps: a PettingZoo env (``env_fn``, no
@@ -135,14 +132,9 @@ class MARLModule(LightningModule):
         self.env_base_spec = self.env_config.base_spec()
         self.env_spec = transformed_spec(self.env_base_spec, self.env_config.transforms)
         check_validation(self.evaluation.validation, self.env_config)  # e.g. a video of an env that draws nothing
-        # League: its opponent slot bindings join the population; it owns the agent binding map.
         self.league = LeagueTraining(league, self.env_spec, policy_bindings) if league is not None else None
-        if self.league is not None:
-            if agent_binding_map is not None or policy_mapping_fn is not None:
-                raise ValueError(
-                    "model.agent_binding_map / policy_mapping_fn: a league seats the agents; leave them unset"
-                )
-            policy_bindings, agent_binding_map = self.league.policy_bindings, self.league.eval_map
+        if self.league is not None:  # its players, opponent slots and average networks, seated by the league
+            policy_bindings, agent_binding_map = self.league.population(agent_binding_map, policy_mapping_fn)
         self.table = BindingTable(
             policy_bindings,
             self.env_spec,
@@ -153,9 +145,7 @@ class MARLModule(LightningModule):
         )
         if self.league is not None:
             self.league.reserve(self.table)
-        self.table.check_trainable(self.algorithms, field="model.algorithms")
-        for binding_id in self.table.trainable_ids:
-            self.algorithm_of(binding_id).reserve_bindings(binding_id, self.table)
+        reserve_algorithm_bindings(self.table, self.algorithms, self.algorithm)  # e.g. a distillation teacher
         self.shared, self.population = build_recipe_population(
             self.table, self.env_spec, self.env_config.transforms, shared_modules
         )
@@ -165,7 +155,6 @@ class MARLModule(LightningModule):
         self._collector: RolloutCollector | None = None
         self.frames = 0
         self.iterations = 0
-        self.checkpoint_replay = checkpoint_replay
         self._resume = RunResume(checkpoint_replay)  # per-process state in checkpoints, put back on resume
 
     @property
@@ -181,34 +170,21 @@ class MARLModule(LightningModule):
         self.population.load_weights(binding_id, weights)
 
     def snapshot_description(self, binding_id: str) -> dict[str, Any]:
-        """What a league snapshot file of ``binding_id`` carries besides its weights
-        (`lightmarl.training.checkpoint.snapshot_description`)."""
+        """What a league snapshot file of ``binding_id`` carries besides its weights (`lightmarl.training.checkpoint`)."""
         return checkpoints.snapshot_description(self, binding_id)
 
-    # -- budget ---------------------------------------------------------------------------------
     @property
     def budget(self) -> FrameBudget:
-        """The frame budget as the recipe sets it now (`lightmarl.training.budget`)."""
-        return FrameBudget(self.max_frames, self.env_config.num_envs, self.rollout_steps, self.iterations_per_epoch)
-
-    @property
-    def world_size(self) -> int:
-        return self._trainer.world_size if self._trainer is not None else 1
-
-    @property
-    def frames_per_iteration(self) -> int:
-        """Env steps per training batch, summed over processes."""
-        return self.budget.frames_per_iteration(self.world_size)
-
-    @property
-    def remaining_iterations(self) -> int:
-        """Iterations left until ``max_frames``, counted from the frames done (a resumed run's come from its checkpoint)."""
-        return self.budget.remaining_iterations(self.frames, self.world_size)
+        """The frame budget as the recipe sets it now, over the run's processes (`lightmarl.training.budget`)."""
+        world_size = self._trainer.world_size if self._trainer is not None else 1
+        return FrameBudget(
+            self.max_frames, self.env_config.num_envs, self.rollout_steps, self.iterations_per_epoch, world_size
+        )
 
     @property
     def total_iterations(self) -> int:
-        """Iterations of the whole run: those done and those left."""
-        return self.iterations + self.remaining_iterations
+        """Iterations of the whole run: those done and those left (a resumed run's done ones come from its checkpoint)."""
+        return self.budget.total_iterations(self.frames, self.iterations)
 
     def algorithm_of(self, binding_id: str) -> Algorithm:
         """The algorithm that trains ``binding_id`` (its entry in ``model.algorithms``, else ``model.algorithm``)."""
@@ -217,34 +193,22 @@ class MARLModule(LightningModule):
     def setup(self, stage: str) -> None:
         if self.cpu_threads is not None:
             torch.set_num_threads(self.cpu_threads)
-        if stage != "fit":
+        if stage != "fit" or self.marl_trainer is not None:
             return
-        if self.marl_trainer is not None:
-            return
-        if self._trainer is not None:
-            # Before any env exists: an unwritable run directory fails now, and checkpoints are written atomically.
-            check_run_directories(self._trainer)
-            use_atomic_checkpoints(self._trainer)
-        try:
-            marl_trainer = build_marl_trainer(
-                self.marl_trainer_factory,
-                self.table,
-                {b: cast(Policy, p) for b, p in self.policies.items()},
-                {b: self.algorithm_of(b) for b in self.table.trainable_ids},
-                self.shared,
-                num_envs=self.env_config.num_envs,
-                rollout_steps=self.rollout_steps,
-            )
-        except ValueError as err:
-            raise ConfigError(str(err)) from err
-        self.marl_trainer = marl_trainer
+        prepare_run_storage(self._trainer)
+        self.marl_trainer = marl_trainer = build_marl_trainer(
+            self.marl_trainer_factory,
+            self.table,
+            {b: cast(Policy, p) for b, p in self.policies.items()},
+            {b: self.algorithm_of(b) for b in self.table.trainable_ids},
+            self.shared,
+            num_envs=self.env_config.num_envs,
+            rollout_steps=self.rollout_steps,
+        )
         if self.league is not None:
             self.league.setup(self)
-        rank_zero_info(
-            "lightmarl: "
-            + ", ".join(f"binding {b!r} learns with {u.flavour}" for b, u in marl_trainer.unit_trainers.items())
-            + f"; {self.total_iterations} iterations of {self.frames_per_iteration} frames"
-        )
+        shape = f"{self.total_iterations} iterations of {self.budget.frames_per_iteration} frames"
+        rank_zero_info(f"lightmarl: {marl_trainer.describe()}; {shape}")
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         assert self.marl_trainer is not None, "configure_optimizers runs after setup('fit')"
@@ -258,14 +222,8 @@ class MARLModule(LightningModule):
         listed = optimizers if isinstance(optimizers, list) else [optimizers]
         return {name: cast(torch.optim.Optimizer, listed[i]) for name, i in self._optimizer_index.items()}
 
-    def _place_bindings(self) -> None:
-        try:
-            self.population.place_bindings(trainer_device=self.device)
-        except ValueError as err:
-            raise ConfigError(str(err)) from err
-
     def on_validation_start(self) -> None:
-        self._place_bindings()
+        self.population.place_bindings(trainer_device=self.device)
         if self.league is not None:
             self.league.evaluation_map(True)
 
@@ -274,43 +232,30 @@ class MARLModule(LightningModule):
             self.league.evaluation_map(False)
 
     def on_test_start(self) -> None:
-        self._place_bindings()
+        self.population.place_bindings(trainer_device=self.device)
 
     def on_fit_start(self) -> None:
         assert self.marl_trainer is not None
-        self._place_bindings()
+        self.population.place_bindings(trainer_device=self.device)
         self.marl_trainer.to(self.device)
-        rank, num_envs = self.global_rank, self.env_config.num_envs
-        seed_rank_streams(self.seed, rank, dict(self.policies.items()))  # each rank samples its own actions
-        # Per-rank env seeds: seed + num_envs * rank + i.
-        env = self.env_config.make_vector(seed=self.seed + num_envs * rank)
-        self._collector = RolloutCollector(
-            env,
+        self._collector = rank_collector(
+            self.env_config,
             self.population,
             self.rollout_steps,
+            seed=self.seed,
+            rank=self.global_rank,
             stats_window=self.stats_window,
             device=self.device,
-            on_step=self.step_hook(),
+            on_step=self.league.on_step if self.league is not None else None,  # seats copies whose episode ended
         )
         self._resume.restore_collector(self._collector, self.league)  # a resumed run: env copies back mid-episode
         if self.league is not None:
             self.league.start(self._collector)
 
-    def step_hook(self) -> StepHook | None:
-        """What the collector calls after every env step (`RolloutCollector`'s
-        ``on_step``): the league's seating of the copies whose episode ended, where there is one."""
-        return self.league.on_step if self.league is not None else None
-
     def on_train_start(self) -> None:
-        self._resume.restore_rng(
-            self.device, dict(self.policies.items())
-        )  # last: nothing may draw from the RNG streams after them
-        if self.budget.reached(self.frames):
-            # Resumed from a checkpoint of a finished run: no iteration would run, so no training
-            # step would ever stop the (max_epochs: -1) fit loop, which would spin on empty epochs.
-            self.trainer.should_stop = True
-            return
-        self.budget.show_in_progress_bar(self.trainer, self.remaining_iterations)
+        # Last: nothing may draw from the RNG streams after them.
+        self._resume.restore_rng(self.device, dict(self.policies.items()))
+        self.budget.start_fit(self.trainer, self.frames)
 
     def on_fit_end(self) -> None:
         if self._collector is not None:
@@ -327,7 +272,7 @@ class MARLModule(LightningModule):
 
     # -- data -----------------------------------------------------------------------------
     def train_dataloader(self):
-        return tick_loader(self.iterations_per_epoch, lambda: self.remaining_iterations)
+        return tick_loader(self.iterations_per_epoch, lambda: self.budget.remaining_iterations(self.frames))
 
     def val_dataloader(self):
         return tick_loader()
@@ -343,50 +288,33 @@ class MARLModule(LightningModule):
         experience = self._collector.collect()
         collected = time.perf_counter()
         self.population.train()
-        optimizers = self.named_optimizers()
-        self.marl_trainer.set_progress(optimizers, self.iterations / self.total_iterations)
-        metrics = self.marl_trainer.update(experience, optimizers, LightningStepper(self), iteration=self.iterations)
+        budget = self.budget
+        metrics = self.marl_trainer.update(
+            experience,
+            self.named_optimizers(),
+            LightningStepper(self),
+            iteration=self.iterations,
+            fraction_done=budget.fraction_done(self.frames, self.iterations),
+        )
         self.iterations += 1
-        self.frames += self.frames_per_iteration
+        self.frames += budget.frames_per_iteration
         league_logs = self.league.after_iteration(experience) if self.league is not None else {}
-
         logs = iteration_logs(
             metrics,
             self._collector.episode_summary(),
             frames=self.frames,
             iterations=self.iterations,
-            frames_per_iteration=self.frames_per_iteration,
+            frames_per_iteration=budget.frames_per_iteration,
             seconds=(started, collected, time.perf_counter()),
         )
-        logs.update(league_logs)
-        self.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
-        progress = {"fps": logs["time/fps"]}
-        first = self.table.trainable_ids[0]
-        if f"collect/{first}/episode_return" in logs:
-            progress["return"] = logs[f"collect/{first}/episode_return"]
-        self.log_dict(progress, prog_bar=True, logger=False, on_step=True, on_epoch=False, batch_size=1)
+        log_iteration(self, {**logs, **league_logs}, self.table.trainable_ids[0])
         if self.frames >= self.max_frames:
             self.trainer.should_stop = True
 
     # -- evaluation -----------------------------------------------------------------------
     def _validate(self, prefix: str) -> None:
-        # trainer.log_dir is a collective under DDP (it broadcasts rank 0's): every rank asks.
-        video = None
-        if self.evaluation.validation.video_episodes:
-            video = os.path.join(self.trainer.log_dir or ".", "videos", f"{prefix}_iter{self.iterations}.gif")
-        result = play_validation(
-            self.population,
-            self.env_config,
-            self.env_spec,
-            self.evaluation.validation,
-            prefix=prefix,
-            rank=self.global_rank,
-            device=self.device,
-            video_path=video,
-        )
-        self.log_dict(result.logs, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
-        if result.video is not None:
-            rank_zero_info(f"lightmarl: evaluation video {result.video}")
+        env, spec, config = self.env_config, self.env_spec, self.evaluation.validation
+        log_validation(self, self.population, env, spec, config, prefix=prefix, iteration=self.iterations)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._validate("eval")
@@ -397,10 +325,6 @@ class MARLModule(LightningModule):
     # -- checkpoints (the schema: lightmarl.training.checkpoint) ----------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoints.save_checkpoint(self, checkpoint)
-
-    def check_checkpoint_fits(self, state_dict: Any, *, field: str) -> None:
-        """Raise a [`ConfigError`][lightmarl.errors.ConfigError] naming what differs when ``state_dict`` cannot load into this module."""
-        checkpoints.check_checkpoint_fits(self, state_dict, field=field)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoints.load_checkpoint(self, checkpoint)

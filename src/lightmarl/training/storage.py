@@ -90,6 +90,15 @@ def use_atomic_checkpoints(trainer: Trainer) -> None:
         strategy.checkpoint_io = AtomicCheckpointIO()
 
 
+def prepare_run_storage(trainer: Trainer | None) -> None:
+    """Before any env exists: an unwritable run directory fails now (`check_run_directories`), and
+    checkpoints are written atomically (`use_atomic_checkpoints`); without a trainer nothing is written."""
+    if trainer is None:
+        return
+    check_run_directories(trainer)
+    use_atomic_checkpoints(trainer)
+
+
 def run_directories(trainer: Trainer) -> list[tuple[str, str]]:
     """``(field, path)`` of every local directory the run writes to: root, loggers, checkpoints."""
     found = [("trainer.default_root_dir", str(trainer.default_root_dir))]
