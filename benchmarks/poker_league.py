@@ -28,9 +28,11 @@ settings under ``extra``. Prints the table.
         --out benchmarks/results/poker_league_kuhn_poker.json
 
 ``--game`` is any OpenSpiel game with the two recipes ``recipes/league_<game>.yaml`` and
-``recipes/league_<game>_selfplay.yaml``: ``kuhn_poker``, ``leduc_poker`` and ``liars_dice`` (whose
-exact measurement takes minutes on a loaded core, NFSP's longest: it asks its network one state at a
-time; a ``--nfsp-eval-every`` above the episodes NFSP reaches measures it once, at the end).
+``recipes/league_<game>_selfplay.yaml``: ``kuhn_poker``, ``leduc_poker``, ``liars_dice`` and ``goofspiel``
+(imperfect-information, four cards). NFSP plays the game the league recipe names, a simultaneous-move
+one in its turn-based conversion, as exploitability measures it. Its exact measurement is the long
+one on Liar's Dice (OpenSpiel's exploitability asks its network one state at a time): a
+``--nfsp-eval-every`` above the episodes NFSP reaches measures it once, at the end.
 
 ``--parallel`` runs that many processes at once: on a machine with fewer free cores the methods
 slow each other down, so give each run a core of its own (``nproc``, ``uptime``).
@@ -97,6 +99,17 @@ NFSP_SETTINGS: dict[str, Any] = {
 def recipe_of(game: str, method: str) -> Path:
     suffix = "_selfplay" if method == "selfplay" else ""
     return ROOT / "recipes" / f"league_{game}{suffix}.yaml"
+
+
+def spiel_game_of(game: str) -> Any:
+    """The OpenSpiel game ``recipes/league_<game>.yaml`` plays (its ``env_kwargs``), as exploitability measures
+    it: a simultaneous-move game (Goofspiel) in its turn-based conversion, which NFSP plays turn by turn."""
+    import yaml
+
+    from lightmarl.evaluation.exploitability import openspiel_game
+
+    kwargs = yaml.safe_load(recipe_of(game, "league").read_text())["model"]["env"]["env_kwargs"]
+    return openspiel_game(kwargs["game"], kwargs.get("parameters")).measured
 
 
 def hms(seconds: float) -> str:
@@ -178,7 +191,7 @@ def run_nfsp(game: str, seed: int, wall_s: float, eval_every: int) -> dict[str, 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     np.random.seed(seed)
-    env = rl_environment.Environment(game, players=2)
+    env = rl_environment.Environment(spiel_game_of(game))
     env.seed(seed)
     size = env.observation_spec()["info_state"][0]
     actions = env.action_spec()["num_actions"]
@@ -296,7 +309,9 @@ def result_rows(per_seed: dict[str, dict[str, dict[str, Any]]]) -> list[list[Any
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--game", default="kuhn_poker", help="kuhn_poker, leduc_poker or liars_dice (recipes/league_<game>*.yaml)"
+        "--game",
+        default="kuhn_poker",
+        help="kuhn_poker, leduc_poker, liars_dice or goofspiel (recipes/league_<game>*.yaml)",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--wall-s", type=float, default=300.0, help="training wall time of every run, seconds")
