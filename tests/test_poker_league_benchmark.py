@@ -93,7 +93,7 @@ def test_the_table_is_the_mean_and_t_interval_of_the_finals_per_method():
 @pytest.mark.timeout(120)
 def test_nfsp_plays_goofspiel_turn_by_turn_as_its_recipe_names_it():
     # Imperfect-information Goofspiel is a simultaneous-move game: NFSP plays and is measured on its turn-based conversion.
-    game = bench.spiel_game_of("goofspiel")
+    game = bench.spiel_game_of("goofspiel").measured
     assert str(game).startswith("turn_based_simultaneous_game(game=goofspiel(") and "imp_info=True" in str(game)
     run = bench.run_nfsp("goofspiel", 0, 2.0, 100)
     assert run["episodes"] > 0 and run["curve"]
