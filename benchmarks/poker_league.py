@@ -28,9 +28,12 @@ settings under ``extra``. Prints the table.
         --out benchmarks/results/poker_league_kuhn_poker.json
 
 ``--game`` is any OpenSpiel game with the two recipes ``recipes/league_<game>.yaml`` and
-``recipes/league_<game>_selfplay.yaml``: ``kuhn_poker``, ``leduc_poker`` and ``liars_dice`` (whose
-exact measurement takes minutes on a loaded core, NFSP's longest: it asks its network one state at a
-time; a ``--nfsp-eval-every`` above the episodes NFSP reaches measures it once, at the end).
+``recipes/league_<game>_selfplay.yaml``: ``kuhn_poker``, ``leduc_poker``, ``liars_dice`` and ``goofspiel``
+(imperfect-information, four cards). NFSP plays the game the league recipe names, a simultaneous-move
+one in its turn-based conversion, as exploitability measures it. Its average network is measured with
+``lightmarl.evaluation.exploitability.measure`` (OpenSpiel's value, the network asked once per
+information state, one at a time: on Liar's Dice still NFSP's slow part); a ``--nfsp-eval-every``
+above the episodes NFSP reaches measures it once, at the end.
 
 ``--parallel`` runs that many processes at once: on a machine with fewer free cores the methods
 slow each other down, so give each run a core of its own (``nproc``, ``uptime``).
@@ -97,6 +100,18 @@ NFSP_SETTINGS: dict[str, Any] = {
 def recipe_of(game: str, method: str) -> Path:
     suffix = "_selfplay" if method == "selfplay" else ""
     return ROOT / "recipes" / f"league_{game}{suffix}.yaml"
+
+
+def spiel_game_of(game: str) -> Any:
+    """The OpenSpiel game ``recipes/league_<game>.yaml`` plays (its ``env_kwargs``) as exploitability measures
+    it (`lightmarl.evaluation.exploitability.OpenSpielGame`): ``.measured`` is a simultaneous-move game
+    (Goofspiel) in its turn-based conversion, which NFSP plays turn by turn."""
+    import yaml
+
+    from lightmarl.evaluation.exploitability import openspiel_game
+
+    kwargs = yaml.safe_load(recipe_of(game, "league").read_text())["model"]["env"]["env_kwargs"]
+    return openspiel_game(kwargs["game"], kwargs.get("parameters"))
 
 
 def hms(seconds: float) -> str:
@@ -172,13 +187,15 @@ def run_nfsp(game: str, seed: int, wall_s: float, eval_every: int) -> dict[str, 
     import torch
     from open_spiel.python import policy as spiel_policy
     from open_spiel.python import rl_environment
-    from open_spiel.python.algorithms import exploitability
     from open_spiel.python.pytorch import nfsp
+
+    from lightmarl.evaluation.exploitability import measure
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     np.random.seed(seed)
-    env = rl_environment.Environment(game, players=2)
+    spiel = spiel_game_of(game)
+    env = rl_environment.Environment(spiel.measured)
     env.seed(seed)
     size = env.observation_spec()["info_state"][0]
     actions = env.action_spec()["num_actions"]
@@ -219,7 +236,9 @@ def run_nfsp(game: str, seed: int, wall_s: float, eval_every: int) -> dict[str, 
             if trained + time.perf_counter() - started >= wall_s:
                 break
         trained += time.perf_counter() - started
-        curve.append([trained, float(exploitability.exploitability(env.game, average))])
+        # OpenSpiel's `exploitability.exploitability` (the same value, up to the float32 rounding of its sums),
+        # asking the network once per information state rather than at every history.
+        curve.append([trained, measure(spiel, average).exploitability])
     return {"method": "nfsp", "seed": seed, "curve": curve, "final": curve[-1][1], "episodes": episodes}
 
 
@@ -296,7 +315,9 @@ def result_rows(per_seed: dict[str, dict[str, dict[str, Any]]]) -> list[list[Any
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--game", default="kuhn_poker", help="kuhn_poker, leduc_poker or liars_dice (recipes/league_<game>*.yaml)"
+        "--game",
+        default="kuhn_poker",
+        help="kuhn_poker, leduc_poker, liars_dice or goofspiel (recipes/league_<game>*.yaml)",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--wall-s", type=float, default=300.0, help="training wall time of every run, seconds")

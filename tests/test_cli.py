@@ -99,6 +99,8 @@ NEEDS = {
             "leduc_poker_selfplay",
             "liars_dice",
             "liars_dice_selfplay",
+            "goofspiel",
+            "goofspiel_selfplay",
         )
     },
 }
