@@ -155,3 +155,21 @@ def test_distilling_where_some_actions_are_illegal(tmp_path):
     assert found["kl"] < found["kl_before"] and found["kl"] < 0.1, found
     learned = measure(spiel, tabular_policy(spiel, student.eval(), "player")).exploitability
     assert abs(learned - target) < 0.15, (learned, target)
+
+
+def test_an_exploring_seat_takes_the_given_share_of_episodes_and_never_both_seats():
+    """``explore``: in that share of episodes one seat, never two, plays the uniform explorer; the
+    others play members drawn with their meta weights."""
+    from lightmarl.training.average_network import EXPLORER, draw_seats
+
+    members, weights, rng = ["a", "b"], np.array([0.8, 0.2]), np.random.default_rng(0)
+    draws = [draw_seats(rng, members, weights, 2, 0.5) for _ in range(4000)]
+    exploring = [d for d in draws if EXPLORER in d]
+    assert abs(len(exploring) / len(draws) - 0.5) < 0.03
+    assert all(d.count(EXPLORER) == 1 for d in exploring)
+    played = [m for d in draws for m in d if m != EXPLORER]
+    assert abs(played.count("a") / len(played) - 0.8) < 0.03
+    assert not any(EXPLORER in draw_seats(rng, members, weights, 2, 0.0) for _ in range(500))
+    assert not any(EXPLORER in draw_seats(rng, members, weights, 1, 0.9) for _ in range(500))
+    with pytest.raises(ValueError, match=r"league\.average_networks\.explore: expected a number in \[0, 1\)"):
+        AverageNetworkConfig(player="main", explore=1.0)
