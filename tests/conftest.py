@@ -4,8 +4,13 @@ import pytest
 import torch
 
 from lightmarl.envs import PettingZooEnvConfig
+from process_state import ProcessState
 
 SPREAD = "mpe2.simple_spread_v3.parallel_env"
+
+# One torch thread, as every run has by default (MARLModule.cpu_threads=1): a test then runs on the
+# same thread count whether or not an in-process `lightmarl fit` came before it (each test's is put back).
+torch.set_num_threads(1)
 
 
 @pytest.fixture
@@ -15,6 +20,15 @@ def spread_config() -> PettingZooEnvConfig:
 
 
 @pytest.fixture(autouse=True)
-def _deterministic_torch():
+def _process_state():
+    """Each test leaves the process as it found it: a command run in-process (``lightmarl.cli.main``,
+    tests/cli_runner.py) sets signal handlers, seeds, torch threads, env vars, logging and the cwd."""
+    state = ProcessState.save()
+    yield
+    state.restore()
+
+
+@pytest.fixture(autouse=True)
+def _deterministic_torch(_process_state):
     torch.manual_seed(0)
     yield
