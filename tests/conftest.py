@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import source_cache
 from lightmarl.envs import PettingZooEnvConfig
 from process_state import ProcessState
 
@@ -11,6 +12,8 @@ SPREAD = "mpe2.simple_spread_v3.parallel_env"
 # One torch thread, as every run has by default (MARLModule.cpu_threads=1): a test then runs on the
 # same thread count whether or not an in-process `lightmarl fit` came before it (each test's is put back).
 torch.set_num_threads(1)
+# The CLI's parser reads each class's source once per session, not once per in-process command.
+source_cache.install()
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import source_cache
 from cli_runner import run_console_script, run_in_process
 from process_state import ProcessState
 
@@ -101,3 +102,17 @@ def test_the_saved_state_is_put_back(tmp_path):
     assert signal.getsignal(signal.SIGTERM) == state.signals[signal.SIGTERM]
     assert root.handlers == handlers and root.level == level
     assert np.array_equal(np.random.get_state()[1], state.numpy_rng[1])
+
+
+def test_the_source_cache_leaves_the_parser_as_it_is(tmp_path):
+    """tests/source_cache.py only skips re-reading sources: help and resolved config are the same without it."""
+    commands = [("fit", "--help"), ("fit", "--config", QUICKSTART, "--print_config"), ("evaluate", "--help")]
+    cached = [run_in_process(*command, cwd=tmp_path) for command in commands]
+    source_cache.uninstall()
+    try:
+        uncached = [run_in_process(*command, cwd=tmp_path) for command in commands]
+    finally:
+        source_cache.install()
+    for command, with_cache, without in zip(commands, cached, uncached):
+        assert with_cache.returncode == without.returncode == 0, command
+        assert with_cache.stdout == without.stdout and len(without.stdout) > 1000, command
