@@ -26,7 +26,7 @@ def spread_config() -> PettingZooEnvConfig:
 def _process_state():
     """Each test leaves the process as it found it: a command run in-process (``lightmarl.cli.main``,
     tests/cli_runner.py) sets signal handlers, seeds, torch threads, env vars, logging and the cwd."""
-    state = ProcessState.save()
+    state = ProcessState.save(across_test_phases=True)
     yield
     state.restore()
 

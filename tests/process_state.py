@@ -56,9 +56,18 @@ class ProcessState:
     showwarning: Any
     logging_disable: int
     loggers: dict[str, _LoggerState] = field(default_factory=dict)
+    #: whether pytest's capture handlers are left as they are at `restore` (see `save`).
+    across_test_phases: bool = False
 
     @classmethod
-    def save(cls) -> ProcessState:
+    def save(cls, *, across_test_phases: bool = False) -> ProcessState:
+        """The state now.
+
+        Args:
+            across_test_phases: the state is restored in a later phase of the test (a fixture's
+                teardown): pytest has swapped its own log capture handlers by then, so those are
+                left to pytest. Within one phase (around one command) every handler is put back.
+        """
         manager = logging.Logger.manager
         loggers = {"": logging.getLogger()}
         loggers.update({name: lg for name, lg in manager.loggerDict.items() if isinstance(lg, logging.Logger)})
@@ -80,6 +89,7 @@ class ProcessState:
                 name: _LoggerState(lg.level, list(lg.handlers), lg.propagate, lg.disabled)
                 for name, lg in loggers.items()
             },
+            across_test_phases=across_test_phases,
         )
 
     def restore(self) -> None:
@@ -110,14 +120,24 @@ class ProcessState:
                 continue
             saved = self.loggers.get(name)
             if saved is not None:  # a logger first made during the command keeps what its module gave it
-                _put_back(lg, saved)
-        _put_back(logging.getLogger(), self.loggers[""])
+                _put_back(lg, saved, self.across_test_phases)
+        _put_back(logging.getLogger(), self.loggers[""], self.across_test_phases)
 
 
-def _put_back(lg: logging.Logger, saved: _LoggerState) -> None:
+def _is_pytests(handler: logging.Handler) -> bool:
+    """pytest's own capture handlers: it adds and removes them around each test phase itself."""
+    return type(handler).__module__.split(".")[0] == "_pytest"
+
+
+def _put_back(lg: logging.Logger, saved: _LoggerState, across_test_phases: bool) -> None:
     lg.setLevel(saved.level)
-    added = [h for h in lg.handlers if h not in saved.handlers]
-    lg.handlers[:] = saved.handlers
+    added = [h for h in lg.handlers if h not in saved.handlers and not _is_pytests(h)]
+    if across_test_phases:
+        # pytest's handlers stay as they are now: the one of a test's setup is gone by its teardown.
+        kept = [h for h in saved.handlers if not _is_pytests(h)]
+        lg.handlers[:] = kept + [h for h in lg.handlers if _is_pytests(h)]
+    else:
+        lg.handlers[:] = saved.handlers
     lg.propagate = saved.propagate
     lg.disabled = saved.disabled
     for handler in added:

@@ -116,3 +116,23 @@ def test_the_source_cache_leaves_the_parser_as_it_is(tmp_path):
     for command, with_cache, without in zip(commands, cached, uncached):
         assert with_cache.returncode == without.returncode == 0, command
         assert with_cache.stdout == without.stdout and len(without.stdout) > 1000, command
+
+
+def test_pytests_own_log_handlers_are_left_to_pytest():
+    """pytest swaps its capture handlers between a test's setup and teardown: putting the setup's
+    back would leave one more handler on the root logger after every test."""
+    from _pytest.logging import LogCaptureHandler
+
+    root = logging.getLogger()
+    setup_phase, teardown_phase, added = LogCaptureHandler(), LogCaptureHandler(), logging.StreamHandler()
+    root.addHandler(setup_phase)
+    state = ProcessState.save(across_test_phases=True)
+    root.removeHandler(setup_phase)
+    root.addHandler(teardown_phase)
+    root.addHandler(added)
+    state.restore()
+    try:
+        assert teardown_phase in root.handlers
+        assert setup_phase not in root.handlers and added not in root.handlers
+    finally:
+        root.removeHandler(teardown_phase)
