@@ -64,13 +64,23 @@ def install() -> None:
         return
     cached_inspect = _Inspect()
     for name in SOURCE_READERS:
-        module = importlib.import_module(name)
-        _installed.append((module, "inspect", module.inspect))
-        module.inspect = cached_inspect
-    attrdoc = importlib.import_module("docstring_parser.attrdoc")
-    original = attrdoc.AttributeDocstrings.get_attr_docs
-    _installed.append((attrdoc.AttributeDocstrings, "get_attr_docs", original))
-    attrdoc.AttributeDocstrings.get_attr_docs = _memoized_attr_docs(original, cached_inspect)
+        # Another release may move a reader: that one then reads uncached, as it would in a process.
+        module = _module(name)
+        if module is not None and getattr(module, "inspect", None) is inspect:
+            _installed.append((module, "inspect", module.inspect))
+            module.inspect = cached_inspect
+    readers = getattr(_module("docstring_parser.attrdoc"), "AttributeDocstrings", None)
+    original = getattr(readers, "get_attr_docs", None)
+    if original is not None:
+        _installed.append((readers, "get_attr_docs", original))
+        readers.get_attr_docs = _memoized_attr_docs(original, cached_inspect)  # type: ignore[union-attr]
+
+
+def _module(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 def uninstall() -> None:
