@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import ClassVar
 
@@ -13,6 +10,7 @@ import pytest
 import torch
 import yaml
 
+from cli_runner import run_console_script, run_in_process
 from expectations import minibatches_within
 from lightmarl.algorithms import IndependentMARLTrainer
 from lightmarl.cli import main
@@ -104,15 +102,6 @@ NEEDS = {
         )
     },
 }
-
-
-def lightmarl_script() -> str:
-    script = Path(sys.executable).with_name("lightmarl")
-    return str(script) if script.exists() else shutil.which("lightmarl") or "lightmarl"
-
-
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([lightmarl_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 def trainable_bindings(recipe: Path) -> list[str]:
@@ -226,16 +215,20 @@ def test_print_config_shows_overrides(capsys):
     ],
 )
 def test_bad_recipes_fail_before_training_with_the_field_named(override, expected, tmp_path):
-    result = run_cli("fit", "--config", str(ROOT / "recipes/quickstart.yaml"), override, cwd=tmp_path)
-    assert result.returncode != 0
+    result = run_in_process("fit", "--config", str(ROOT / "recipes/quickstart.yaml"), override, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
     assert expected in result.stderr, result.stderr[-2000:]
     assert not (tmp_path / "runs" / "quickstart" / "checkpoints").exists(), "nothing may train"
 
 
 def test_console_script_trains_and_validates(tmp_path):
-    fit = run_cli("fit", "--config", str(ROOT / "recipes/quickstart.yaml"), *tiny("quickstart"), cwd=tmp_path)
+    """The installed ``lightmarl`` executable trains (its run stores no ``__main__`` class paths); the
+    run then validates through the same entry point in this process."""
+    fit = run_console_script(
+        "fit", "--config", str(ROOT / "recipes/quickstart.yaml"), *tiny("quickstart"), cwd=tmp_path
+    )
     assert fit.returncode == 0, fit.stderr[-3000:]
-    validate = run_cli(
+    validate = run_in_process(
         "validate",
         "--config",
         str(ROOT / "recipes/quickstart.yaml"),
@@ -266,7 +259,7 @@ def test_validate_a_scripted_population_without_a_checkpoint(tmp_path, monkeypat
 
 
 def test_fit_without_a_trainable_binding_is_refused(tmp_path):
-    result = run_cli(
+    result = run_in_process(
         "fit",
         "--config",
         str(ROOT / "recipes/quickstart.yaml"),
@@ -274,7 +267,7 @@ def test_fit_without_a_trainable_binding_is_refused(tmp_path):
         *TINY,
         cwd=tmp_path,
     )
-    assert result.returncode != 0
+    assert result.returncode == 2, result.stderr[-2000:]
     assert "trainable: true" in result.stderr
 
 

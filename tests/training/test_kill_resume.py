@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from cli_runner import run_in_process
+
 ROOT = Path(__file__).resolve().parents[2]
 ITERATIONS = 40
 RUN = [
@@ -86,7 +88,8 @@ def _kill_and_resume(cwd: Path, kills: int, seed: int) -> None:
         seen, kept = _run_and_kill(cwd, rng)
         assert kept >= seen >= previous, (previous, seen, kept)  # nothing checkpointed was lost
         previous = kept
-    final = subprocess.run([_lightmarl(), *RUN], cwd=cwd, capture_output=True, text=True, timeout=300)
+    # The kills need a process of their own; the final resume runs in this one.
+    final = run_in_process(*RUN, cwd=cwd)
     assert final.returncode == 0, final.stderr[-4000:]
     checkpoints = cwd / "runs/quickstart/checkpoints"
     assert _iterations(checkpoints / "last.ckpt") == ITERATIONS
