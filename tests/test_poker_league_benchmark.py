@@ -88,3 +88,21 @@ def test_the_table_is_the_mean_and_t_interval_of_the_finals_per_method():
     assert row[0] == bench.METHOD_LABELS["league"] and row[1] == "0.100 / 0.200 / 0.300"
     assert row[2] == pytest.approx(0.2) and row[3] == "[-0.048, 0.448]"
     assert row[4] == "0.200 / 0.200 / 0.200" and row[5] == "200 frames"
+    assert row[6] is None  # no live binding recorded
+
+
+def test_the_live_binding_is_reported_beside_the_shown_mixture():
+    per_seed = {
+        str(seed): {"mmd": {"final": 0.2, "curve": [[1.0, 0.2]], "best": 0.2, "frames": 10.0, "live_final": live}}
+        for seed, live in enumerate([0.5, 0.7])
+    }
+    [row] = bench.result_rows(per_seed)
+    assert row[0] == bench.METHOD_LABELS["mmd"] and row[6] == "0.500 / 0.700"
+
+
+def test_the_mmd_method_runs_the_games_mmd_recipe():
+    assert bench.recipe_of("leduc_poker", "mmd").name == "league_leduc_poker_mmd.yaml"
+    assert bench.recipe_of("leduc_poker", "mmd").exists()
+    assert bench.recipe_of("kuhn_poker", "league").name == "league_kuhn_poker.yaml"
+    with pytest.raises(SystemExit):  # no Kuhn MMD recipe: refused before anything runs
+        bench.main(["--game=kuhn_poker", "--methods", "mmd"])

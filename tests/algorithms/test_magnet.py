@@ -124,7 +124,7 @@ def test_mixing_one_makes_the_magnet_the_policy_that_collected(spread_config):
 
 
 def test_the_magnet_travels_with_the_trainer_state(spread_config):
-    trainer, policy, collector = learner(spread_config, Magnet(coeff=0.1, mixing=0.5))
+    trainer, _, collector = learner(spread_config, Magnet(coeff=0.1, mixing=0.5))
     unit = trainer.unit_trainers["learner"]
     optimizers = trainer.make_optimizers()
     for _ in range(2):

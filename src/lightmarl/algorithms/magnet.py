@@ -83,7 +83,9 @@ class Magnet:
                 f"group {policy.group.name!r} has {policy.group.action_kind} actions"
             )
         if isinstance(policy, Recurrent) and policy.is_recurrent:
-            raise ConfigError(f"{field}: the magnet supports feed-forward policies; {type(policy).__name__} is recurrent")
+            raise ConfigError(
+                f"{field}: the magnet supports feed-forward policies; {type(policy).__name__} is recurrent"
+            )
         return MagnetLoss(self, binding_id, policy, table, loss_name)
 
 
