@@ -151,3 +151,16 @@ def test_the_magnet_travels_with_the_trainer_state(spread_config):
 def test_bad_magnet_settings_name_the_field_and_value(settings, field):
     with pytest.raises(ValueError, match=rf"^{field}: invalid value"):
         Magnet(**settings)
+
+
+def test_a_magnet_on_continuous_actions_is_refused_naming_the_binding():
+    from lightmarl.envs import PettingZooEnvConfig
+    from lightmarl.errors import ConfigError
+
+    config = PettingZooEnvConfig(
+        env_fn="mpe2.simple_spread_v3.parallel_env",
+        env_kwargs={"N": 3, "max_cycles": 5, "continuous_actions": True},
+        num_envs=2,
+    )
+    with pytest.raises(ConfigError, match=r"binding 'learner': algorithm.magnet: .* continuous actions"):
+        learner(config, Magnet())
