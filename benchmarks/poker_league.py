@@ -80,8 +80,17 @@ COLUMNS: list[Any] = [
     "95% t interval",
     "best logged, per seed",
     "work per run (mean)",
-    "live binding at the end, per seed",
 ]
+#: the column added when a run recorded its live binding beside its shown mixture.
+LIVE_COLUMN = "live binding at the end, per seed"
+
+
+def columns_of(per_seed: dict[str, dict[str, dict[str, Any]]]) -> list[Any]:
+    """The table's columns: `COLUMNS`, and `LIVE_COLUMN` when some run recorded its live binding."""
+    live = any("live_final" in run for runs in per_seed.values() for run in runs.values())
+    return [*COLUMNS, LIVE_COLUMN] if live else list(COLUMNS)
+
+
 #: OpenSpiel's nfsp_leduc_pytorch.py flags (nfsp_kuhn_pytorch.py has the same learning settings).
 NFSP_SETTINGS: dict[str, Any] = {
     "hidden_layers_sizes": [128],
@@ -289,6 +298,7 @@ def result_rows(per_seed: dict[str, dict[str, dict[str, Any]]]) -> list[list[Any
     (NFSP: episodes) a run reached on average."""
     seeds = list(per_seed)
     methods = [m for m in METHODS if any(m in per_seed[s] for s in seeds)]
+    live = len(columns_of(per_seed)) > len(COLUMNS)
     rows = []
     for method in methods:
         runs = [per_seed[s][method] for s in seeds if method in per_seed[s]]
@@ -297,17 +307,17 @@ def result_rows(per_seed: dict[str, dict[str, dict[str, Any]]]) -> list[list[Any
         unit = "episodes" if method == "nfsp" else "frames"
         work = sum(r.get(unit, 0.0) for r in runs) / len(runs)
         lives = [r.get("live_final") for r in runs]
-        rows.append(
-            [
-                METHOD_LABELS[method],
-                " / ".join(f"{r['final']:.3f}" for r in runs),
-                summary["mean"],
-                f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else None,
-                " / ".join(f"{r['best']:.3f}" for r in runs),
-                f"{work:,.0f} {unit}",
-                " / ".join(f"{v:.3f}" for v in lives) if all(v is not None for v in lives) else None,
-            ]
-        )
+        row = [
+            METHOD_LABELS[method],
+            " / ".join(f"{r['final']:.3f}" for r in runs),
+            summary["mean"],
+            f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else None,
+            " / ".join(f"{r['best']:.3f}" for r in runs),
+            f"{work:,.0f} {unit}",
+        ]
+        if live:
+            row.append(" / ".join(f"{v:.3f}" for v in lives) if all(v is not None for v in lives) else None)
+        rows.append(row)
     return rows
 
 
@@ -357,7 +367,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out.stem,
         command=command,
         per_seed=per_seed,
-        columns=COLUMNS,
+        columns=columns_of(per_seed),
         rows=rows,
         notes=f"{args.game}, {args.wall_s:g} s of training per run, {args.parallel} runs at once; exploitability "
         "of each run's last measurement (the best one logged beside it).",
@@ -376,8 +386,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
     )
     print(f"{args.game}, {args.wall_s:.0f} s per run, seeds {args.seeds}, load {load:.1f} at start")
-    print("| " + " | ".join(c if isinstance(c, str) else c["name"] for c in COLUMNS) + " |")
-    print("| " + " | ".join("---" for _ in COLUMNS) + " |")
+    columns = columns_of(per_seed)
+    print("| " + " | ".join(c if isinstance(c, str) else c["name"] for c in columns) + " |")
+    print("| " + " | ".join("---" for _ in columns) + " |")
     for row in rows:
         print("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v or "—") for v in row) + " |")
     print(f"wrote {path}")

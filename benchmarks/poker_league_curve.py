@@ -9,7 +9,7 @@ binding (mean over its seeds) and the baseline's league mixture and naive self-p
 
     python benchmarks/poker_league_curve.py --result benchmarks/results/poker_league_leduc_poker_mmd.json \
         --method mmd --baseline benchmarks/results/poker_league_leduc_poker.json \
-        --at 409600 819200 1228800 1638400 2048000 --name poker_league_leduc_poker_mmd_curve
+        --at 409600 819200 1228800 1638400 2048000 --name leduc_mmd_curve
 """
 
 from __future__ import annotations

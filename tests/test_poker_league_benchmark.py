@@ -88,7 +88,7 @@ def test_the_table_is_the_mean_and_t_interval_of_the_finals_per_method():
     assert row[0] == bench.METHOD_LABELS["league"] and row[1] == "0.100 / 0.200 / 0.300"
     assert row[2] == pytest.approx(0.2) and row[3] == "[-0.048, 0.448]"
     assert row[4] == "0.200 / 0.200 / 0.200" and row[5] == "200 frames"
-    assert row[6] is None  # no live binding recorded
+    assert len(row) == 6 and bench.columns_of(per_seed) == bench.COLUMNS  # no live binding recorded: no column
 
 
 def test_the_live_binding_is_reported_beside_the_shown_mixture():
@@ -98,6 +98,7 @@ def test_the_live_binding_is_reported_beside_the_shown_mixture():
     }
     [row] = bench.result_rows(per_seed)
     assert row[0] == bench.METHOD_LABELS["mmd"] and row[6] == "0.500 / 0.700"
+    assert bench.columns_of(per_seed)[-1] == bench.LIVE_COLUMN
 
 
 def test_the_mmd_method_runs_the_games_mmd_recipe():
