@@ -32,7 +32,7 @@ def test_the_three_methods_run_side_by_side_and_are_summarized(tmp_path):
             "--model.algorithm.init_args.minibatch_size=32",
             # A measurement every iteration: a loaded machine may run only a few in the 4 seconds.
             "--trainer.callbacks=[{class_path: lightmarl.training.exploitability.OpenSpielExploitability, "
-            "init_args: {binding: main, every_n_iterations: 1, meta_game: exact}}]",
+            "init_args: {binding: main, every_n_iterations: 1}}]",
         ]
     )  # fmt: skip
     assert json.loads(out.read_text()) == result
