@@ -7,6 +7,8 @@ one thread, and their exact exploitability (OpenSpiel's ``exploitability``) is r
   against its snapshots, the mixture of the snapshots measured);
 - ``selfplay``: ``recipes/league_<game>_selfplay.yaml``, the twin that differs only in the league
   section (naive self-play, the live binding measured);
+- ``mmd`` (on request, ``--methods``): ``recipes/league_<game>_mmd.yaml``, the league with PPO's
+  magnetic-mirror-descent term (``algorithm.init_args.magnet``);
 - ``nfsp``: ``open_spiel.python.pytorch.nfsp`` with the settings of OpenSpiel's
   ``open_spiel/python/examples/nfsp_leduc_pytorch.py`` (the Kuhn example uses the same ones; its
   average policy measured every ``--nfsp-eval-every`` episodes, measurement time not charged to its
@@ -18,7 +20,8 @@ its log ``sweep.log`` and state ``sweep_run.json``; a finished run is not run ag
 ``--workdir`` is given again, an interrupted one resumes from its ``last.ckpt``. They stop at
 ``trainer.max_time`` or at the recipe's ``max_frames``, whichever comes first (their measurements
 every ``every_n_iterations`` iterations are part of their time). Each run's result is its last
-measurement. Writes ``--out`` through ``results.write_result`` (the file's stem is the result's
+measurement; a league run's live binding (``league/main/live_exploitability``) is recorded beside its
+shown mixture. Writes ``--out`` through ``results.write_result`` (the file's stem is the result's
 name): per seed and method the final exploitability, the best one logged, the curve
 ``[[seconds, exploitability], ...]`` and the frames (episodes for NFSP); as the table, per method the
 mean over seeds with a 95% t interval (:func:`lightmarl.experiments.statistics.seed_mean`); the
@@ -61,11 +64,16 @@ from lightmarl.experiments.spec import RunSpec, SweepSpec, parse_override_args, 
 from lightmarl.experiments.statistics import seed_mean
 
 ROOT = Path(__file__).resolve().parents[1]
-METHODS = ("league", "selfplay", "nfsp")
+METHODS = ("league", "selfplay", "mmd", "nfsp")
+#: the methods run when ``--methods`` is not given.
+DEFAULT_METHODS = ("league", "selfplay", "nfsp")
+#: each lightmarl method's recipe: ``recipes/league_<game><suffix>.yaml``.
+RECIPE_SUFFIX = {"league": "", "selfplay": "_selfplay", "mmd": "_mmd"}
 #: how the table names each method.
 METHOD_LABELS = {
     "league": "league (`MetaStrategyPlayer`, the recipe's meta-solver)",
     "selfplay": "naive self-play (`SelfPlayPlayer`, `pfsp_prob: 0`)",
+    "mmd": "league with magnetic mirror descent (PPO `magnet`)",
     "nfsp": "OpenSpiel NFSP (PyTorch)",
 }
 COLUMNS: list[Any] = [
@@ -76,6 +84,16 @@ COLUMNS: list[Any] = [
     "best logged, per seed",
     "work per run (mean)",
 ]
+#: the column added when a run recorded its live binding beside its shown mixture.
+LIVE_COLUMN = "live binding at the end, per seed"
+
+
+def columns_of(per_seed: dict[str, dict[str, dict[str, Any]]]) -> list[Any]:
+    """The table's columns: `COLUMNS`, and `LIVE_COLUMN` when some run recorded its live binding."""
+    live = any("live_final" in run for runs in per_seed.values() for run in runs.values())
+    return [*COLUMNS, LIVE_COLUMN] if live else list(COLUMNS)
+
+
 #: OpenSpiel's nfsp_leduc_pytorch.py flags (nfsp_kuhn_pytorch.py has the same learning settings).
 NFSP_SETTINGS: dict[str, Any] = {
     "hidden_layers_sizes": [128],
@@ -98,8 +116,7 @@ NFSP_SETTINGS: dict[str, Any] = {
 
 
 def recipe_of(game: str, method: str) -> Path:
-    suffix = "_selfplay" if method == "selfplay" else ""
-    return ROOT / "recipes" / f"league_{game}{suffix}.yaml"
+    return ROOT / "recipes" / f"league_{game}{RECIPE_SUFFIX[method]}.yaml"
 
 
 def spiel_game_of(game: str) -> Any:
@@ -166,19 +183,27 @@ def lightmarl_result(spec: SweepSpec, run: RunSpec, state: dict[str, Any]) -> di
     run_dir = run_directory(spec, run)
     if state.get("status") != "done":
         raise RuntimeError(f"{run.run_id} {state.get('status')}: {state.get('error')} (log: {run_dir / LOG_FILE})")
-    curve, frames = [], 0.0
+    curve, live_curve, frames = [], [], 0.0
     for row in metric_rows(run_dir):
         value, at = row.get("league/main/exploitability"), row.get("league/main/exploitability_at_s")
         if value is not None and at is not None and (not curve or at != curve[-1][0]):
             curve.append([at, value])  # a measurement repeats in later rows
+            live = row.get("league/main/live_exploitability")
+            if live is not None:
+                live_curve.append([at, live, row.get("counters/frames", frames)])
         frames = max(frames, row.get("counters/frames", 0.0))
     if not curve:
         raise RuntimeError(f"{run.run_id}: no exploitability was logged in {run_dir}")
     method = run.config
-    return {
+    result = {
         "method": method, "seed": run.seed, "curve": curve, "final": curve[-1][1], "frames": frames,
         "process_s": state["wall_s"],
     }  # fmt: skip
+    if live_curve:
+        # [seconds, live exploitability, frames]: the binding that acts, beside the mixture it adds to.
+        result["live_curve"] = live_curve
+        result["live_final"] = live_curve[-1][1]
+    return result
 
 
 def run_nfsp(game: str, seed: int, wall_s: float, eval_every: int) -> dict[str, Any]:
@@ -292,6 +317,7 @@ def result_rows(per_seed: dict[str, dict[str, dict[str, Any]]]) -> list[list[Any
     (NFSP: episodes) a run reached on average."""
     seeds = list(per_seed)
     methods = [m for m in METHODS if any(m in per_seed[s] for s in seeds)]
+    live = len(columns_of(per_seed)) > len(COLUMNS)
     rows = []
     for method in methods:
         runs = [per_seed[s][method] for s in seeds if method in per_seed[s]]
@@ -299,16 +325,18 @@ def result_rows(per_seed: dict[str, dict[str, dict[str, Any]]]) -> list[list[Any
         ci = summary["ci95"]
         unit = "episodes" if method == "nfsp" else "frames"
         work = sum(r.get(unit, 0.0) for r in runs) / len(runs)
-        rows.append(
-            [
-                METHOD_LABELS[method],
-                " / ".join(f"{r['final']:.3f}" for r in runs),
-                summary["mean"],
-                f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else None,
-                " / ".join(f"{r['best']:.3f}" for r in runs),
-                f"{work:,.0f} {unit}",
-            ]
-        )
+        lives = [r.get("live_final") for r in runs]
+        row = [
+            METHOD_LABELS[method],
+            " / ".join(f"{r['final']:.3f}" for r in runs),
+            summary["mean"],
+            f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else None,
+            " / ".join(f"{r['best']:.3f}" for r in runs),
+            f"{work:,.0f} {unit}",
+        ]
+        if live:
+            row.append(" / ".join(f"{v:.3f}" for v in lives) if all(v is not None for v in lives) else None)
+        rows.append(row)
     return rows
 
 
@@ -321,7 +349,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--wall-s", type=float, default=300.0, help="training wall time of every run, seconds")
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=METHODS)
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (one core each)")
     parser.add_argument("--nfsp-eval-every", type=int, default=10000, help="NFSP episodes between measurements")
     parser.add_argument(
@@ -360,7 +388,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out.stem,
         command=command,
         per_seed=per_seed,
-        columns=COLUMNS,
+        columns=columns_of(per_seed),
         rows=rows,
         notes=f"{args.game}, {args.wall_s:g} s of training per run, {args.parallel} runs at once; exploitability "
         "of each run's last measurement (the best one logged beside it).",
@@ -379,8 +407,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
     )
     print(f"{args.game}, {args.wall_s:.0f} s per run, seeds {args.seeds}, load {load:.1f} at start")
-    print("| " + " | ".join(c if isinstance(c, str) else c["name"] for c in COLUMNS) + " |")
-    print("| " + " | ".join("---" for _ in COLUMNS) + " |")
+    columns = columns_of(per_seed)
+    print("| " + " | ".join(c if isinstance(c, str) else c["name"] for c in columns) + " |")
+    print("| " + " | ".join("---" for _ in columns) + " |")
     for row in rows:
         print("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v or "—") for v in row) + " |")
     print(f"wrote {path}")

@@ -88,6 +88,7 @@ def test_the_table_is_the_mean_and_t_interval_of_the_finals_per_method():
     assert row[0] == bench.METHOD_LABELS["league"] and row[1] == "0.100 / 0.200 / 0.300"
     assert row[2] == pytest.approx(0.2) and row[3] == "[-0.048, 0.448]"
     assert row[4] == "0.200 / 0.200 / 0.200" and row[5] == "200 frames"
+    assert len(row) == 6 and bench.columns_of(per_seed) == bench.COLUMNS  # no live binding recorded: no column
 
 
 @pytest.mark.timeout(120)
@@ -98,3 +99,21 @@ def test_nfsp_plays_goofspiel_turn_by_turn_as_its_recipe_names_it():
     run = bench.run_nfsp("goofspiel", 0, 2.0, 100)
     assert run["episodes"] > 0 and run["curve"]
     assert 0.0 < run["final"] < 1.0  # win/loss returns; uniform random play is 0.708
+
+
+def test_the_live_binding_is_reported_beside_the_shown_mixture():
+    per_seed = {
+        str(seed): {"mmd": {"final": 0.2, "curve": [[1.0, 0.2]], "best": 0.2, "frames": 10.0, "live_final": live}}
+        for seed, live in enumerate([0.5, 0.7])
+    }
+    [row] = bench.result_rows(per_seed)
+    assert row[0] == bench.METHOD_LABELS["mmd"] and row[6] == "0.500 / 0.700"
+    assert bench.columns_of(per_seed)[-1] == bench.LIVE_COLUMN
+
+
+def test_the_mmd_method_runs_the_games_mmd_recipe():
+    assert bench.recipe_of("leduc_poker", "mmd").name == "league_leduc_poker_mmd.yaml"
+    assert bench.recipe_of("leduc_poker", "mmd").exists()
+    assert bench.recipe_of("kuhn_poker", "league").name == "league_kuhn_poker.yaml"
+    with pytest.raises(SystemExit):  # no Kuhn MMD recipe: refused before anything runs
+        bench.main(["--game=kuhn_poker", "--methods", "mmd"])

@@ -12,6 +12,7 @@ from lightmarl.algorithms.base import (
 from lightmarl.algorithms.ddpg import DDPG, DDPGUnitTrainer
 from lightmarl.algorithms.distillation import Distillation, DistillationLoss, KickstarterLoss, SlicedClonerLoss
 from lightmarl.algorithms.dqn import DQN, DQNUnitTrainer
+from lightmarl.algorithms.magnet import Magnet, MagnetLoss
 from lightmarl.algorithms.marl_trainer import IndependentMARLTrainer, MARLTrainer
 from lightmarl.algorithms.off_policy import OffPolicyAlgorithm, OffPolicyUnitTrainer
 from lightmarl.algorithms.on_policy import AuxiliaryLoss, AuxiliaryRows, OnPolicyAlgorithm, OnPolicyUnitTrainer
@@ -38,6 +39,8 @@ __all__ = [
     "IndependentMARLTrainer",
     "KickstarterLoss",
     "MARLTrainer",
+    "Magnet",
+    "MagnetLoss",
     "MetricMeans",
     "OffPolicyAlgorithm",
     "OffPolicyUnitTrainer",

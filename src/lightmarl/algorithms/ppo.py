@@ -17,6 +17,7 @@ from torchrl.objectives import LossModule
 
 from lightmarl import keys
 from lightmarl.algorithms.distillation import Distillation
+from lightmarl.algorithms.magnet import Magnet, MagnetLoss
 from lightmarl.algorithms.masked_ppo_loss import MaskedIPPOLoss, MaskedMAPPOLoss
 from lightmarl.algorithms.on_policy import AuxiliaryLoss, OnPolicyAlgorithm, OnPolicyUnitTrainer
 from lightmarl.policies.contracts import StochasticActor, ValueCritic
@@ -32,10 +33,31 @@ class PPOUnitTrainer(OnPolicyUnitTrainer):
     config: PPO
 
     def _make_auxiliary_losses(self) -> tuple[AuxiliaryLoss, ...]:
-        distillation = self.config.distillation
-        if distillation is None:
-            return ()
-        return (distillation.make_loss(self.binding_id, self.policy, self.table, self.population),)
+        losses: list[AuxiliaryLoss] = []
+        distillation, magnet = self.config.distillation, self.config.magnet
+        if distillation is not None:
+            losses.append(distillation.make_loss(self.binding_id, self.policy, self.table, self.population))
+        if magnet is not None:
+            losses.append(magnet.make_loss(self.binding_id, self.policy, self.table, self.loss_name))
+        return tuple(losses)
+
+    @property
+    def magnet(self) -> MagnetLoss | None:
+        """The magnetic-mirror-descent term, when ``magnet`` is set."""
+        return next((aux for aux in self.auxiliary if isinstance(aux, MagnetLoss)), None)
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        magnet = self.magnet
+        if magnet is not None:
+            state["magnet"] = magnet.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        magnet = self.magnet
+        if magnet is not None and "magnet" in state:
+            magnet.load_state_dict(state["magnet"])
 
     @property
     def flavour(self) -> str:
@@ -88,6 +110,9 @@ class PPO(OnPolicyAlgorithm):
     ``MAPPOLoss`` (MAPPO), one with ``critic: local`` with ``IPPOLoss`` (IPPO). With
     ``distillation`` the binding also learns from a teacher binding (kickstarting or sliced
     cloning, see [`Distillation`][lightmarl.algorithms.distillation.Distillation]), in the same optimizer steps.
+    With ``magnet`` the policy loss also pays ``magnet.coeff * KL(pi || magnet)`` towards a slowly moving
+    copy of the policy: magnetic mirror descent (Sokota et al. 2022, see
+    [`Magnet`][lightmarl.algorithms.magnet.Magnet]), on the same rows as ``ppo``.
     Loss names for ``loss_profiles``: ``ppo``, plus ``distill`` / ``clone``. The policy must
     satisfy [`StochasticActor`][lightmarl.policies.contracts.StochasticActor] and
     [`ValueCritic`][lightmarl.policies.contracts.ValueCritic] (e.g. ``MLPActorCritic``,
@@ -110,6 +135,8 @@ class PPO(OnPolicyAlgorithm):
     """Value loss: ``l2``, ``l1`` or ``smooth_l1``."""
     distillation: Distillation | None = None
     """Learn from a teacher binding as well (``null``: plain PPO)."""
+    magnet: Magnet | None = None
+    """Magnetic mirror descent: a reverse-KL pull towards a slowly moving magnet policy (``null``: plain PPO)."""
     max_kl: float | None = 1.0
     """Divergence limit: the update's mean approximate KL between the collecting and the updated policy
     (``on_divergence`` acts after ``divergence_patience`` updates above it; ``null``: no limit)."""
