@@ -573,7 +573,13 @@ PINNED: dict[str, dict[str, tuple[Any, str]]] = {
         A + "double_dqn": (False, "BenchMARL's QMixerLoss bootstraps with the target network's max"),
         A + "team_reward": ("mean", "BenchMARL's QMIX/VDN learn from the agents' mean reward"),
     },
-    "dqn": {A + "double_dqn": (False, "BenchMARL's IQL builds DQNLoss without double_dqn")},
+    "dqn": {
+        A + "double_dqn": (False, "BenchMARL's IQL builds DQNLoss without double_dqn"),
+        A + "bootstrap_truncated": (
+            False,
+            "TorchRL's VmasEnv, which BenchMARL's VMAS tasks build, sets terminated at max_steps: no bootstrap there",
+        ),
+    },
 }
 
 

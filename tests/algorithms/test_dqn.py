@@ -218,3 +218,25 @@ def test_dqn_beats_random_on_single_agent_spread():
     baseline = evaluate_episodes(baseline_policy, config, 32, seed=123)["q"]["episode_return"]
     # Random scores about -15 on these seeds; 12k frames of DQN reach about -7.
     assert trained > baseline + 5.0, (trained, baseline)
+
+
+@pytest.mark.parametrize("bootstrap_truncated", [True, False])
+def test_bootstrap_truncated_decides_whether_a_cut_off_episode_is_bootstrapped(spread_config, bootstrap_truncated):
+    # simple_spread never terminates: every episode end here is max_cycles' truncation.
+    _, _, collector, unit, optimizer = setup(
+        spread_config, steps=12, learning_starts=10**6, bootstrap_truncated=bootstrap_truncated
+    )
+    unit.update(collector.collect(), optimizer, PlainStepper())
+    stored = unit.replay.storage[: len(unit.replay)]
+    after = stored.get((keys.NEXT, "agent"))
+    done, terminated = after.get(keys.DONE), after.get(keys.TERMINATED)
+    assert done.any() and not done.all()
+    assert torch.equal(terminated, done if not bootstrap_truncated else torch.zeros_like(done))
+    # The TD target at the episode ends: the reward alone when they are terminal, else reward + gamma * max Q'.
+    with torch.no_grad():
+        target = unit.loss.value_estimator.value_estimate(
+            stored.clone(), target_params=unit.loss.target_value_network_params
+        )
+    reward = after.get(keys.REWARD)
+    ends = done.squeeze(-1)
+    assert torch.allclose(target[ends], reward[ends]) is (not bootstrap_truncated)

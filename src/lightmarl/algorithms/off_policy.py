@@ -122,6 +122,13 @@ def _select_transitions(experience: TensorDictBase, group_name: str, index: torc
     )
 
 
+def terminate_truncated(transitions: TensorDictBase, group_name: str) -> None:
+    """Mark every ended transition of ``group_name`` terminal in place: ``("next", group, "terminated")`` := ``done``."""
+    after = transitions.get((keys.NEXT, group_name))
+    if keys.DONE in after.keys():
+        after.set(keys.TERMINATED, after.get(keys.DONE).clone())
+
+
 def _path(key: str | tuple[str, ...]) -> tuple[str, ...]:
     return key if isinstance(key, tuple) else (key,)
 
@@ -177,6 +184,11 @@ class OffPolicyAlgorithm(Algorithm):
     """Clip the gradient norm to this (``null``: no clipping)."""
     update_every: int = 1
     """Learn (store rows and train) on every k-th training iteration only."""
+    bootstrap_truncated: bool = True
+    """Bootstrap the TD target from the next observation's value when an episode is cut off (``truncated``:
+    done, not terminated), as Pardo et al. 2018 argue. ``false`` treats every episode end as terminal (the
+    stored ``terminated`` is ``done``), as runs through TorchRL's ``VmasEnv`` do: with ``max_steps`` it sets
+    ``terminated`` at the horizon, which is what BenchMARL's VMAS runs learn from."""
 
     def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
         return (
@@ -381,6 +393,8 @@ class OffPolicyUnitTrainer(UnitTrainer):
         del fraction_done  # exploration follows the frames collected, not the budget
         # A NaN reward or observation in replay would poison every later sample: it never gets in.
         transitions = self.guard.finite_transitions(self.transitions(experience))
+        if not self.config.bootstrap_truncated:
+            terminate_truncated(transitions, self.group.name)
         num_rows = transitions.shape[0]
         if num_rows:
             self.replay.extend(transitions.to(self.device))
