@@ -173,3 +173,24 @@ def test_an_exploring_seat_takes_the_given_share_of_episodes_and_never_both_seat
     assert not any(EXPLORER in draw_seats(rng, members, weights, 1, 0.9) for _ in range(500))
     with pytest.raises(ValueError, match=r"league\.average_networks\.explore: expected a number in \[0, 1\)"):
         AverageNetworkConfig(player="main", explore=1.0)
+
+
+def test_the_explorers_rows_are_not_learned_from():
+    """With ``explore: 0.5`` a quarter of the seats play the explorer: that many fewer rows are kept."""
+    from lightmarl.envs.pettingzoo.config import PettingZooEnvConfig
+    from lightmarl.policies import MLPActorCritic
+    from lightmarl.training.average_network import distill_mixture
+
+    env = PettingZooEnvConfig(env_fn="lightmarl.envs.openspiel.openspiel_env", env_kwargs={"game": "kuhn_poker"})
+    env.num_envs = 32
+    group = env.spec().groups["player"]
+    torch.manual_seed(0)
+    members = [MLPActorCritic(group, hidden_sizes=[8]).eval() for _ in range(2)]
+    rows = {}
+    for explore in (0.0, 0.5):
+        config = AverageNetworkConfig(player="main", frames=4096, epochs=1, explore=explore)
+        student = MLPActorCritic(group, hidden_sizes=[8])
+        rows[explore] = distill_mixture(student, members, [0.5, 0.5], env, [["player_0"], ["player_1"]], config, 16)[
+            "rows"
+        ]
+    assert 0.65 < rows[0.5] / rows[0.0] < 0.85, rows
