@@ -39,6 +39,11 @@ def _holder(lock: Path) -> subprocess.Popen[str]:
     return holder
 
 
+def _stop(holder: subprocess.Popen[str]) -> None:
+    holder.kill()
+    holder.communicate()
+
+
 def _acquire_in_thread(lock: WorkerLock) -> threading.Event:
     acquired = threading.Event()
 
@@ -65,11 +70,10 @@ def test_a_second_process_waits_until_the_holder_releases_or_dies(tmp_path, how)
             os.kill(holder.pid, signal.SIGKILL)
         assert acquired.wait(10) and lock.held
     finally:
-        holder.kill()
-        holder.wait()
+        _stop(holder)
     lock.release()
     assert not lock.held
-    _holder(tmp_path / "lock").kill()  # released: another process takes it at once
+    _stop(_holder(tmp_path / "lock"))  # released: another process takes it at once
 
 
 SUITE = {
