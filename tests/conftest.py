@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import source_cache
+import worker_lock
 from lightmarl.envs import PettingZooEnvConfig
 from process_state import ProcessState
 
@@ -14,6 +15,11 @@ SPREAD = "mpe2.simple_spread_v3.parallel_env"
 torch.set_num_threads(1)
 # The CLI's parser reads each class's source once per session, not once per in-process command.
 source_cache.install()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Under xdist, one test marked `two_processes` at a time across the workers (tests/worker_lock.py).
+    worker_lock.install(config)
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ bench = load_benchmark("poker_league.py")
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.two_processes
 def test_the_three_methods_run_side_by_side_and_are_summarized(tmp_path):
     out = tmp_path / "result.json"
     result = bench.main(

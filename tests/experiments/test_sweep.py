@@ -186,6 +186,7 @@ def test_a_sweep_killed_halfway_and_restarted_runs_every_run_exactly_once(tmp_pa
         assert (out / "report" / png).stat().st_size > 1000
 
 
+@pytest.mark.two_processes
 def test_a_failed_run_is_reported_and_the_others_finish(tmp_path):
     sweep = write_sweep(
         tmp_path / "sweep.yaml",

@@ -20,6 +20,7 @@ from lightmarl.experiments.spec import load_sweep
 submitit = pytest.importorskip("submitit")
 
 
+@pytest.mark.two_processes
 def test_a_sweep_submitted_to_the_local_executor_runs_each_run_as_a_job(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     sweep = write_sweep(

@@ -74,6 +74,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.two_processes
 @pytest.mark.timeout(300)
 def test_two_gloo_ranks_gather_reduce_and_broadcast():
     ctx = mp.get_context("spawn")

@@ -23,6 +23,8 @@ import torch
 
 from expectations import minibatches_within
 
+pytestmark = pytest.mark.two_processes  # xdist workers run one such test at a time (tests/worker_lock.py)
+
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "quickstart.yaml"
 

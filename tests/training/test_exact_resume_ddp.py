@@ -54,6 +54,7 @@ def test_resume_exactly_under_ddp(recipe: str, tmp_path: Path) -> None:
     _resume_matches(recipe, tmp_path)
 
 
+@pytest.mark.two_processes
 @pytest.mark.timeout(300)
 def test_ddp_ranks_play_different_games_on_a_deterministic_env(tmp_path: Path) -> None:
     """Connect four has no randomness of its own: the ranks' first rollouts differ only if each rank

@@ -19,6 +19,8 @@ import pytest
 import torch
 from test_ddp import _lightmarl
 
+pytestmark = pytest.mark.two_processes  # xdist workers run one such test at a time (tests/worker_lock.py)
+
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "league_rps.yaml"
 COPIES, ROLLOUT_STEPS, ITERATIONS = 4, 6, 8

@@ -24,6 +24,8 @@ import torch
 import yaml
 from test_ddp import _lightmarl
 
+pytestmark = pytest.mark.two_processes  # xdist workers run one such test at a time (tests/worker_lock.py)
+
 ITERATIONS, WORLD = 4, 2
 EPOCHS, MINIBATCHES = 2, 2
 RECIPE = {

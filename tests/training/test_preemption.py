@@ -17,6 +17,8 @@ import torch
 from cli_runner import run_in_process
 from lightmarl.training.preemption import PREEMPTED_EXIT_CODES
 
+pytestmark = pytest.mark.two_processes  # xdist workers run one such test at a time (tests/worker_lock.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 RUN = [
     "--config",

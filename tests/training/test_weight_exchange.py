@@ -67,6 +67,7 @@ def test_exchange_rejects_bindings_with_the_wrong_role(tmp_path, monkeypatch, ca
     assert "WeightExchange.subscribe: binding 'ppo_policy' must be frozen" in capsys.readouterr().err
 
 
+@pytest.mark.two_processes
 def test_example_script_runs_both_trainers_side_by_side(tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples/two_trainers.py"), *TINY],
