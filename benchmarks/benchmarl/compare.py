@@ -76,6 +76,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DEFAULT_VENV = HERE / "venv"
 DEFAULT_OUT = HERE / "runs"
+#: where ``--json`` writes and ``--from-json`` reads (results.py's folder).
+RESULTS_DIR = ROOT / "benchmarks" / "results"
 #: BenchMARL pins an older TorchRL than lightmarl; torch is pinned in the same pip command so
 #: that pip takes the CPU wheel instead of resolving a multi-GB CUDA build.
 BENCHMARL_REQUIREMENTS = (
@@ -670,6 +672,7 @@ def write_json(
     argv: Sequence[str],
     directory: Path | None = None,
     spec: Task | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """``task``'s runs in ``results`` as ``benchmarks/results/<name>.json`` (the docs' table), every
     run's evaluation curve kept under ``per_seed``; ``spec`` is the task as run (default ``TASKS[task]``)."""
@@ -690,7 +693,7 @@ def write_json(
     if random is not None:
         per_seed["random"] = {"return": random}
     seeds = ", ".join(f"{framework} {len(curves)}" for framework, curves in sorted(runs.items()))
-    command = shlex.join(["python", "benchmarks/benchmarl/compare.py", *argv])
+    command = command_of(argv)
     return write_result(
         name,
         command=command,
@@ -713,6 +716,7 @@ def write_json(
             + f"; seeds: {seeds}."
         ),
         directory=directory,
+        extra=extra,
     )
 
 
@@ -768,7 +772,12 @@ def algorithm_rows(results: dict[str, Any], task: str) -> list[list[Any]]:
 
 
 def write_algorithms_json(
-    name: str, task: str, results: dict[str, Any], argv: Sequence[str], directory: Path | None = None
+    name: str,
+    task: str,
+    results: dict[str, Any],
+    argv: Sequence[str],
+    directory: Path | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """Every algorithm cell of ``task`` in ``results`` as ``benchmarks/results/<name>.json`` (the docs' table
     of the task), every run's curve kept under ``per_seed``."""
@@ -779,7 +788,7 @@ def write_algorithms_json(
     if not rows:
         raise SystemExit(f"--json: no algorithm runs of task {task!r} in the results")
     per_seed = {key: data for key, data in results.items() if key.split("/")[0].startswith(f"{task}:")}
-    command = shlex.join(["python", "benchmarks/benchmarl/compare.py", *argv])
+    command = command_of(argv)
     spec = TASKS[task]
     return write_result(
         name,
@@ -807,6 +816,7 @@ def write_algorithms_json(
             "(BenchMARL's own row: not applicable)."
         ),
         directory=directory,
+        extra=extra,
     )
 
 
@@ -875,7 +885,8 @@ def load_average() -> str:
         return "unknown"
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main` (also read back from a committed result's ``command``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--setup", action="store_true", help=f"create {DEFAULT_VENV} with BenchMARL and exit")
     parser.add_argument("--benchmarl-python", type=Path, default=DEFAULT_VENV / "bin" / "python")
@@ -936,6 +947,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="with --algorithms: change one of BenchMARL's settings in both frameworks (repeatable), e.g. "
         "experiment.off_policy_n_optimizer_steps=100",
     )
+    parser.add_argument(
+        "--from-json",
+        metavar="NAME",
+        help="continue benchmarks/results/NAME.json (written by --json): its runs count as finished, so "
+        "--seeds adds seeds to them; its command must have had this one's settings and frames",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.setup:
         print("BenchMARL ready:", setup_venv(DEFAULT_VENV))
@@ -982,6 +1004,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.json"
     results: dict[str, Any] = json.loads(results_path.read_text()) if results_path.exists() else {}
+    continued: dict[str, Any] | None = None
+    if args.from_json:
+        if len(args.tasks) != 1:
+            parser.error("--from-json: name exactly one task with --tasks")
+        try:
+            continued = read_result(args.from_json)
+            check_same_settings(parser, args, continued["command"])
+            results = merge_runs(results, committed_runs(continued, args.tasks[0]))
+        except ValueError as error:
+            parser.error(f"--from-json {args.from_json}: {error}")
 
     cells = [(name, cell_name(name, a), a) for name in args.tasks for a in (args.algorithms or [None])]
     for name, cell, algorithm in cells:
@@ -1058,11 +1090,113 @@ def main(argv: Sequence[str] | None = None) -> None:
     (args.out / "results.md").write_text("\n".join(lines))
     print("\n".join(lines))
     if args.json:
-        argv = argv if argv is not None else sys.argv[1:]
+        argv = list(argv if argv is not None else sys.argv[1:])
+        extra = None
+        if continued is not None:
+            # The table holds the earlier result's seeds and this run's: the command that reproduces it names them all.
+            extra = {"command_run": command_of(argv), "continued": {k: continued.get(k) for k in CONTINUED_FIELDS}}
+            argv = reproducing_argv(argv, sorted({int(key.split("/")[2]) for key in run_keys(results, args.tasks[0])}))
         if args.algorithms:
-            print("wrote", write_algorithms_json(args.json, args.tasks[0], results, argv))
+            path = write_algorithms_json(args.json, args.tasks[0], results, argv, RESULTS_DIR, extra)
         else:
-            print("wrote", write_json(args.json, args.tasks[0], results, argv, spec=tasks[args.tasks[0]]))
+            path = write_json(args.json, args.tasks[0], results, argv, RESULTS_DIR, tasks[args.tasks[0]], extra)
+        print("wrote", path)
+
+
+# -- continuing a committed result ----------------------------------------------------------------
+#: what a continued result records of the one it continues (under ``extra.continued``).
+CONTINUED_FIELDS = ("command", "commit", "date", "machine")
+#: the options that decide what a run measures: a continued result's runs must have had the same.
+SAME_SETTINGS = (
+    "frames",
+    "lightmarl_frames",
+    "benchmarl_eval_episodes",
+    "recipe",
+    "task_setting",
+    "benchmarl_setting",
+    "tasks",
+)
+
+
+def command_of(argv: Sequence[str]) -> str:
+    return shlex.join(["python", "benchmarks/benchmarl/compare.py", *argv])
+
+
+def read_result(name: str, directory: Path | None = None) -> dict[str, Any]:
+    """``benchmarks/results/<name>.json`` (or ``directory/<name>.json``), refused unless this script wrote it."""
+    path = (directory or RESULTS_DIR) / f"{name}.json"
+    if not path.exists():
+        raise ValueError(f"no {path}")
+    result = json.loads(path.read_text())
+    words = shlex.split(result.get("command", ""))
+    if words[:2] != ["python", "benchmarks/benchmarl/compare.py"]:
+        raise ValueError(f"{path.name} was not written by compare.py (its command: {result.get('command')!r})")
+    return result
+
+
+def check_same_settings(parser: argparse.ArgumentParser, args: argparse.Namespace, command: str) -> None:
+    """Raise ``ValueError`` naming the option when ``command`` (a committed result's) measured other settings."""
+    before = parser.parse_args(shlex.split(command)[2:])
+    for option in SAME_SETTINGS:
+        if getattr(before, option) != getattr(args, option):
+            flag = "--" + option.replace("_", "-")
+            raise ValueError(f"its runs had {flag} {getattr(before, option)}, this run {getattr(args, option)}")
+    # The written command names this run's algorithms: they must include every one the result holds.
+    missing = set(before.algorithms or ()) - set(args.algorithms or ())
+    if missing or bool(before.algorithms) != bool(args.algorithms):
+        raise ValueError(f"its runs had --algorithms {before.algorithms}, this run {args.algorithms}")
+
+
+def committed_runs(result: dict[str, Any], task: str) -> dict[str, Any]:
+    """A committed result's runs of ``task`` keyed as ``results.json`` keys them (``<cell>/<framework>/<seed>``,
+    ``<cell>/random``): an algorithm table's ``per_seed`` keys already are; a MAPPO table's are
+    ``<seed> / <framework>`` and ``random``."""
+    runs: dict[str, Any] = {}
+    for key, data in result["per_seed"].items():
+        seed, sep, framework = key.partition(" / ")
+        if sep:
+            runs[f"{task}/{framework}/{int(seed)}"] = data
+        elif key == "random":
+            runs[f"{task}/random"] = data
+        elif key.split("/")[0].partition(":")[0] == task:
+            runs[key] = data
+        else:
+            raise ValueError(f"per_seed entry {key!r} is not a run of task {task!r}")
+    return runs
+
+
+def merge_runs(results: dict[str, Any], committed: dict[str, Any]) -> dict[str, Any]:
+    """``results`` (the run folder's) with ``committed``'s runs added; a run both hold must be the same run."""
+    merged = dict(results)
+    for key, data in committed.items():
+        if key in merged and merged[key] != data:
+            raise ValueError(f"{key} is in the run folder's results.json as another run; remove one of the two")
+        merged[key] = data
+    return merged
+
+
+def run_keys(results: dict[str, Any], task: str) -> list[str]:
+    """The ``<cell>/<framework>/<seed>`` keys of ``task``'s runs."""
+    return [key for key in results if key.count("/") == 2 and key.split("/")[0].partition(":")[0] == task]
+
+
+def reproducing_argv(argv: Sequence[str], seeds: Sequence[int]) -> list[str]:
+    """``argv`` without ``--from-json`` and with ``--seeds`` naming ``seeds``: the command that runs the whole
+    continued result from nothing (finished runs in ``--out`` are reused either way)."""
+    options: list[list[str]] = []  # each option with the values after it
+    for word in argv:
+        if word.startswith("--") or not options:
+            options.append([word])
+        else:
+            options[-1].append(word)
+    out: list[str] = []
+    for option, *values in options:
+        name = option.partition("=")[0]
+        if name == "--seeds" and "--seeds" not in out:
+            out += ["--seeds", *map(str, seeds)]
+        elif name not in ("--seeds", "--from-json"):
+            out += [option, *values]
+    return out if "--seeds" in out else [*out, "--seeds", *map(str, seeds)]
 
 
 def cell_name(task: str, algorithm: str | None) -> str:
