@@ -344,6 +344,13 @@ def test_a_continued_result_keeps_its_seeds_once_and_adds_the_new_ones(tmp_path,
     again = ["--algorithms", "masac", "iql", *common, "--seeds", "2", "--from-json", "algos", "--json", "algos", *out]
     compare.main(again)
     assert ran == [] and json.loads((tmp_path / "algos.json").read_text())["table"] == written["table"]
+    # Random play measured again replaces the committed figures, and the trainings are still not rerun.
+    monkeypatch.setattr(compare, "random_return", lambda recipe, *a: 5.0 if "masac" in recipe else 6.0)
+    compare.main([*again, "--rerun-random"])
+    rewritten = json.loads((tmp_path / "algos.json").read_text())
+    assert ran == [] and [row[7] for row in rewritten["table"]["rows"]] == [5.0, 5.0, 6.0, 6.0]
+    assert rewritten["per_seed"]["vmas_balance:masac/random"] == {"return": 5.0}
+    compare.main(again)  # the run folder and the rewritten result now agree
 
 
 def test_a_result_is_continued_only_with_its_own_settings(tmp_path, monkeypatch):
@@ -373,3 +380,21 @@ def test_a_result_is_continued_only_with_its_own_settings(tmp_path, monkeypatch)
     assert compare.reproducing_argv(["--from-json=x", "--frames", "6000"], [0, 2]) == [
         "--frames", "6000", "--seeds", "0", "2"
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("algorithm", ["iql", "masac"])
+def test_random_play_replaces_the_policy_the_settings_map_names(algorithm, capsys):
+    plan = compare.algorithm_run(compare.TASKS["vmas_balance"], algorithm, 30000, 128)
+    assert any(a.startswith("--model.policy_bindings=") for a in plan.lightmarl_overrides)  # the map names one
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "validate",
+                "--config",
+                str(ROOT / plan.recipe),
+                *compare.random_play_arguments(plan.lightmarl_overrides),
+                "--print_config",
+            ]
+        )
+    [binding] = yaml.safe_load(capsys.readouterr().out)["model"]["policy_bindings"]
+    assert binding["class_path"] == "lightmarl.policies.UniformRandomPolicy"

@@ -501,9 +501,16 @@ def run_random(task: Task, run_dir: Path) -> float:
 def random_return(recipe: str, run_dir: Path, overrides: Sequence[str] = ()) -> float:
     """lightmarl's evaluation of uniformly random actions on ``recipe``'s binding ``main`` (the
     same seeded episodes as the recipe's other evaluations)."""
-    random_policy = "--model.policy_bindings=[{id: main, class_path: lightmarl.policies.UniformRandomPolicy}]"
-    run_lightmarl_cli("validate", recipe, run_dir, [random_policy, *overrides])
+    run_lightmarl_cli("validate", recipe, run_dir, random_play_arguments(overrides))
     return read_lightmarl_curve(run_dir, 0.0, evaluation_only=True).returns[-1]
+
+
+def random_play_arguments(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` with the recipe's policy replaced by uniformly random actions.
+
+    The random policy comes last: the settings map's overrides name the recipe's own policy
+    (``--model.policy_bindings=...``), and the last value of an option is the one that holds."""
+    return [*overrides, "--model.policy_bindings=[{id: main, class_path: lightmarl.policies.UniformRandomPolicy}]"]
 
 
 def read_lightmarl_curve(run_dir: Path, process_s: float, evaluation_only: bool = False) -> Curve:
@@ -927,6 +934,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--rerun", action="store_true", help="run again runs that already have results")
     parser.add_argument(
+        "--rerun-random",
+        action="store_true",
+        help="measure random play again where it already has a result (the trainings are reused)",
+    )
+    parser.add_argument(
         "--json",
         metavar="NAME",
         help="also write benchmarks/results/NAME.json, the docs' table of the (one) task's runs",
@@ -1061,7 +1073,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     f"{curve.train_s[-1]:.0f} train s, {curve.process_s:.0f} process s, load {load_average()}"
                 )
         key = f"{cell}/random"
-        if key not in results or args.rerun:
+        if key not in results or args.rerun or args.rerun_random:
             if plan is not None:
                 value = random_return(
                     plan.recipe, args.out / cell.replace(":", "-") / "random", plan.lightmarl_overrides
