@@ -398,3 +398,33 @@ def test_random_play_replaces_the_policy_the_settings_map_names(algorithm, capsy
         )
     [binding] = yaml.safe_load(capsys.readouterr().out)["model"]["policy_bindings"]
     assert binding["class_path"] == "lightmarl.policies.UniformRandomPolicy"
+
+
+def test_first_evaluation_compares_untrained_and_one_batch_in_both_frameworks(tmp_path, monkeypatch):
+    first = load_benchmark("benchmarl/first_evaluation.py")
+    told: dict[str, tuple] = {}
+
+    def benchmarl(python, task, seed, frames, run_dir, episodes, algorithm="mappo", settings=()):
+        told[run_dir.name] = tuple(settings)
+        untrained = "experiment.lr=0" in settings
+        return compare.Curve([6000.0], [1.0], [float(seed) if untrained else seed + 1.0], 1.0)
+
+    def validate(subcommand, recipe, run_dir, arguments):
+        told["validate"] = (subcommand, *arguments)
+        return 1.0
+
+    monkeypatch.setattr(first, "check_benchmarl", lambda python: None)
+    monkeypatch.setattr(first, "run_benchmarl", benchmarl)
+    monkeypatch.setattr(first, "run_lightmarl_cli", validate)
+    monkeypatch.setattr(first, "read_lightmarl_curve", lambda *a, **k: compare.Curve([0.0], [0.0], [-1.0], 0.0))
+    monkeypatch.setattr(first, "fit_recipe", lambda *a, **k: compare.Curve([6000.0], [1.0], [-3.0], 1.0))
+    monkeypatch.setattr(first, "RESULTS_DIR", tmp_path)
+    first.main(["--seeds", "0", "1", "--out", str(tmp_path / "runs"), "--json", "first"])
+    assert (
+        told["benchmarl_untrained"][-1] == "experiment.lr=0"
+        and "experiment.lr=0" not in told["benchmarl_after_the_first_batch"]
+    )
+    assert told["validate"][0] == "validate" and told["validate"][-1] == "--seed_everything=1"
+    benchmarl_row, lightmarl_row = json.loads((tmp_path / "first.json").read_text())["table"]["rows"]
+    assert benchmarl_row[:4] == ["iql", "benchmarl", 2, 0.5] and benchmarl_row[6] == 1.5 and benchmarl_row[9] == 1.0
+    assert lightmarl_row[3] == -1.0 and lightmarl_row[6] == -3.0 and lightmarl_row[9] == -2.0
