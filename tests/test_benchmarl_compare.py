@@ -420,11 +420,16 @@ def test_first_evaluation_compares_untrained_and_one_batch_in_both_frameworks(tm
     monkeypatch.setattr(first, "fit_recipe", lambda *a, **k: compare.Curve([6000.0], [1.0], [-3.0], 1.0))
     monkeypatch.setattr(first, "RESULTS_DIR", tmp_path)
     first.main(["--seeds", "0", "1", "--out", str(tmp_path / "runs"), "--json", "first"])
-    assert (
-        told["benchmarl_untrained"][-1] == "experiment.lr=0"
-        and "experiment.lr=0" not in told["benchmarl_after_the_first_batch"]
-    )
+    assert told["benchmarl_untrained"] == ("experiment.off_policy_n_optimizer_steps=1", "experiment.lr=0")
+    assert told["benchmarl_after_the_first_batch"] == ("experiment.off_policy_n_optimizer_steps=100",)
     assert told["validate"][0] == "validate" and told["validate"][-1] == "--seed_everything=1"
     benchmarl_row, lightmarl_row = json.loads((tmp_path / "first.json").read_text())["table"]["rows"]
     assert benchmarl_row[:4] == ["iql", "benchmarl", 2, 0.5] and benchmarl_row[6] == 1.5 and benchmarl_row[9] == 1.0
     assert lightmarl_row[3] == -1.0 and lightmarl_row[6] == -3.0 and lightmarl_row[9] == -2.0
+    # A comparison's first evaluation stands for the trained stage where it has the run.
+    comparison = {"vmas_balance:iql/lightmarl/2": {"returns": [-7.0, 1.0], "load": "2.0 / 2.0 / 2.0"}}
+    (tmp_path / "algos.json").write_text(json.dumps({"per_seed": comparison}))
+    first.main(["--seeds", "2", "--out", str(tmp_path / "runs"), "--trained-from", "algos"])
+    stored = json.loads((tmp_path / "runs" / "results.json").read_text())
+    assert stored["iql/lightmarl/after the first batch/2"]["return"] == -7.0
+    assert stored["iql/benchmarl/after the first batch/2"]["return"] == 3.0  # not in the comparison: run

@@ -5,14 +5,18 @@ evaluation comes after one collected batch and its update. This measures, per se
 return of the untrained networks and the return after that first batch, on each side:
 
 * BenchMARL: its command line for one batch (``experiment.max_n_frames=6000``), once with
-  ``experiment.lr=0`` (Adam then changes no weight: the evaluation is the untrained networks') and
-  once with the mapped settings (the first evaluation of the 30,000-frame runs);
+  ``experiment.lr=0`` and one optimizer step per batch (Adam then changes no weight: the evaluation
+  is the untrained networks') and once with the mapped settings;
 * lightmarl: ``lightmarl validate`` of the recipe at the seed (untrained) and ``lightmarl fit`` for
   6,000 frames with the mapped settings.
 
-Both with ``--benchmarl-setting`` as given (default: the comparison's 100 optimizer steps).
+Both with ``--benchmarl-setting`` as given (default: the comparison's 100 optimizer steps). The
+return after the first batch is the first evaluation of a comparison's runs: ``--trained-from NAME``
+reads it from ``benchmarks/results/NAME.json`` (written by ``compare.py --algorithms ... --json``)
+where that holds the algorithm and seed, instead of training again.
 
-    python benchmarks/benchmarl/first_evaluation.py --algorithms iql --seeds 0 1 2 3 --json benchmarl_first_evaluation
+    python benchmarks/benchmarl/first_evaluation.py --algorithms iql vdn qmix mappo --seeds 0 1 2 \
+        --trained-from benchmarl_algorithms_vmas_balance --json benchmarl_first_evaluation
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from compare import (
     read_lightmarl_curve,
     run_benchmarl,
     run_lightmarl_cli,
+    settings_map,
 )
 
 from lightmarl.experiments.statistics import seed_mean
@@ -58,7 +63,11 @@ def measure(run: str, plan: AlgorithmRun, task: Task, seed: int, where: Path, be
     """The greedy return of ``run`` (``<framework>/<stage>``) of ``plan`` at ``seed``, run in ``where``."""
     frames, episodes = BENCHMARL_BATCH_FRAMES, BENCHMARL_EVAL_EPISODES
     if run == "benchmarl/untrained":
-        settings = (*plan.benchmarl_settings, "experiment.lr=0")
+        module = settings_map()
+        off_policy = module.ALGORITHMS[plan.algorithm][0] in module.OFF_POLICY
+        steps = "experiment.off_policy_n_optimizer_steps" if off_policy else "experiment.on_policy_n_minibatch_iters"
+        kept = [s for s in plan.benchmarl_settings if s.partition("=")[0] != steps]  # Hydra refuses a key twice
+        settings = (*kept, f"{steps}=1", "experiment.lr=0")
         return run_benchmarl(benchmarl_python, task, seed, frames, where, episodes, plan.algorithm, settings).returns[0]
     if run == "benchmarl/after the first batch":
         settings = plan.benchmarl_settings
@@ -82,6 +91,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--benchmarl-python", type=Path, default=DEFAULT_VENV / "bin" / "python")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT / "first_evaluation")
+    parser.add_argument(
+        "--trained-from",
+        metavar="NAME",
+        help="the return after the first batch from benchmarks/results/NAME.json's runs where it has them",
+    )
     parser.add_argument("--json", metavar="NAME", help="also write benchmarks/results/NAME.json")
     args = parser.parse_args(argv)
     settings = args.benchmarl_setting or ["experiment.off_policy_n_optimizer_steps=100"]
@@ -91,16 +105,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     results_path = out / "results.json"
     results: dict[str, Any] = json.loads(results_path.read_text()) if results_path.exists() else {}
     task = TASKS[args.task]
+    trained = (
+        json.loads((RESULTS_DIR / f"{args.trained_from}.json").read_text())["per_seed"] if args.trained_from else {}
+    )
     for algorithm in args.algorithms:
         plan = algorithm_run(task, algorithm, BENCHMARL_BATCH_FRAMES, BENCHMARL_EVAL_EPISODES, settings)
         for seed in args.seeds:
             for run in (f"{framework}/{stage}" for framework in ("benchmarl", "lightmarl") for stage in STAGES):
                 key = f"{algorithm}/{run}/{seed}"
+                framework, _, stage = run.partition("/")
+                comparison = trained.get(f"{args.task}:{algorithm}/{framework}/{seed}")
+                if key not in results and comparison is not None and stage == STAGES[1]:
+                    results[key] = {"return": comparison["returns"][0], "load": comparison["load"]}
+                    results[key]["from"] = f"benchmarks/results/{args.trained_from}.json"
                 if key not in results:
                     where = out / algorithm / f"seed{seed}" / run.replace(" ", "_").replace("/", "_")
                     results[key] = {"return": measure(run, plan, task, seed, where, args.benchmarl_python)}
                     results[key]["load"] = load_average()
-                    results_path.write_text(json.dumps(results, indent=1))
+                results_path.write_text(json.dumps(results, indent=1))
                 print(f"{key}: {results[key]['return']:.3f} (load {results[key]['load']})", flush=True)
 
     rows = []
