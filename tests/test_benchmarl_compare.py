@@ -353,8 +353,9 @@ def test_a_continued_result_keeps_its_seeds_once_and_adds_the_new_ones(tmp_path,
     compare.main(again)  # the run folder and the rewritten result now agree
 
 
-def test_a_result_is_continued_only_with_its_own_settings(tmp_path, monkeypatch):
+def test_a_result_is_continued_only_with_its_own_settings(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(compare, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(compare, "check_benchmarl", lambda python: None)
     command = (
         "python benchmarks/benchmarl/compare.py --algorithms masac --tasks vmas_balance --frames 12000 --seeds 0 1 "
         "--benchmarl-setting experiment.off_policy_n_optimizer_steps=100 --json algos"
@@ -362,13 +363,22 @@ def test_a_result_is_continued_only_with_its_own_settings(tmp_path, monkeypatch)
     (tmp_path / "algos.json").write_text(json.dumps({"command": command, "per_seed": {}}))
     same = ["--tasks", "vmas_balance", "--seeds", "2", "--from-json", "algos", "--out", str(tmp_path / "runs")]
     setting = ["--benchmarl-setting", "experiment.off_policy_n_optimizer_steps=100"]
-    for other in (
-        ["--algorithms", "masac", "--frames", "18000", *setting],  # other frames
-        ["--algorithms", "masac", "--frames", "12000"],  # BenchMARL's full optimizer steps
-        ["--algorithms", "iql", "--frames", "12000", *setting],  # would drop masac's runs from the command
+    for other, named in (
+        (["--algorithms", "masac", "--frames", "18000", *setting], "--frames"),  # other frames
+        (["--algorithms", "masac", "--frames", "12000"], "--benchmarl-setting"),  # BenchMARL's full optimizer steps
+        (["--algorithms", "iql", "--frames", "12000", *setting], "--algorithms"),  # would drop masac's runs
     ):
         with pytest.raises(SystemExit):
             compare.main([*other, *same])
+        assert f"its runs had {named}" in capsys.readouterr().err
+    # The same options, but the map now gives the cell other optimizer steps than its runs took.
+    run = {"returns": [1.0], "optimizer_steps": 45, "batch_frames": 6000}
+    (tmp_path / "algos.json").write_text(
+        json.dumps({"command": command, "per_seed": {"vmas_balance:masac/benchmarl/0": run}})
+    )
+    with pytest.raises(SystemExit):
+        compare.main(["--algorithms", "masac", "--frames", "12000", *setting, *same])
+    assert "ran 45 optimizer steps per 6000-frame batch, the map now gives 100" in capsys.readouterr().err
     parser = compare.build_parser()
     args = parser.parse_args(["--algorithms", "masac", "qmix", "--frames", "12000", *setting, *same])
     compare.check_same_settings(parser, args, command)  # an added algorithm is fine

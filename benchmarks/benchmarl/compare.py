@@ -419,8 +419,9 @@ def algorithm_run(
     if off_policy:
         steps = int(config["experiment"]["off_policy_n_optimizer_steps"])
     else:
-        minibatches = int(config["experiment"]["on_policy_n_minibatch_iters"])
-        steps = minibatches  # one optimizer step per minibatch
+        # BenchMARL's iterations each take ceil(batch / minibatch size) minibatches, one optimizer step each.
+        minibatch = int(config["experiment"]["on_policy_minibatch_size"])
+        steps = int(config["experiment"]["on_policy_n_minibatch_iters"]) * -(-batch // minibatch)
     return AlgorithmRun(
         algorithm=algorithm,
         recipe=f"{module.RECIPES_DIR}/{algorithm}.yaml",
@@ -1023,7 +1024,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         try:
             continued = read_result(args.from_json)
             check_same_settings(parser, args, continued["command"])
-            results = merge_runs(results, committed_runs(continued, args.tasks[0]))
+            committed = committed_runs(continued, args.tasks[0])
+            check_same_updates(committed, plans)
+            results = merge_runs(results, committed)
         except ValueError as error:
             parser.error(f"--from-json {args.from_json}: {error}")
 
@@ -1157,6 +1160,21 @@ def check_same_settings(parser: argparse.ArgumentParser, args: argparse.Namespac
     missing = set(before.algorithms or ()) - set(args.algorithms or ())
     if missing or bool(before.algorithms) != bool(args.algorithms):
         raise ValueError(f"its runs had --algorithms {before.algorithms}, this run {args.algorithms}")
+
+
+def check_same_updates(runs: dict[str, Any], plans: dict[str, AlgorithmRun]) -> None:
+    """Raise ``ValueError`` when a run of a planned cell took other optimizer steps or batches than the cell's
+    plan gives now (the settings map changed since it ran)."""
+    for key, data in runs.items():
+        plan = plans.get(key.split("/")[0])
+        if plan is None or "optimizer_steps" not in data:
+            continue
+        recorded, planned = (data["optimizer_steps"], data["batch_frames"]), (plan.optimizer_steps, plan.batch_frames)
+        if recorded != planned:
+            raise ValueError(
+                f"{key} ran {recorded[0]} optimizer steps per {recorded[1]}-frame batch, the map now gives "
+                f"{planned[0]} per {planned[1]}: run the cell again (--rerun) rather than continue it"
+            )
 
 
 def committed_runs(result: dict[str, Any], task: str) -> dict[str, Any]:
