@@ -45,7 +45,10 @@ same table, e.g. a control and the variant that differs from it::
 ``--setup`` creates ``benchmarks/benchmarl/venv`` (ignored by git) with exactly
 :data:`BENCHMARL_REQUIREMENTS`; ``--benchmarl-python`` uses another interpreter that has them.
 Finished runs are kept under ``--out`` and reused (``--rerun`` runs them again), so a table can
-be completed one task at a time. lightmarl's runs go through lightmarl's sweep runner
+be completed one task at a time. ``--from-json NAME`` continues a committed table
+(``benchmarks/results/NAME.json``) whose run folder is gone: its runs count as finished, so
+``--seeds 2`` adds seed 2 to them, and the table written with ``--json`` names every seed in its
+command; the committed command must have had the same settings and frames. lightmarl's runs go through lightmarl's sweep runner
 (:func:`fit_recipe`, :class:`lightmarl.experiments.runner.SweepRunner`): each has its run directory
 ``<out>/<cell>/<framework>/runs/<framework>/seed_<n>/`` with its ``sweep.log`` and state, and one that was
 interrupted resumes from its ``last.ckpt``; the means and intervals over seeds are
