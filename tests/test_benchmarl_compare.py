@@ -272,3 +272,174 @@ def test_a_lightmarl_run_goes_through_the_sweep_runner_and_is_not_run_twice(tmp_
     assert curve.frames == [80.0, 160.0] and len(curve.returns) == 2 and curve.train_s[0] < curve.train_s[1]
     again = compare.fit_recipe("recipes/quickstart.yaml", 0, 160, tmp_path, tiny)
     assert again == curve and (run_dir / "sweep.log").read_text().count("lightmarl sweep: fit:") == 1
+
+
+def test_a_continued_result_keeps_its_seeds_once_and_adds_the_new_ones(tmp_path, monkeypatch):
+    def curve(seed: int, framework: str) -> dict:
+        # returns that name their run, so that a lost, doubled or re-run seed shows in the table
+        value = 10.0 * seed + (1.0 if framework == "lightmarl" else 0.0)
+        run = compare.Curve([6000.0, 12000.0], [5.0, 10.0], [value - 1.0, value], 20.0, [2.0, 4.0])
+        return {**run.to_json(), "optimizer_steps": 100, "batch_frames": 6000, "load": "1.0 / 1.0 / 1.0"}
+
+    common = [
+        "--tasks",
+        "vmas_balance",
+        "--frames",
+        "12000",
+        "--benchmarl-setting",
+        "experiment.off_policy_n_optimizer_steps=100",
+    ]
+    first = ["--algorithms", "masac", "iql", *common, "--seeds", "0", "1", "--json", "algos"]
+    earlier = {
+        f"vmas_balance:{algorithm}/{framework}/{seed}": curve(seed, framework)
+        for algorithm in ("masac", "iql")
+        for framework in ("benchmarl", "lightmarl")
+        for seed in (0, 1)
+    }
+    earlier |= {"vmas_balance:masac/random": {"return": -7.5}, "vmas_balance:iql/random": {"return": 1.8}}
+    compare.write_algorithms_json("algos", "vmas_balance", earlier, first, tmp_path)
+    committed = json.loads((tmp_path / "algos.json").read_text())
+
+    ran: list[tuple[str, int]] = []
+
+    def fake_benchmarl(python, task, seed, frames, run_dir, episodes, algorithm="mappo", settings=()):
+        ran.append(("benchmarl", seed))
+        return compare.Curve.from_json(curve(seed, "benchmarl"))
+
+    def fake_fit(recipe, seed, frames, out_dir, overrides=(), name="lightmarl"):
+        ran.append(("lightmarl", seed))
+        return compare.Curve.from_json(curve(seed, "lightmarl"))
+
+    monkeypatch.setattr(compare, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(compare, "check_benchmarl", lambda python: None)
+    monkeypatch.setattr(compare, "run_benchmarl", fake_benchmarl)
+    monkeypatch.setattr(compare, "fit_recipe", fake_fit)
+    monkeypatch.setattr(compare, "random_return", lambda *a: pytest.fail("random play is in the committed result"))
+    monkeypatch.setattr(compare, "plot_task", lambda *a: None)
+    out = ["--out", str(tmp_path / "runs")]
+    compare.main(
+        ["--algorithms", "masac", "iql", *common, "--seeds", "2", "--from-json", "algos", "--json", "algos", *out]
+    )
+
+    assert sorted(ran) == [("benchmarl", 2), ("benchmarl", 2), ("lightmarl", 2), ("lightmarl", 2)]  # only seed 2 ran
+    written = json.loads((tmp_path / "algos.json").read_text())
+    for key, data in committed["per_seed"].items():
+        assert written["per_seed"][key] == data  # every committed run kept as it was
+    assert len(written["per_seed"]) == len(committed["per_seed"]) + 4
+    rows = written["table"]["rows"]
+    assert [row[:3] for row in rows] == [[a, f, 3] for a in ("masac", "iql") for f in ("benchmarl", "lightmarl")]
+    # seeds 0, 1, 2 once each: the mean of 10 * seed (+1 for lightmarl) over them
+    assert [row[4] for row in rows] == [10.0, 11.0, 10.0, 11.0]
+    words = written["command"].split()
+    assert "--from-json" not in words and words[words.index("--seeds") + 1 : words.index("--seeds") + 4] == [
+        "0",
+        "1",
+        "2",
+    ]
+    assert written["extra"]["continued"]["command"] == committed["command"]
+    assert "--from-json algos" in written["extra"]["command_run"]
+
+    # Run again: nothing is run twice and the table is the same.
+    ran.clear()
+    again = ["--algorithms", "masac", "iql", *common, "--seeds", "2", "--from-json", "algos", "--json", "algos", *out]
+    compare.main(again)
+    assert ran == [] and json.loads((tmp_path / "algos.json").read_text())["table"] == written["table"]
+    # Random play measured again replaces the committed figures, and the trainings are still not rerun.
+    monkeypatch.setattr(compare, "random_return", lambda recipe, *a: 5.0 if "masac" in recipe else 6.0)
+    compare.main([*again, "--rerun-random"])
+    rewritten = json.loads((tmp_path / "algos.json").read_text())
+    assert ran == [] and [row[7] for row in rewritten["table"]["rows"]] == [5.0, 5.0, 6.0, 6.0]
+    assert rewritten["per_seed"]["vmas_balance:masac/random"] == {"return": 5.0}
+    compare.main(again)  # the run folder and the rewritten result now agree
+
+
+def test_a_result_is_continued_only_with_its_own_settings(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(compare, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(compare, "check_benchmarl", lambda python: None)
+    command = (
+        "python benchmarks/benchmarl/compare.py --algorithms masac --tasks vmas_balance --frames 12000 --seeds 0 1 "
+        "--benchmarl-setting experiment.off_policy_n_optimizer_steps=100 --json algos"
+    )
+    (tmp_path / "algos.json").write_text(json.dumps({"command": command, "per_seed": {}}))
+    same = ["--tasks", "vmas_balance", "--seeds", "2", "--from-json", "algos", "--out", str(tmp_path / "runs")]
+    setting = ["--benchmarl-setting", "experiment.off_policy_n_optimizer_steps=100"]
+    for other, named in (
+        (["--algorithms", "masac", "--frames", "18000", *setting], "--frames"),  # other frames
+        (["--algorithms", "masac", "--frames", "12000"], "--benchmarl-setting"),  # BenchMARL's full optimizer steps
+        (["--algorithms", "iql", "--frames", "12000", *setting], "--algorithms"),  # would drop masac's runs
+    ):
+        with pytest.raises(SystemExit):
+            compare.main([*other, *same])
+        assert f"its runs had {named}" in capsys.readouterr().err
+    # The same options, but the map now gives the cell other optimizer steps than its runs took.
+    run = {"returns": [1.0], "optimizer_steps": 45, "batch_frames": 6000}
+    (tmp_path / "algos.json").write_text(
+        json.dumps({"command": command, "per_seed": {"vmas_balance:masac/benchmarl/0": run}})
+    )
+    with pytest.raises(SystemExit):
+        compare.main(["--algorithms", "masac", "--frames", "12000", *setting, *same])
+    assert "ran 45 optimizer steps per 6000-frame batch, the map now gives 100" in capsys.readouterr().err
+    parser = compare.build_parser()
+    args = parser.parse_args(["--algorithms", "masac", "qmix", "--frames", "12000", *setting, *same])
+    compare.check_same_settings(parser, args, command)  # an added algorithm is fine
+    with pytest.raises(ValueError, match="another run"):
+        compare.merge_runs({"c:masac/benchmarl/0": {"returns": [1.0]}}, {"c:masac/benchmarl/0": {"returns": [2.0]}})
+    assert compare.reproducing_argv(["--seeds", "2", "--from-json", "x", "--json", "x"], [0, 1, 2]) == [
+        "--seeds", "0", "1", "2", "--json", "x"
+    ]  # fmt: skip
+    assert compare.reproducing_argv(["--from-json=x", "--frames", "6000"], [0, 2]) == [
+        "--frames", "6000", "--seeds", "0", "2"
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("algorithm", ["iql", "masac"])
+def test_random_play_replaces_the_policy_the_settings_map_names(algorithm, capsys):
+    plan = compare.algorithm_run(compare.TASKS["vmas_balance"], algorithm, 30000, 128)
+    assert any(a.startswith("--model.policy_bindings=") for a in plan.lightmarl_overrides)  # the map names one
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "validate",
+                "--config",
+                str(ROOT / plan.recipe),
+                *compare.random_play_arguments(plan.lightmarl_overrides),
+                "--print_config",
+            ]
+        )
+    [binding] = yaml.safe_load(capsys.readouterr().out)["model"]["policy_bindings"]
+    assert binding["class_path"] == "lightmarl.policies.UniformRandomPolicy"
+
+
+def test_first_evaluation_compares_untrained_and_one_batch_in_both_frameworks(tmp_path, monkeypatch):
+    first = load_benchmark("benchmarl/first_evaluation.py")
+    told: dict[str, tuple] = {}
+
+    def benchmarl(python, task, seed, frames, run_dir, episodes, algorithm="mappo", settings=()):
+        told[run_dir.name] = tuple(settings)
+        untrained = "experiment.lr=0" in settings
+        return compare.Curve([6000.0], [1.0], [float(seed) if untrained else seed + 1.0], 1.0)
+
+    def validate(subcommand, recipe, run_dir, arguments):
+        told["validate"] = (subcommand, *arguments)
+        return 1.0
+
+    monkeypatch.setattr(first, "check_benchmarl", lambda python: None)
+    monkeypatch.setattr(first, "run_benchmarl", benchmarl)
+    monkeypatch.setattr(first, "run_lightmarl_cli", validate)
+    monkeypatch.setattr(first, "read_lightmarl_curve", lambda *a, **k: compare.Curve([0.0], [0.0], [-1.0], 0.0))
+    monkeypatch.setattr(first, "fit_recipe", lambda *a, **k: compare.Curve([6000.0], [1.0], [-3.0], 1.0))
+    monkeypatch.setattr(first, "RESULTS_DIR", tmp_path)
+    first.main(["--seeds", "0", "1", "--out", str(tmp_path / "runs"), "--json", "first"])
+    assert told["benchmarl_untrained"] == ("experiment.off_policy_n_optimizer_steps=1", "experiment.lr=0")
+    assert told["benchmarl_after_the_first_batch"] == ("experiment.off_policy_n_optimizer_steps=100",)
+    assert told["validate"][0] == "validate" and told["validate"][-1] == "--seed_everything=1"
+    benchmarl_row, lightmarl_row = json.loads((tmp_path / "first.json").read_text())["table"]["rows"]
+    assert benchmarl_row[:4] == ["iql", "benchmarl", 2, 0.5] and benchmarl_row[6] == 1.5 and benchmarl_row[9] == 1.0
+    assert lightmarl_row[3] == -1.0 and lightmarl_row[6] == -3.0 and lightmarl_row[9] == -2.0
+    # A comparison's first evaluation stands for the trained stage where it has the run.
+    comparison = {"vmas_balance:iql/lightmarl/2": {"returns": [-7.0, 1.0], "load": "2.0 / 2.0 / 2.0"}}
+    (tmp_path / "algos.json").write_text(json.dumps({"per_seed": comparison}))
+    first.main(["--seeds", "2", "--out", str(tmp_path / "runs"), "--trained-from", "algos"])
+    stored = json.loads((tmp_path / "runs" / "results.json").read_text())
+    assert stored["iql/lightmarl/after the first batch/2"]["return"] == -7.0
+    assert stored["iql/benchmarl/after the first batch/2"]["return"] == 3.0  # not in the comparison: run

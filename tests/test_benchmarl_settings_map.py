@@ -65,9 +65,9 @@ def test_values_are_converted_to_lightmarls_units():
     assert settings("iql", "vmas/navigation")["algorithm.buffer_size"] == 3_000_000
     assert masac["policy_kwargs.critic"] == "centralized" and isac["policy_kwargs.critic"] == "local"
     assert masac["algorithm.alpha_lr"] == masac["algorithm.actor_lr"] == 5e-5 and masac["algorithm.adam_eps"] == 1e-6
-    # 6,000 frames per batch from 10 envs: 600 steps each; 45 minibatches of 400 are three passes.
+    # 6,000 frames per batch from 10 envs: 600 steps each; each of the 45 iterations is 15 minibatches of 400, a pass.
     mappo = settings("mappo")
-    assert (mappo["model.rollout_steps"], mappo["env.num_envs"], mappo["algorithm.epochs"]) == (600, 10, 3)
+    assert (mappo["model.rollout_steps"], mappo["env.num_envs"], mappo["algorithm.epochs"]) == (600, 10, 45)
     assert mappo["algorithm.normalize_advantage"] is False and mappo["policy_kwargs.init_action_std"] == 1.0
     # DDPG's sigma is absolute; lightmarl's noise a fraction of the [-1, 1] range; annealed over a third of the frames.
     maddpg = settings("maddpg", **{"experiment.max_n_frames": 60_000})
@@ -84,7 +84,7 @@ def test_values_are_converted_to_lightmarls_units():
         ("mappo", {"model.norm_class": "torch.nn.LayerNorm"}, "model.norm_class"),
         ("mappo", {"critic_model.num_cells": [64, 64]}, "critic_model.num_cells"),
         ("masac", {"experiment.prefer_continuous_actions": False}, "prefer_continuous_actions"),
-        ("mappo", {"experiment.on_policy_n_minibatch_iters": 10}, "on_policy_n_minibatch_iters"),
+        ("mappo", {"experiment.on_policy_minibatch_size": 700}, "on_policy_minibatch_size"),
     ],
 )
 def test_a_benchmarl_value_lightmarl_cannot_match_is_refused_by_name(algorithm, change, named):
@@ -114,6 +114,12 @@ def test_the_reference_page_shows_the_map():
 
 def test_compare_offers_every_mapped_algorithm():
     assert set(compare.ALGORITHMS) == set(settings_map.ALGORITHMS)
+
+
+def test_compare_counts_benchmarls_on_policy_optimizer_steps():
+    # 45 iterations of 6,000 / 400 = 15 minibatches each (experiment.py's _collection_loop), one step per minibatch.
+    run = compare.algorithm_run(compare.TASKS["vmas_balance"], "mappo", 30_000, 128)
+    assert (run.optimizer_steps, run.batch_frames) == (675, 6000)
 
 
 def test_compare_gives_both_frameworks_the_same_reduction():

@@ -45,7 +45,10 @@ same table, e.g. a control and the variant that differs from it::
 ``--setup`` creates ``benchmarks/benchmarl/venv`` (ignored by git) with exactly
 :data:`BENCHMARL_REQUIREMENTS`; ``--benchmarl-python`` uses another interpreter that has them.
 Finished runs are kept under ``--out`` and reused (``--rerun`` runs them again), so a table can
-be completed one task at a time. lightmarl's runs go through lightmarl's sweep runner
+be completed one task at a time. ``--from-json NAME`` continues a committed table
+(``benchmarks/results/NAME.json``) whose run folder is gone: its runs count as finished, so
+``--seeds 2`` adds seed 2 to them, and the table written with ``--json`` names every seed in its
+command; the committed command must have had the same settings and frames. lightmarl's runs go through lightmarl's sweep runner
 (:func:`fit_recipe`, :class:`lightmarl.experiments.runner.SweepRunner`): each has its run directory
 ``<out>/<cell>/<framework>/runs/<framework>/seed_<n>/`` with its ``sweep.log`` and state, and one that was
 interrupted resumes from its ``last.ckpt``; the means and intervals over seeds are
@@ -76,6 +79,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DEFAULT_VENV = HERE / "venv"
 DEFAULT_OUT = HERE / "runs"
+#: where ``--json`` writes and ``--from-json`` reads (results.py's folder).
+RESULTS_DIR = ROOT / "benchmarks" / "results"
 #: BenchMARL pins an older TorchRL than lightmarl; torch is pinned in the same pip command so
 #: that pip takes the CPU wheel instead of resolving a multi-GB CUDA build.
 BENCHMARL_REQUIREMENTS = (
@@ -417,8 +422,9 @@ def algorithm_run(
     if off_policy:
         steps = int(config["experiment"]["off_policy_n_optimizer_steps"])
     else:
-        minibatches = int(config["experiment"]["on_policy_n_minibatch_iters"])
-        steps = minibatches  # one optimizer step per minibatch
+        # BenchMARL's iterations each take ceil(batch / minibatch size) minibatches, one optimizer step each.
+        minibatch = int(config["experiment"]["on_policy_minibatch_size"])
+        steps = int(config["experiment"]["on_policy_n_minibatch_iters"]) * -(-batch // minibatch)
     return AlgorithmRun(
         algorithm=algorithm,
         recipe=f"{module.RECIPES_DIR}/{algorithm}.yaml",
@@ -499,9 +505,16 @@ def run_random(task: Task, run_dir: Path) -> float:
 def random_return(recipe: str, run_dir: Path, overrides: Sequence[str] = ()) -> float:
     """lightmarl's evaluation of uniformly random actions on ``recipe``'s binding ``main`` (the
     same seeded episodes as the recipe's other evaluations)."""
-    random_policy = "--model.policy_bindings=[{id: main, class_path: lightmarl.policies.UniformRandomPolicy}]"
-    run_lightmarl_cli("validate", recipe, run_dir, [random_policy, *overrides])
+    run_lightmarl_cli("validate", recipe, run_dir, random_play_arguments(overrides))
     return read_lightmarl_curve(run_dir, 0.0, evaluation_only=True).returns[-1]
+
+
+def random_play_arguments(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` with the recipe's policy replaced by uniformly random actions.
+
+    The random policy comes last: the settings map's overrides name the recipe's own policy
+    (``--model.policy_bindings=...``), and the last value of an option is the one that holds."""
+    return [*overrides, "--model.policy_bindings=[{id: main, class_path: lightmarl.policies.UniformRandomPolicy}]"]
 
 
 def read_lightmarl_curve(run_dir: Path, process_s: float, evaluation_only: bool = False) -> Curve:
@@ -670,6 +683,7 @@ def write_json(
     argv: Sequence[str],
     directory: Path | None = None,
     spec: Task | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """``task``'s runs in ``results`` as ``benchmarks/results/<name>.json`` (the docs' table), every
     run's evaluation curve kept under ``per_seed``; ``spec`` is the task as run (default ``TASKS[task]``)."""
@@ -690,7 +704,7 @@ def write_json(
     if random is not None:
         per_seed["random"] = {"return": random}
     seeds = ", ".join(f"{framework} {len(curves)}" for framework, curves in sorted(runs.items()))
-    command = shlex.join(["python", "benchmarks/benchmarl/compare.py", *argv])
+    command = command_of(argv)
     return write_result(
         name,
         command=command,
@@ -713,6 +727,7 @@ def write_json(
             + f"; seeds: {seeds}."
         ),
         directory=directory,
+        extra=extra,
     )
 
 
@@ -768,7 +783,12 @@ def algorithm_rows(results: dict[str, Any], task: str) -> list[list[Any]]:
 
 
 def write_algorithms_json(
-    name: str, task: str, results: dict[str, Any], argv: Sequence[str], directory: Path | None = None
+    name: str,
+    task: str,
+    results: dict[str, Any],
+    argv: Sequence[str],
+    directory: Path | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """Every algorithm cell of ``task`` in ``results`` as ``benchmarks/results/<name>.json`` (the docs' table
     of the task), every run's curve kept under ``per_seed``."""
@@ -779,7 +799,7 @@ def write_algorithms_json(
     if not rows:
         raise SystemExit(f"--json: no algorithm runs of task {task!r} in the results")
     per_seed = {key: data for key, data in results.items() if key.split("/")[0].startswith(f"{task}:")}
-    command = shlex.join(["python", "benchmarks/benchmarl/compare.py", *argv])
+    command = command_of(argv)
     spec = TASKS[task]
     return write_result(
         name,
@@ -807,6 +827,7 @@ def write_algorithms_json(
             "(BenchMARL's own row: not applicable)."
         ),
         directory=directory,
+        extra=extra,
     )
 
 
@@ -875,7 +896,8 @@ def load_average() -> str:
         return "unknown"
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main` (also read back from a committed result's ``command``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--setup", action="store_true", help=f"create {DEFAULT_VENV} with BenchMARL and exit")
     parser.add_argument("--benchmarl-python", type=Path, default=DEFAULT_VENV / "bin" / "python")
@@ -916,6 +938,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--rerun", action="store_true", help="run again runs that already have results")
     parser.add_argument(
+        "--rerun-random",
+        action="store_true",
+        help="measure random play again where it already has a result (the trainings are reused)",
+    )
+    parser.add_argument(
         "--json",
         metavar="NAME",
         help="also write benchmarks/results/NAME.json, the docs' table of the (one) task's runs",
@@ -936,6 +963,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="with --algorithms: change one of BenchMARL's settings in both frameworks (repeatable), e.g. "
         "experiment.off_policy_n_optimizer_steps=100",
     )
+    parser.add_argument(
+        "--from-json",
+        metavar="NAME",
+        help="continue benchmarks/results/NAME.json (written by --json): its runs count as finished, so "
+        "--seeds adds seeds to them; its command must have had this one's settings and frames",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.setup:
         print("BenchMARL ready:", setup_venv(DEFAULT_VENV))
@@ -982,6 +1020,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.json"
     results: dict[str, Any] = json.loads(results_path.read_text()) if results_path.exists() else {}
+    continued: dict[str, Any] | None = None
+    if args.from_json:
+        if len(args.tasks) != 1:
+            parser.error("--from-json: name exactly one task with --tasks")
+        try:
+            continued = read_result(args.from_json)
+            check_same_settings(parser, args, continued["command"])
+            committed = committed_runs(continued, args.tasks[0])
+            check_same_updates(committed, plans)
+            results = merge_runs(results, committed)
+        except ValueError as error:
+            parser.error(f"--from-json {args.from_json}: {error}")
 
     cells = [(name, cell_name(name, a), a) for name in args.tasks for a in (args.algorithms or [None])]
     for name, cell, algorithm in cells:
@@ -1029,7 +1079,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     f"{curve.train_s[-1]:.0f} train s, {curve.process_s:.0f} process s, load {load_average()}"
                 )
         key = f"{cell}/random"
-        if key not in results or args.rerun:
+        if key not in results or args.rerun or args.rerun_random:
             if plan is not None:
                 value = random_return(
                     plan.recipe, args.out / cell.replace(":", "-") / "random", plan.lightmarl_overrides
@@ -1058,11 +1108,128 @@ def main(argv: Sequence[str] | None = None) -> None:
     (args.out / "results.md").write_text("\n".join(lines))
     print("\n".join(lines))
     if args.json:
-        argv = argv if argv is not None else sys.argv[1:]
+        argv = list(argv if argv is not None else sys.argv[1:])
+        extra = None
+        if continued is not None:
+            # The table holds the earlier result's seeds and this run's: the command that reproduces it names them all.
+            extra = {"command_run": command_of(argv), "continued": {k: continued.get(k) for k in CONTINUED_FIELDS}}
+            argv = reproducing_argv(argv, sorted({int(key.split("/")[2]) for key in run_keys(results, args.tasks[0])}))
         if args.algorithms:
-            print("wrote", write_algorithms_json(args.json, args.tasks[0], results, argv))
+            path = write_algorithms_json(args.json, args.tasks[0], results, argv, RESULTS_DIR, extra)
         else:
-            print("wrote", write_json(args.json, args.tasks[0], results, argv, spec=tasks[args.tasks[0]]))
+            path = write_json(args.json, args.tasks[0], results, argv, RESULTS_DIR, tasks[args.tasks[0]], extra)
+        print("wrote", path)
+
+
+# -- continuing a committed result ----------------------------------------------------------------
+#: what a continued result records of the one it continues (under ``extra.continued``).
+CONTINUED_FIELDS = ("command", "commit", "date", "machine")
+#: the options that decide what a run measures: a continued result's runs must have had the same.
+SAME_SETTINGS = (
+    "frames",
+    "lightmarl_frames",
+    "benchmarl_eval_episodes",
+    "recipe",
+    "task_setting",
+    "benchmarl_setting",
+    "tasks",
+)
+
+
+def command_of(argv: Sequence[str]) -> str:
+    return shlex.join(["python", "benchmarks/benchmarl/compare.py", *argv])
+
+
+def read_result(name: str, directory: Path | None = None) -> dict[str, Any]:
+    """``benchmarks/results/<name>.json`` (or ``directory/<name>.json``), refused unless this script wrote it."""
+    path = (directory or RESULTS_DIR) / f"{name}.json"
+    if not path.exists():
+        raise ValueError(f"no {path}")
+    result = json.loads(path.read_text())
+    words = shlex.split(result.get("command", ""))
+    if words[:2] != ["python", "benchmarks/benchmarl/compare.py"]:
+        raise ValueError(f"{path.name} was not written by compare.py (its command: {result.get('command')!r})")
+    return result
+
+
+def check_same_settings(parser: argparse.ArgumentParser, args: argparse.Namespace, command: str) -> None:
+    """Raise ``ValueError`` naming the option when ``command`` (a committed result's) measured other settings."""
+    before = parser.parse_args(shlex.split(command)[2:])
+    for option in SAME_SETTINGS:
+        if getattr(before, option) != getattr(args, option):
+            flag = "--" + option.replace("_", "-")
+            raise ValueError(f"its runs had {flag} {getattr(before, option)}, this run {getattr(args, option)}")
+    # The written command names this run's algorithms: they must include every one the result holds.
+    missing = set(before.algorithms or ()) - set(args.algorithms or ())
+    if missing or bool(before.algorithms) != bool(args.algorithms):
+        raise ValueError(f"its runs had --algorithms {before.algorithms}, this run {args.algorithms}")
+
+
+def check_same_updates(runs: dict[str, Any], plans: dict[str, AlgorithmRun]) -> None:
+    """Raise ``ValueError`` when a run of a planned cell took other optimizer steps or batches than the cell's
+    plan gives now (the settings map changed since it ran)."""
+    for key, data in runs.items():
+        plan = plans.get(key.split("/")[0])
+        if plan is None or "optimizer_steps" not in data:
+            continue
+        recorded, planned = (data["optimizer_steps"], data["batch_frames"]), (plan.optimizer_steps, plan.batch_frames)
+        if recorded != planned:
+            raise ValueError(
+                f"{key} ran {recorded[0]} optimizer steps per {recorded[1]}-frame batch, the map now gives "
+                f"{planned[0]} per {planned[1]}: run the cell again (--rerun) rather than continue it"
+            )
+
+
+def committed_runs(result: dict[str, Any], task: str) -> dict[str, Any]:
+    """A committed result's runs of ``task`` keyed as ``results.json`` keys them (``<cell>/<framework>/<seed>``,
+    ``<cell>/random``): an algorithm table's ``per_seed`` keys already are; a MAPPO table's are
+    ``<seed> / <framework>`` and ``random``."""
+    runs: dict[str, Any] = {}
+    for key, data in result["per_seed"].items():
+        seed, sep, framework = key.partition(" / ")
+        if sep:
+            runs[f"{task}/{framework}/{int(seed)}"] = data
+        elif key == "random":
+            runs[f"{task}/random"] = data
+        elif key.split("/")[0].partition(":")[0] == task:
+            runs[key] = data
+        else:
+            raise ValueError(f"per_seed entry {key!r} is not a run of task {task!r}")
+    return runs
+
+
+def merge_runs(results: dict[str, Any], committed: dict[str, Any]) -> dict[str, Any]:
+    """``results`` (the run folder's) with ``committed``'s runs added; a run both hold must be the same run."""
+    merged = dict(results)
+    for key, data in committed.items():
+        if key in merged and merged[key] != data:
+            raise ValueError(f"{key} is in the run folder's results.json as another run; remove one of the two")
+        merged[key] = data
+    return merged
+
+
+def run_keys(results: dict[str, Any], task: str) -> list[str]:
+    """The ``<cell>/<framework>/<seed>`` keys of ``task``'s runs."""
+    return [key for key in results if key.count("/") == 2 and key.split("/")[0].partition(":")[0] == task]
+
+
+def reproducing_argv(argv: Sequence[str], seeds: Sequence[int]) -> list[str]:
+    """``argv`` without ``--from-json`` and with ``--seeds`` naming ``seeds``: the command that runs the whole
+    continued result from nothing (finished runs in ``--out`` are reused either way)."""
+    options: list[list[str]] = []  # each option with the values after it
+    for word in argv:
+        if word.startswith("--") or not options:
+            options.append([word])
+        else:
+            options[-1].append(word)
+    out: list[str] = []
+    for option, *values in options:
+        name = option.partition("=")[0]
+        if name == "--seeds" and "--seeds" not in out:
+            out += ["--seeds", *map(str, seeds)]
+        elif name not in ("--seeds", "--from-json"):
+            out += [option, *values]
+    return out if "--seeds" in out else [*out, "--seeds", *map(str, seeds)]
 
 
 def cell_name(task: str, algorithm: str | None) -> str:

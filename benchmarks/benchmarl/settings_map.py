@@ -324,15 +324,15 @@ def _per_env(value: Any, context: Context) -> int:
 
 
 def _epochs(value: Any, context: Context) -> int:
-    """BenchMARL samples ``n_minibatch_iters`` minibatches without replacement: that many passes over the batch."""
-    steps = int(value) * int(context.experiment("on_policy_minibatch_size"))
-    frames = context.frames_per_batch()
-    if steps % frames:
+    """Each of BenchMARL's ``n_minibatch_iters`` iterations takes ``frames / minibatch_size`` minibatches
+    without replacement (``Experiment._collection_loop``): one pass over the batch, so that many epochs."""
+    minibatch, frames = int(context.experiment("on_policy_minibatch_size")), context.frames_per_batch()
+    if frames % minibatch:
         raise ValueError(
-            f"on_policy_n_minibatch_iters x on_policy_minibatch_size = {steps} frames is not a whole number of "
-            f"passes over on_policy_collected_frames_per_batch={frames}: lightmarl counts passes (epochs)"
+            f"on_policy_collected_frames_per_batch={frames} is not a multiple of on_policy_minibatch_size={minibatch}: "
+            "BenchMARL's passes would then run across its iterations, and lightmarl counts whole passes (epochs)"
         )
-    return steps // frames
+    return int(value)
 
 
 def _evaluation_every(value: Any, context: Context) -> int:
@@ -458,7 +458,7 @@ RULES: dict[str, dict[str, Rule]] = {
         "on_policy_n_minibatch_iters": To(
             {"ppo": [A + "epochs"]},
             convert=_epochs,
-            note="x minibatch_size / frames per batch",
+            note="each iteration is one pass over the batch in minibatches",
             otherwise="off-policy families",
         ),
         "on_policy_minibatch_size": To({"ppo": [A + "minibatch_size"]}, otherwise="off-policy families"),
