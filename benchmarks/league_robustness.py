@@ -96,6 +96,8 @@ RECIPES = {
 GAMES = tuple(RECIPES)
 #: the binding of the three-role recipes' main exploiter.
 MAIN_EXPLOITER = "main_exploiter"
+#: the logged metrics of each league player kept as curves (``league/<player>/<name>``).
+ROLE_METRICS = ("win_rate", "agent_steps", "resets", "historical_players")
 #: the exploitability the Leduc recipes' callback logs for the main binding.
 EXPLOITABILITY = f"league/{MAIN_BINDING}/exploitability"
 
@@ -145,6 +147,9 @@ def best_response(recipe: Path, run: str | Path, frames: int, episodes: int, see
     command = [
         "lightmarl", "evaluate", "--config", str(recipe), f"--ckpt_path={Path(run) / 'checkpoints' / 'last.ckpt'}",
         f"--out={out}", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
+        # `lightmarl evaluate` needs a scenario besides the best response: two games against a random player.
+        "--evaluation.bindings=[{id: random, class_path: lightmarl.policies.UniformRandomPolicy}]",
+        f"--evaluation.head_to_head=[{{name: vs_random, players: [{MAIN_BINDING}, random], episodes: 2}}]",
         f"--evaluation.best_response={entry}",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True)
@@ -164,6 +169,23 @@ def best_response(recipe: Path, run: str | Path, frames: int, episodes: int, see
         "exact_return": block.get("exact_return"),
         "exploitability": block.get("exploitability"),
     }
+
+
+def role_curves(run: str | Path) -> dict[str, dict[str, list[list[float]]]]:
+    """Each league player's logged ``win_rate``, ``agent_steps``, ``resets`` and ``historical_players`` as
+    ``{player: {name: [[frames, value], ...]}}``, and the league's snapshot count under ``league``."""
+    curves: dict[str, dict[str, list[list[float]]]] = {}
+    for row in metric_rows(Path(run)):
+        frames = row.get("counters/frames")
+        if frames is None:
+            continue
+        for key, value in row.items():
+            parts = key.split("/")
+            if key == "league/historical_players":
+                curves.setdefault("league", {}).setdefault("historical_players", []).append([frames, value])
+            elif len(parts) == 3 and parts[0] == "league" and parts[2] in ROLE_METRICS:
+                curves.setdefault(parts[1], {}).setdefault(parts[2], []).append([frames, value])
+    return curves
 
 
 # --- Leduc: exact measures ------------------------------------------------------------------------
@@ -233,6 +255,7 @@ def score_seed(game: str, seed: int, fits: list[dict[str, Any]], settings: dict[
     for fit in fits:
         method = fit["method"]
         run = {k: v for k, v in fit.items() if k not in ("method", "seed", "run")}
+        run["roles"] = role_curves(fit["run"])
         if settings["br_frames"]:
             run["best_response"] = best_response(
                 recipes[method], fit["run"], settings["br_frames"], settings["br_episodes"], settings["br_seed"]
