@@ -172,8 +172,9 @@ def best_response(recipe: Path, run: str | Path, frames: int, episodes: int, see
 
 
 def role_curves(run: str | Path) -> dict[str, dict[str, list[list[float]]]]:
-    """Each league player's logged ``win_rate``, ``agent_steps``, ``resets`` and ``historical_players`` as
-    ``{player: {name: [[frames, value], ...]}}``, and the league's snapshot count under ``league``."""
+    """Each league player's logged ``win_rate``, ``agent_steps``, ``resets``, ``historical_players`` and
+    ``jobs/<branch>`` (the opponent branches it drew) as ``{player: {name: [[frames, value], ...]}}``, and the
+    league's snapshot count under ``league``."""
     curves: dict[str, dict[str, list[list[float]]]] = {}
     for row in metric_rows(Path(run)):
         frames = row.get("counters/frames")
@@ -183,8 +184,8 @@ def role_curves(run: str | Path) -> dict[str, dict[str, list[list[float]]]]:
             parts = key.split("/")
             if key == "league/historical_players":
                 curves.setdefault("league", {}).setdefault("historical_players", []).append([frames, value])
-            elif len(parts) == 3 and parts[0] == "league" and parts[2] in ROLE_METRICS:
-                curves.setdefault(parts[1], {}).setdefault(parts[2], []).append([frames, value])
+            elif parts[0] == "league" and len(parts) >= 3 and (parts[2] in ROLE_METRICS or parts[2] == "jobs"):
+                curves.setdefault(parts[1], {}).setdefault("/".join(parts[2:]), []).append([frames, value])
     return curves
 
 
