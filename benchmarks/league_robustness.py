@@ -96,6 +96,9 @@ RECIPES = {
 GAMES = tuple(RECIPES)
 #: the binding of the three-role recipes' main exploiter.
 MAIN_EXPLOITER = "main_exploiter"
+#: the three roles' league players (``<binding>_default_0``), the main player's first.
+LEAGUE_PLAYERS = ("main_default_0", "main_exploiter_default_0", "league_exploiter_default_0")
+MAIN_PLAYER = LEAGUE_PLAYERS[0]
 #: the logged metrics of each league player kept as curves (``league/<player>/<name>``).
 ROLE_METRICS = ("win_rate", "agent_steps", "resets", "historical_players")
 #: the exploitability the Leduc recipes' callback logs for the main binding.
@@ -187,6 +190,19 @@ def role_curves(run: str | Path) -> dict[str, dict[str, list[list[float]]]]:
             elif parts[0] == "league" and len(parts) >= 3 and (parts[2] in ROLE_METRICS or parts[2] == "jobs"):
                 curves.setdefault(parts[1], {}).setdefault("/".join(parts[2:]), []).append([frames, value])
     return curves
+
+
+def records_against_main(run: str | Path) -> dict[str, list[float]]:
+    """From the run's last checkpoint: each live league player's decayed ``[wins, draws, losses, games]``
+    against the live main player, the record its opponent choice reads (e.g. a ``MainExploiter``'s
+    ``main_win_rate`` test)."""
+    import torch
+
+    from lightmarl.training.league import CHECKPOINT_KEY
+
+    checkpoint = torch.load(Path(run) / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    records = checkpoint[CHECKPOINT_KEY]["matchmaker"]["manager"]["payoff"]["records"]
+    return {home: counts for home, away, *counts in records if away == MAIN_PLAYER and home in LEAGUE_PLAYERS}
 
 
 # --- Leduc: exact measures ------------------------------------------------------------------------
@@ -439,6 +455,71 @@ def exploiter_rows(per_seed: dict[str, dict[str, Any]]) -> list[list[Any]]:
     return rows
 
 
+MATCH_NOTES = (
+    "Main players (greedy) against the scripted opponents and each other (sampling), per seed; the runs as in "
+    "the robustness table."
+)
+HEURISTIC_CURVE_NOTES = (
+    "Mean over seeds of each main player (greedy) against the heuristic at each epoch checkpoint (the columns: "
+    "training frames)."
+)
+EXPLOITABILITY_CURVE_NOTES = (
+    "Mean over seeds of each main player's exact exploitability (live binding) at the logged frames."
+)
+EXACT_MATCH_NOTES = "Each main player's exact expected return (chips, both seats) against another method's main player of the same seed."
+EXPLOITER_NOTES = (
+    "Three roles: at each epoch checkpoint the main exploiter's exact expected return against the main player beside "
+    "what a best response earns (main's exploitability)."
+)
+BEST_RESPONSE_NOTES = (
+    "Approximate exploitability: a trained best response's score (return + 1) / 2 against each main player."
+)
+ROLE_NOTES = (
+    "Three-role runs at their last checkpoint: agent steps, snapshots and resets as logged; the opponent branches "
+    "each player's jobs were drawn from (counts); its payoff record against the live main player (decayed "
+    "counts of the last games between the two, read from the checkpoint)."
+)
+ROLE_COLUMNS: list[Any] = [
+    "league player (three roles)",
+    "agent steps, per seed",
+    "snapshots, per seed",
+    "resets, per seed",
+    "opponent branches drawn (jobs), per seed",
+    "decayed record against the live main player at the end (wins / draws / losses), per seed",
+]
+
+
+def role_rows(per_seed: dict[str, dict[str, Any]]) -> list[list[Any]]:
+    """Per league player of the three-role runs: its training share, snapshots, resets, the opponent branches it
+    drew and its record against the live main player, each at the end of every seed's run."""
+    runs = [v["runs"]["league"] for v in per_seed.values()]
+
+    def last(curves: dict[str, list[list[float]]], name: str) -> float:
+        return curves[name][-1][1] if curves.get(name) else 0.0
+
+    def record(counts: list[float] | None) -> str:
+        return f"{counts[0]:.1f} / {counts[1]:.1f} / {counts[2]:.1f}" if counts else "—"
+
+    rows = []
+    for player in LEAGUE_PLAYERS:
+        curves = [r["roles"].get(player, {}) for r in runs]
+        branches = [
+            ", ".join(f"{n.split('/', 1)[1]} {last(c, n):.0f}" for n in sorted(c) if n.startswith("jobs/"))
+            for c in curves
+        ]
+        rows.append(
+            [
+                player,
+                " / ".join(f"{last(c, 'agent_steps'):,.0f}" for c in curves),
+                " / ".join(f"{last(c, 'historical_players'):.0f}" for c in curves),
+                " / ".join(f"{last(c, 'resets'):.0f}" for c in curves),
+                " / ".join(branches),
+                " | ".join(record(r.get("records_against_main", {}).get(player)) for r in runs),
+            ]
+        )
+    return rows
+
+
 # --- the benchmark --------------------------------------------------------------------------------
 
 
@@ -453,96 +534,32 @@ def write_tables(
 ) -> list[Path]:
     """Every table of the game from the seeds scored so far; the files written."""
     name = f"league_robustness_{game}"
-    common = {"command": command, "directory": out_dir, "measured_on": where, "extra": extra}
     written = []
-    has_br = all("best_response" in r for v in per_seed.values() for r in v["runs"].values())
+
+    def add(
+        suffix: str, columns: list[Any], rows: list[list[Any]], note: str, raw: dict[str, Any] | None = None
+    ) -> None:
+        written.append(
+            write_result(
+                f"{name}{suffix}", command=command, per_seed=raw or {}, columns=columns, rows=rows, notes=note,
+                directory=out_dir, measured_on=where, extra=extra,
+            )
+        )  # fmt: skip
+
     if game == "connect_four":
-        written.append(
-            write_result(
-                name,
-                per_seed=per_seed,
-                columns=BEST_RESPONSE_COLUMNS,
-                rows=best_response_rows(per_seed),
-                notes=notes,
-                **common,
-            )
-        )
+        add("", BEST_RESPONSE_COLUMNS, best_response_rows(per_seed), notes, per_seed)
         label = "alpha-beta depth 3, 2 random opening moves"
-        written.append(
-            write_result(
-                f"{name}_matches",
-                per_seed={},
-                columns=MATCH_COLUMNS,
-                rows=result_rows(per_seed, label),
-                notes="Main players (greedy) against the scripted opponents and each other (sampling), per seed; see the robustness table for the runs.",
-                **common,
-            )
-        )
-        columns, rows = curve_table(per_seed)
-        written.append(
-            write_result(
-                f"{name}_curves",
-                per_seed={},
-                columns=columns,
-                rows=rows,
-                notes="Mean over seeds of each main player (greedy) against the heuristic at each epoch checkpoint (the columns: training frames).",
-                **common,
-            )
-        )
-        return written
-    written.append(
-        write_result(
-            name,
-            per_seed=per_seed,
-            columns=EXPLOITABILITY_COLUMNS,
-            rows=exploitability_rows(per_seed),
-            notes=notes,
-            **common,
-        )
-    )
-    columns, rows = exploitability_curve_table(per_seed)
-    written.append(
-        write_result(
-            f"{name}_curves",
-            per_seed={},
-            columns=columns,
-            rows=rows,
-            notes="Mean over seeds of each main player's exact exploitability (live binding) at the logged frames.",
-            **common,
-        )
-    )
-    written.append(
-        write_result(
-            f"{name}_matches",
-            per_seed={},
-            columns=EXACT_MATCH_COLUMNS,
-            rows=exact_match_rows(per_seed),
-            notes="Each main player's exact expected return (chips, both seats) against another method's main player of the same seed.",
-            **common,
-        )
-    )
-    written.append(
-        write_result(
-            f"{name}_exploiter",
-            per_seed={},
-            columns=EXPLOITER_COLUMNS,
-            rows=exploiter_rows(per_seed),
-            notes="Three roles: at each epoch checkpoint the main exploiter's exact expected return against the main player beside what a best response earns (main's exploitability).",
-            **common,
-        )
-    )
-    if has_br:
-        written.append(
-            write_result(
-                f"{name}_best_response",
-                per_seed={},
-                columns=BEST_RESPONSE_COLUMNS,
-                rows=best_response_rows(per_seed),
-                notes="Approximate exploitability: a trained best response's score (return + 1) / 2 against each main player.",
-                **common,
-            )
-        )
-    return written  # fmt: skip
+        add("_matches", MATCH_COLUMNS, result_rows(per_seed, label), MATCH_NOTES)
+        add("_curves", *curve_table(per_seed), HEURISTIC_CURVE_NOTES)
+    else:
+        add("", EXPLOITABILITY_COLUMNS, exploitability_rows(per_seed), notes, per_seed)
+        add("_curves", *exploitability_curve_table(per_seed), EXPLOITABILITY_CURVE_NOTES)
+        add("_matches", EXACT_MATCH_COLUMNS, exact_match_rows(per_seed), EXACT_MATCH_NOTES)
+        add("_exploiter", EXPLOITER_COLUMNS, exploiter_rows(per_seed), EXPLOITER_NOTES)
+        if all("best_response" in r for v in per_seed.values() for r in v["runs"].values()):
+            add("_best_response", BEST_RESPONSE_COLUMNS, best_response_rows(per_seed), BEST_RESPONSE_NOTES)
+    add("_roles", ROLE_COLUMNS, role_rows(per_seed), ROLE_NOTES)
+    return written
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -607,6 +624,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
             recipes=recipes, name=f"league_robustness_{args.game}", task=args.game,
         )  # fmt: skip
         per_seed[str(seed)] = scored_seed(args.game, seed, fits, settings, workdir)
+        league = next(f["run"] for f in fits if f["method"] == "league")
+        per_seed[str(seed)]["runs"]["league"]["records_against_main"] = records_against_main(league)
         extra = {
             **settings, "game": args.game, "seeds": [int(s) for s in per_seed],
             "recipes": {m: f"recipes/{RECIPES[args.game][m]}" for m in METHODS},
