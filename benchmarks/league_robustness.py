@@ -193,16 +193,16 @@ def role_curves(run: str | Path) -> dict[str, dict[str, list[list[float]]]]:
 
 
 def records_against_main(run: str | Path) -> dict[str, list[float]]:
-    """From the run's last checkpoint: each live league player's decayed ``[wins, draws, losses, games]``
-    against the live main player, the record its opponent choice reads (e.g. a ``MainExploiter``'s
-    ``main_win_rate`` test)."""
+    """From the run's last checkpoint: every player's decayed ``[wins, draws, losses, games]`` against the live
+    main player (live players and snapshots, ``<player>_<agent step>``), the records its opponent choice reads
+    (e.g. a ``MainExploiter``'s ``main_win_rate`` test, a ``MainPlayer``'s verification)."""
     import torch
 
     from lightmarl.training.league import CHECKPOINT_KEY
 
     checkpoint = torch.load(Path(run) / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     records = checkpoint[CHECKPOINT_KEY]["matchmaker"]["manager"]["payoff"]["records"]
-    return {home: counts for home, away, *counts in records if away == MAIN_PLAYER and home in LEAGUE_PLAYERS}
+    return {home: counts for home, away, *counts in records if away == MAIN_PLAYER}
 
 
 # --- Leduc: exact measures ------------------------------------------------------------------------
@@ -477,7 +477,8 @@ BEST_RESPONSE_NOTES = (
 ROLE_NOTES = (
     "Three-role runs at their last checkpoint: agent steps, snapshots and resets as logged; the opponent branches "
     "each player's jobs were drawn from (counts); its payoff record against the live main player (decayed "
-    "counts of the last games between the two, read from the checkpoint)."
+    "counts of the last games between the two, read from the checkpoint) and the snapshot of it that beats the live "
+    "main player most often."
 )
 ROLE_COLUMNS: list[Any] = [
     "league player (three roles)",
@@ -486,6 +487,7 @@ ROLE_COLUMNS: list[Any] = [
     "resets, per seed",
     "opponent branches drawn (jobs), per seed",
     "decayed record against the live main player at the end (wins / draws / losses), per seed",
+    "its snapshot that beats the live main player most (win rate), per seed",
 ]
 
 
@@ -499,6 +501,15 @@ def role_rows(per_seed: dict[str, dict[str, Any]]) -> list[list[Any]]:
 
     def record(counts: list[float] | None) -> str:
         return f"{counts[0]:.1f} / {counts[1]:.1f} / {counts[2]:.1f}" if counts else "—"
+
+    def best_snapshot(records: dict[str, list[float]], player: str) -> str:
+        rates = {
+            h: (w + d / 2) / g for h, (w, d, _, g) in records.items() if h.startswith(f"{player}_") and g > 0
+        }  # a snapshot's id is its player's and its agent step
+        if not rates:
+            return "—"
+        home = max(rates, key=lambda h: rates[h])
+        return f"{home} ({rates[home]:.2f})"
 
     rows = []
     for player in LEAGUE_PLAYERS:
@@ -515,6 +526,7 @@ def role_rows(per_seed: dict[str, dict[str, Any]]) -> list[list[Any]]:
                 " / ".join(f"{last(c, 'resets'):.0f}" for c in curves),
                 " / ".join(branches),
                 " | ".join(record(r.get("records_against_main", {}).get(player)) for r in runs),
+                " | ".join(best_snapshot(r.get("records_against_main", {}), player) for r in runs),
             ]
         )
     return rows
