@@ -140,12 +140,13 @@ def mean(values: list[float]) -> float:
 def best_response(recipe: Path, run: str | Path, frames: int, episodes: int, seed: int) -> dict[str, Any]:
     """A fresh best response trained against the run's live main player (``lightmarl evaluate``); its report block.
 
-    The report lands in ``<run>/best_response/report.json``. Returns the block's value (mean return
+    The report lands in ``<run>/best_response_<frames>/report.json`` and is read back when it holds the same
+    measurement (frames, episodes, seed). Returns the block's value (mean return
     over the episodes and its 95% t interval), the score ``(return + 1) / 2`` with its interval, the
     training seconds and, in an OpenSpiel game, the exact return and the main player's exact
     exploitability.
     """
-    out = Path(run) / "best_response"
+    out = Path(run) / f"best_response_{frames}"
     entry = f"[{{name: main, target: {MAIN_BINDING}, mixture: false, frames: {frames}, episodes: {episodes}, seed: {seed}}}]"
     command = [
         "lightmarl", "evaluate", "--config", str(recipe), f"--ckpt_path={Path(run) / 'checkpoints' / 'last.ckpt'}",
@@ -155,10 +156,12 @@ def best_response(recipe: Path, run: str | Path, frames: int, episodes: int, see
         f"--evaluation.head_to_head=[{{name: vs_random, players: [{MAIN_BINDING}, random], episodes: 2}}]",
         f"--evaluation.best_response={entry}",
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"{shlex.join(command)} failed ({done.returncode}): {done.stderr[-2000:]}")
-    block = json.loads((out / "report.json").read_text())["best_response"]["main"]
+    block = read_best_response(out, frames, episodes, seed)
+    if block is None:
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"{shlex.join(command)} failed ({done.returncode}): {done.stderr[-2000:]}")
+        block = json.loads((out / "report.json").read_text())["best_response"]["main"]
     value = block["value"]
     (trained,) = block["runs"]
     return {
@@ -172,6 +175,17 @@ def best_response(recipe: Path, run: str | Path, frames: int, episodes: int, see
         "exact_return": block.get("exact_return"),
         "exploitability": block.get("exploitability"),
     }
+
+
+def read_best_response(out: Path, frames: int, episodes: int, seed: int) -> dict[str, Any] | None:
+    """The ``best_response.main`` block of ``<out>/report.json`` if it measured ``frames``, ``episodes`` and ``seed``."""
+    path = out / "report.json"
+    if not path.is_file():
+        return None
+    block = json.loads(path.read_text()).get("best_response", {}).get("main")
+    if not block or block["frames"] != frames or block["value"]["n"] != episodes or block["runs"][0]["seed"] != seed:
+        return None
+    return block
 
 
 def role_curves(run: str | Path) -> dict[str, dict[str, list[list[float]]]]:
@@ -274,9 +288,12 @@ def score_seed(game: str, seed: int, fits: list[dict[str, Any]], settings: dict[
         run = {k: v for k, v in fit.items() if k not in ("method", "seed", "run")}
         run["roles"] = role_curves(fit["run"])
         if settings["br_frames"]:
-            run["best_response"] = best_response(
-                recipes[method], fit["run"], settings["br_frames"], settings["br_episodes"], settings["br_seed"]
-            )
+            run["best_response"] = {
+                str(budget): best_response(
+                    recipes[method], fit["run"], budget, settings["br_episodes"], settings["br_seed"]
+                )
+                for budget in settings["br_frames"]
+            }
         runs[method] = run
     paths = {f["method"]: f["run"] for f in fits}
     if game == "connect_four":
@@ -340,6 +357,7 @@ RUN_COLUMNS: list[Any] = [
 #: the approximate-exploitability table: the best response's score against each method's main player.
 BEST_RESPONSE_COLUMNS: list[Any] = [
     "main player (live `main`, sampling)",
+    {"name": "best-response frames", "format": ",.0f"},
     "best response's score, per seed",
     {"name": "mean", "format": ".3f"},
     "95% t interval over seeds",
@@ -349,13 +367,17 @@ BEST_RESPONSE_COLUMNS: list[Any] = [
 
 
 def best_response_rows(per_seed: dict[str, dict[str, Any]]) -> list[list[Any]]:
+    """Per best-response budget (largest first) and method: the best response's score against the main player."""
+    methods = common_methods(per_seed)
+    budgets = set.intersection(*(set(v["runs"][m]["best_response"]) for v in per_seed.values() for m in methods))
     rows = []
-    for method in common_methods(per_seed):
-        blocks = [v["runs"][method]["best_response"] for v in per_seed.values()]
+    for budget, method in ((b, m) for b in sorted(budgets, key=int, reverse=True) for m in methods):
+        blocks = [v["runs"][method]["best_response"][budget] for v in per_seed.values()]
         scores = [b["score"] for b in blocks]
         rows.append(
             [
                 METHOD_LABELS[method],
+                int(budget),
                 per_seed_cell(scores),
                 mean(scores),
                 interval_cell(scores),
@@ -582,8 +604,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     parser.add_argument(
         "--br-frames",
         type=int,
+        nargs="+",
         default=None,
-        help="best-response frames (0: none; default 300,000 on connect four, 0 on Leduc)",
+        help="best-response frames, one best response per budget (0: none; default 300,000 on connect four, 0 on Leduc)",
     )
     parser.add_argument(
         "--br-episodes", type=int, default=1000, help="episodes of each best response against the main player"
@@ -601,13 +624,14 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     )
     parser.add_argument("overrides", nargs="*", help="after --: extra `lightmarl fit` arguments for every run")
     args = parser.parse_args(argv)  # fmt: skip
-    br_frames = args.br_frames if args.br_frames is not None else (300_000 if args.game == "connect_four" else 0)
+    given = args.br_frames if args.br_frames is not None else [300_000 if args.game == "connect_four" else 0]
+    br_frames = sorted({b for b in given if b}, reverse=True)
     if args.frames is not None and args.frames < 1:
         parser.error(f"--frames {args.frames}: expected a positive number of frames")
     if args.measure_every < 1:
         parser.error(f"--measure-every {args.measure_every}: expected an iteration count >= 1")
-    if br_frames < 0 or args.br_episodes < 1:
-        parser.error(f"--br-frames {br_frames} / --br-episodes {args.br_episodes}: need >= 0 / >= 1")
+    if min(given) < 0 or args.br_episodes < 1:
+        parser.error(f"--br-frames {min(given)} / --br-episodes {args.br_episodes}: need >= 0 / >= 1")
     for flag in ("games", "curve_games"):
         value = getattr(args, flag)
         if value < 0 or value % 2 or (flag == "games" and value == 0):
@@ -645,11 +669,17 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
         }  # fmt: skip
         notes = (
             f"{frames:,} frames per run, seeds {' '.join(per_seed)}; each run's main player (binding `main`, live "
-            "weights at its last checkpoint). "
+            "weights at its last checkpoint)."
             + (
-                f"Best response: {br_frames:,} frames, the recipe's network and PPO, {args.br_episodes} episodes."
+                " Exact exploitability (OpenSpiel's NashConv / 2) of the live binding after the last iteration."
+                if args.game == "leduc_poker"
+                else ""
+            )
+            + (
+                f" Best responses of {', '.join(f'{b:,}' for b in br_frames)} frames (the recipe's network and PPO), "
+                f"{args.br_episodes} games each against the main player."
                 if br_frames
-                else "Exact exploitability (OpenSpiel's NashConv / 2) of the live binding after the last iteration."
+                else ""
             )
         )
         for path in write_tables(args.game, per_seed, command, notes, where, extra, out_dir):

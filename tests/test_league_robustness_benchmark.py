@@ -17,7 +17,7 @@ TINY = [
     "--model.iterations_per_epoch=1",
     "--model.algorithm.init_args.minibatch_size=16",
 ]
-SETTINGS = {"br_frames": 0, "br_episodes": 1, "br_seed": 0, "games": 2, "curve_games": 0}
+SETTINGS = {"br_frames": [], "br_episodes": 1, "br_seed": 0, "games": 2, "curve_games": 0}
 
 
 @pytest.mark.timeout(300)
@@ -66,12 +66,16 @@ def test_a_best_response_is_trained_against_a_tiny_connect_four_main_player(tmp_
     )
     recipe = bench.recipes_of("connect_four")["selfplay"]
     block = bench.best_response(recipe, fit["run"], 128, 10, 0)
+    # The same measurement again is read back from its report, another one is not.
+    out = tmp_path / "runs" / "selfplay" / "seed_0" / "best_response_128"
+    assert bench.read_best_response(out, 128, 10, 0)["value"]["mean"] == block["return"]
+    assert bench.read_best_response(out, 128, 12, 0) is None and bench.read_best_response(out, 256, 10, 0) is None
     # One iteration at least: the recipe's 24 copies x 128 steps (the best response trains with the recipe's env).
     assert block["frames"] == 3072 and block["episodes"] == 10 and block["exploitability"] is None
     assert block["score"] == pytest.approx((block["return"] + 1) / 2)
     low, high = block["score_ci95"]
     assert 0 <= block["score"] <= 1 and low <= block["score"] <= high
-    report = json.loads((tmp_path / "runs" / "selfplay" / "seed_0" / "best_response" / "report.json").read_text())
+    report = json.loads((out / "report.json").read_text())
     assert report["best_response"]["main"]["target"] == {"binding": "main", "policy": "weights"}
 
 
@@ -98,15 +102,20 @@ HALF = 4.303 * 0.1 / 3**0.5
 
 
 def test_the_best_response_table_holds_per_seed_scores_their_mean_and_t_interval():
-    per_seed = {
-        str(s): {"runs": {m: run(best_response={"score": 0.6 + 0.1 * s, "train_s": 5.0}) for m in bench.METHODS}}
-        for s in range(3)
-    }
+    def blocks(seed: int) -> dict:
+        return {
+            "300": {"score": 0.6 + 0.1 * seed, "train_s": 5.0},
+            "30": {"score": 0.5, "train_s": 1.0},
+            **({"60": {"score": 0.5, "train_s": 1.0}} if seed else {}),  # a budget seed 0 lacks is left out
+        }
+
+    per_seed = {str(s): {"runs": {m: run(best_response=blocks(s)) for m in bench.METHODS}} for s in range(3)}
     rows = bench.best_response_rows(per_seed)
-    assert [r[0] for r in rows] == [bench.METHOD_LABELS[m] for m in bench.METHODS]
-    assert rows[0][1] == "0.600 / 0.700 / 0.800" and rows[0][2] == pytest.approx(0.7)
-    assert rows[0][3] == f"[{0.7 - HALF:.3f}, {0.7 + HALF:.3f}]" and rows[0][4:] == [5.0, 100.0, 200.0, 10.0]
-    assert len(rows[0]) == len(bench.BEST_RESPONSE_COLUMNS)
+    labels = [bench.METHOD_LABELS[m] for m in bench.METHODS]
+    assert [r[:2] for r in rows] == [[label, budget] for budget in (300, 30) for label in labels]
+    assert rows[0][2] == "0.600 / 0.700 / 0.800" and rows[0][3] == pytest.approx(0.7)
+    assert rows[0][4] == f"[{0.7 - HALF:.3f}, {0.7 + HALF:.3f}]" and rows[0][5:] == [5.0, 100.0, 200.0, 10.0]
+    assert rows[3][4] == "[0.500, 0.500]" and len(rows[0]) == len(bench.BEST_RESPONSE_COLUMNS)
 
 
 def test_the_leduc_tables_average_over_seeds():
