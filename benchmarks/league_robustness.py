@@ -575,24 +575,50 @@ def write_tables(
     ) -> None:
         written.append(
             write_result(
-                f"{name}{suffix}", command=command, per_seed=raw or {}, columns=columns, rows=rows, notes=note,
+                f"{name}{suffix}", command=command, per_seed=raw, columns=columns, rows=rows, notes=note,
                 directory=out_dir, measured_on=where, extra=extra,
             )
         )  # fmt: skip
 
+    def per_run(*keys: str) -> dict[str, Any]:
+        return {s: {m: {k: r[k] for k in keys} for m, r in v["runs"].items()} for s, v in per_seed.items()}
+
     if game == "connect_four":
         add("", BEST_RESPONSE_COLUMNS, best_response_rows(per_seed), notes, per_seed)
         label = "alpha-beta depth 3, 2 random opening moves"
-        add("_matches", MATCH_COLUMNS, result_rows(per_seed, label), MATCH_NOTES)
-        add("_curves", *curve_table(per_seed), HEURISTIC_CURVE_NOTES)
+        matches = {
+            s: {"runs": runs, "head_to_head": per_seed[s]["head_to_head"]}
+            for s, runs in per_run("heuristic", "search").items()
+        }
+        add("_matches", MATCH_COLUMNS, result_rows(per_seed, label), MATCH_NOTES, matches)
+        add("_curves", *curve_table(per_seed), HEURISTIC_CURVE_NOTES, per_run("curve"))
     else:
         add("", EXPLOITABILITY_COLUMNS, exploitability_rows(per_seed), notes, per_seed)
-        add("_curves", *exploitability_curve_table(per_seed), EXPLOITABILITY_CURVE_NOTES)
-        add("_matches", EXACT_MATCH_COLUMNS, exact_match_rows(per_seed), EXACT_MATCH_NOTES)
-        add("_exploiter", EXPLOITER_COLUMNS, exploiter_rows(per_seed), EXPLOITER_NOTES)
+        add(
+            "_curves",
+            *exploitability_curve_table(per_seed),
+            EXPLOITABILITY_CURVE_NOTES,
+            per_run("exploitability_curve"),
+        )
+        matches = {s: {"head_to_head": v["head_to_head"]} for s, v in per_seed.items()}
+        add("_matches", EXACT_MATCH_COLUMNS, exact_match_rows(per_seed), EXACT_MATCH_NOTES, matches)
+        exploiter = {
+            s: {"league": {"exploiter_curve": v["runs"]["league"]["exploiter_curve"]}} for s, v in per_seed.items()
+        }
+        add("_exploiter", EXPLOITER_COLUMNS, exploiter_rows(per_seed), EXPLOITER_NOTES, exploiter)
         if all("best_response" in r for v in per_seed.values() for r in v["runs"].values()):
-            add("_best_response", BEST_RESPONSE_COLUMNS, best_response_rows(per_seed), BEST_RESPONSE_NOTES)
-    add("_roles", ROLE_COLUMNS, role_rows(per_seed), ROLE_NOTES)
+            add(
+                "_best_response",
+                BEST_RESPONSE_COLUMNS,
+                best_response_rows(per_seed),
+                BEST_RESPONSE_NOTES,
+                per_run("best_response"),
+            )
+    roles = {
+        s: {"league": {k: v["runs"]["league"].get(k) for k in ("roles", "records_against_main")}}
+        for s, v in per_seed.items()
+    }
+    add("_roles", ROLE_COLUMNS, role_rows(per_seed), ROLE_NOTES, roles)
     return written
 
 
