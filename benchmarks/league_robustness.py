@@ -101,6 +101,8 @@ LEAGUE_PLAYERS = ("main_default_0", "main_exploiter_default_0", "league_exploite
 MAIN_PLAYER = LEAGUE_PLAYERS[0]
 #: the logged metrics of each league player kept as curves (``league/<player>/<name>``).
 ROLE_METRICS = ("win_rate", "agent_steps", "resets", "historical_players")
+#: what a run keeps of its league players (written to the roles file).
+ROLE_KEYS = ("roles", "records_against_main")
 #: the exploitability the Leduc recipes' callback logs for the main binding.
 EXPLOITABILITY = f"league/{MAIN_BINDING}/exploitability"
 
@@ -580,11 +582,17 @@ def write_tables(
             )
         )  # fmt: skip
 
+    # The roles' curves and records go to the roles file only.
+    scored = {
+        s: {**v, "runs": {m: {k: x for k, x in r.items() if k not in ROLE_KEYS} for m, r in v["runs"].items()}}
+        for s, v in per_seed.items()
+    }
+
     def per_run(*keys: str) -> dict[str, Any]:
         return {s: {m: {k: r[k] for k in keys} for m, r in v["runs"].items()} for s, v in per_seed.items()}
 
     if game == "connect_four":
-        add("", BEST_RESPONSE_COLUMNS, best_response_rows(per_seed), notes, per_seed)
+        add("", BEST_RESPONSE_COLUMNS, best_response_rows(per_seed), notes, scored)
         label = "alpha-beta depth 3, 2 random opening moves"
         matches = {
             s: {"runs": runs, "head_to_head": per_seed[s]["head_to_head"]}
@@ -593,7 +601,7 @@ def write_tables(
         add("_matches", MATCH_COLUMNS, result_rows(per_seed, label), MATCH_NOTES, matches)
         add("_curves", *curve_table(per_seed), HEURISTIC_CURVE_NOTES, per_run("curve"))
     else:
-        add("", EXPLOITABILITY_COLUMNS, exploitability_rows(per_seed), notes, per_seed)
+        add("", EXPLOITABILITY_COLUMNS, exploitability_rows(per_seed), notes, scored)
         add(
             "_curves",
             *exploitability_curve_table(per_seed),
@@ -614,10 +622,7 @@ def write_tables(
                 BEST_RESPONSE_NOTES,
                 per_run("best_response"),
             )
-    roles = {
-        s: {"league": {k: v["runs"]["league"].get(k) for k in ("roles", "records_against_main")}}
-        for s, v in per_seed.items()
-    }
+    roles = {s: {"league": {k: v["runs"]["league"].get(k) for k in ROLE_KEYS}} for s, v in per_seed.items()}
     add("_roles", ROLE_COLUMNS, role_rows(per_seed), ROLE_NOTES, roles)
     return written
 
