@@ -48,6 +48,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from itertools import permutations
 from pathlib import Path
@@ -100,7 +101,14 @@ def recipe_of(method: str) -> Path:
 
 
 def fit_sweep(
-    methods: list[str], seeds: list[int], frames: int | None, workdir: str | Path, extra: list[str]
+    methods: list[str],
+    seeds: list[int],
+    frames: int | None,
+    workdir: str | Path,
+    extra: list[str],
+    recipes: Mapping[str, Path] | None = None,
+    name: str = "connect_four_league_compare",
+    task: str = "connect_four_plain",
 ) -> SweepSpec:
     """The sweep of the training runs: every method's recipe on every seed, to ``frames`` frames, no time limit.
 
@@ -110,6 +118,9 @@ def fit_sweep(
         frames: ``model.max_frames`` of every run (``None``: the recipes').
         workdir: the sweep's ``out_dir``.
         extra: further ``--key=value`` arguments of every ``lightmarl fit``.
+        recipes: each method's recipe (default: the plain-board connect-four recipes, :func:`recipe_of`).
+        name: the sweep's name.
+        task: each run's task label.
     """
     overrides: dict[str, Any] = {
         "trainer.max_time": None,  # equal frames: no run may stop on the clock
@@ -118,27 +129,36 @@ def fit_sweep(
         **({"model.max_frames": frames} if frames is not None else {}),
         **parse_override_args(extra, where="overrides after --"),
     }
+    recipe = recipes or {m: recipe_of(m) for m in methods}
     raw = {
-        "name": "connect_four_league_compare",
+        "name": name,
         "out_dir": str(workdir),
         "seeds": seeds,
         "validate": False,
         "overrides": overrides,
-        "configs": [{"name": m, "recipe": str(recipe_of(m)), "task": "connect_four_plain"} for m in methods],
+        "configs": [{"name": m, "recipe": str(recipe[m]), "task": task} for m in methods],
     }
-    return parse_sweep(raw, default_name=raw["name"], where="connect_four_league_compare")
+    return parse_sweep(raw, default_name=raw["name"], where=name)
 
 
 def run_fits(
-    methods: list[str], seeds: list[int], frames: int | None, workdir: str | Path, extra: list[str], parallel: int
+    methods: list[str],
+    seeds: list[int],
+    frames: int | None,
+    workdir: str | Path,
+    extra: list[str],
+    parallel: int,
+    recipes: Mapping[str, Path] | None = None,
+    name: str = "connect_four_league_compare",
+    task: str = "connect_four_plain",
 ) -> list[dict[str, Any]]:
-    """Train every method on every seed (:func:`fit_sweep`), ``parallel`` runs at once; per run its folder,
-    its wall seconds, the frames it reached and its logged curves (:func:`logged_curves`).
+    """Train every method on every seed (:func:`fit_sweep`, ``recipes``, ``name`` and ``task`` as there), ``parallel`` runs
+    at once; per run its folder, its wall seconds, the frames it reached and its logged curves (:func:`logged_curves`).
 
     Raises:
         RuntimeError: naming a run that did not finish, with its error line and log.
     """
-    spec = fit_sweep(methods, seeds, frames, workdir, extra)
+    spec = fit_sweep(methods, seeds, frames, workdir, extra, recipes, name, task)
     runner = SweepRunner(spec, workers=parallel, on_event=lambda run_id, event: print(f"{run_id}: {event}", flush=True))
     fits = []
     for run, state in zip(spec.runs(), runner.run()):

@@ -95,6 +95,8 @@ NEEDS = {
             "kuhn_poker_selfplay",
             "leduc_poker",
             "leduc_poker_selfplay",
+            "leduc_poker_roles",
+            "leduc_poker_pfsp",
             "liars_dice",
             "liars_dice_selfplay",
             "goofspiel",
