@@ -196,3 +196,13 @@ def test_markdown_summary(report):
     assert "| spread | main | -21.25 [" in table and "| 25.0 | – | 3 |" in table
     assert "Head-to-head `vs_heuristic`" in table
     assert "| learner | – | 0.625 |" in table  # 2.5 / 4, the row player's score
+
+
+def test_a_report_of_exploitability_alone_has_no_scenarios_and_validates():
+    report = build_report({}, "kuhn_poker")
+    assert report["scenarios"] == {} and report["marl_eval"] == {"kuhn_poker": {}}
+    with pytest.raises(ValueError, match="scenarios"):  # nothing measured at all is not a report
+        validate_report(report)
+    report["exploitability"] = {"main": {"game": "kuhn_poker", "exploitability": 0.25, "nash_conv": 0.5}}
+    validate_report(report)
+    assert markdown_summary(report).splitlines()[0] == "| binding | game | exploitability | NashConv |"

@@ -112,7 +112,8 @@ def build_report(
     """Summarise every scenario into a report (a plain, JSON-ready dict).
 
     Args:
-        scenarios: scenario name -> its per-episode results.
+        scenarios: scenario name -> its per-episode results (empty in a report that holds only
+            exploitability or best responses, added to it afterwards).
         env_name: the environment (marl-eval's ``environment_name``).
         head_to_head_games: scenario name -> its games ``(home, away, home's result)``, for
             head-to-head scenarios.
@@ -128,8 +129,6 @@ def build_report(
         teams: scenario name -> its team block (replace-one-agent scenarios:
             `lightmarl.evaluation.suite.team_summary`), stored as is.
     """
-    if not scenarios:
-        raise ValueError("build_report: no scenarios; give scenario name -> ScenarioEpisodes")
     for what, given in (("head_to_head_games", head_to_head_games), ("setups", setups), ("teams", teams)):
         unknown = sorted(set(given or {}) - set(scenarios))
         if unknown:
@@ -158,7 +157,8 @@ def build_report(
             for binding in episodes.bindings
         }
     # marl-eval needs one metric set per environment: keep the metrics every binding has.
-    common = set.intersection(*(set(metrics) for by_binding in marl_eval.values() for metrics in by_binding.values()))
+    metric_sets = [set(metrics) for by_binding in marl_eval.values() for metrics in by_binding.values()]
+    common = set.intersection(*metric_sets) if metric_sets else set()
     for by_binding in marl_eval.values():
         for binding, metrics in by_binding.items():
             kept = {key: values for key, values in metrics.items() if key in common}
@@ -292,10 +292,14 @@ def markdown_summary(report: Mapping[str, Any], digits: int = 2) -> str:
     table of their own.
     """
     level = round(100 * report["statistics"]["confidence"])
-    lines = [
-        f"| scenario | binding | return (mean [{level}% CI]) | length | W / D / L | episodes |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
+    lines = (
+        [
+            f"| scenario | binding | return (mean [{level}% CI]) | length | W / D / L | episodes |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        if report["scenarios"]
+        else []  # a report of exploitability or best responses alone
+    )
     for name, scenario in report["scenarios"].items():
         for binding, summary in scenario["bindings"].items():
             ret, length, outcomes = summary["episode_return"], summary["episode_length"], summary["outcomes"]
@@ -386,4 +390,4 @@ def markdown_summary(report: Mapping[str, Any], digits: int = 2) -> str:
                 f"| {name} | {team['replaced']} | {_number(team['episode_return']['mean'], digits)} | "
                 f"{_number(change['difference'], digits)} {interval} | {change['n']} |"
             )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines).lstrip("\n") + "\n"  # no blank first line where there is no scenario table
