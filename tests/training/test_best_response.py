@@ -16,10 +16,19 @@ import pytest
 
 pytest.importorskip("pyspiel")
 
+from lightmarl.algorithms import PPO
+from lightmarl.algorithms.magnet import Magnet
 from lightmarl.cli import main
+from lightmarl.errors import ConfigError
 from lightmarl.evaluation.best_response import BestResponseConfig, check_best_response
 from lightmarl.evaluation.report import validate_report
-from lightmarl.training.best_response import BEST_RESPONSE, BestResponseModule, initial_map, seating
+from lightmarl.training.best_response import (
+    BEST_RESPONSE,
+    BestResponseModule,
+    best_response_algorithm,
+    initial_map,
+    seating,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 KUHN = str(ROOT / "recipes" / "league_kuhn_poker.yaml")
@@ -38,7 +47,8 @@ def test_a_best_response_on_kuhn_earns_what_the_exploitable_policy_gives_away(tm
             f"--out={out}",
             "--trainer.logger=false",
             "--evaluation.head_to_head.episodes=4",
-            "--evaluation.best_response=[{name: vs_main, target: main, frames: 32768, episodes: 1000}]",
+            "--evaluation.best_response=[{name: vs_main, target: main, frames: 32768, episodes: 1000}, "
+            "{name: frozen, target: main, frames: 32768, episodes: 200, algorithm: {lr: 1.0e-9}}]",
         ]
     )
     report = json.loads((out / "report.json").read_text())
@@ -60,17 +70,84 @@ def test_a_best_response_on_kuhn_earns_what_the_exploitable_policy_gives_away(tm
     assert value["ci_low"] - 0.05 <= block["exact_return"] <= value["ci_high"] + 0.05
     assert all(seat_return is not None for seat_return in run["seat_returns"])  # both seats played
     assert "Approximate exploitability" in capsys.readouterr().out
+    # The entry's own settings reach the best response's learner: with a learning rate of 1e-9 it stays
+    # the untrained network, which earns about what the policy earns against itself.
+    frozen = report["best_response"]["frozen"]
+    assert frozen["algorithm"] == {"lr": 1.0e-9} and block["algorithm"] == {}
+    assert abs(frozen["exact_return"]) < 0.1 < block["exact_return"] - 0.1
 
 
 def test_bad_best_response_entries_fail_naming_the_field():
     with pytest.raises(ValueError, match=r"evaluation.best_response\['x'\].frames: expected a positive integer"):
         BestResponseConfig(name="x", target="main", frames=0)
+    with pytest.raises(ValueError, match=r"\['x'\].algorithm: expected a mapping"):
+        BestResponseConfig(name="x", target="main", algorithm=["lr"])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="target: 'ghost' is not a binding"):
         check_best_response([BestResponseConfig(name="x", target="ghost")], {"main": True}, ["random"])
     with pytest.raises(ValueError, match="names \\['x'\\] appear more than once"):
         check_best_response([BestResponseConfig(name="x", target="main")] * 2, {"main": True}, [])
     with pytest.raises(ValueError, match="no trainable binding"):
         check_best_response([BestResponseConfig(name="x", target="random")], {"npc": False}, ["random"])
+
+
+def test_an_entrys_algorithm_fields_replace_the_recipes_for_the_best_response_only():
+    recipe = PPO(entropy_coeff=0.2, final_entropy_coeff=0.02, lr=0.003, magnet=Magnet(coeff=0.05))
+    config = BestResponseConfig(
+        name="tuned",
+        target="main",
+        algorithm={"entropy_coeff": 0.01, "final_entropy_coeff": None, "epochs": 8, "magnet": {"coeff": 0.1}},
+    )
+    tuned = best_response_algorithm(config, recipe)
+    assert isinstance(tuned, PPO) and tuned is not recipe
+    assert (tuned.entropy_coeff, tuned.final_entropy_coeff, tuned.epochs, tuned.lr) == (0.01, None, 8, 0.003)
+    assert tuned.magnet is not None and tuned.magnet.coeff == 0.1 and tuned.magnet.mixing == recipe.magnet.mixing
+    assert (recipe.entropy_coeff, recipe.final_entropy_coeff, recipe.epochs, recipe.magnet.coeff) == (
+        0.2,
+        0.02,
+        4,
+        0.05,
+    )
+    assert best_response_algorithm(BestResponseConfig(name="same", target="main"), recipe) == recipe
+    assert (
+        best_response_algorithm(BestResponseConfig(name="x", target="main", algorithm={"magnet": None}), recipe).magnet
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"entropy_coef": 0.0}, r"\['x'\].algorithm.entropy_coef: PPO has no field 'entropy_coef'"),
+        ({"epochs": 2.5}, r"\['x'\].algorithm.epochs: 2.5 does not fit the field"),
+        ({"lr": "fast"}, r"\['x'\].algorithm.lr: 'fast' does not fit"),
+        ({"lr": None}, r"\['x'\].algorithm.lr: None does not fit"),
+        ({"anneal_lr": 1}, r"\['x'\].algorithm.anneal_lr: 1 does not fit"),
+        ({"distillation": {"teacher": "main"}}, r"\['x'\].algorithm.distillation: \{'teacher': 'main'\} does not fit"),
+        ({"magnet": {"pull": 1.0}}, r"\['x'\].algorithm.magnet.pull: Magnet has no field 'pull'"),
+        ({"entropy_coeff": -1.0}, r"\['x'\].algorithm: .*entropy_coeff"),
+    ],
+)
+def test_bad_algorithm_fields_of_a_best_response_fail_naming_the_field(changes, message):
+    recipe = PPO(magnet=Magnet())
+    with pytest.raises(ConfigError, match=message):
+        best_response_algorithm(BestResponseConfig(name="x", target="main", algorithm=changes), recipe)
+
+
+def test_an_unknown_algorithm_field_stops_evaluate_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            [
+                "evaluate",
+                "--config",
+                KUHN,
+                "--ckpt_path=null",
+                "--evaluation.best_response=[{name: br, target: main, algorithm: {entropy_coef: 0.0}}]",
+            ]
+        )
+    assert exit_info.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("lightmarl: error: evaluation.best_response['br'].algorithm.entropy_coef: PPO has no field")
 
 
 def test_an_unknown_target_stops_evaluate_in_one_line(tmp_path, monkeypatch, capsys):

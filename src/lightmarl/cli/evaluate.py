@@ -15,7 +15,7 @@ from lightmarl.evaluation.best_response import best_response_logs
 from lightmarl.evaluation.report import markdown_summary
 from lightmarl.evaluation.scenarios import EvaluationConfig
 from lightmarl.evaluation.suite import EvaluationResult, write_outputs
-from lightmarl.training.best_response import measure_best_response
+from lightmarl.training.best_response import check_best_response_algorithms, measure_best_response
 from lightmarl.training.checkpoint import check_checkpoint_fits
 from lightmarl.training.module import MARLModule
 from lightmarl.training.periodic_evaluation import run_suite, suite_for
@@ -52,6 +52,7 @@ class EvaluateCLI(LightmarlCLI):
             )
         module = cast(MARLModule, self.model)
         suite = suite_for(module, evaluation)  # a bad scenario fails before the checkpoint is read
+        check_best_response_algorithms(module, evaluation.best_response)
         ckpt_path = config.get("ckpt_path")
         if ckpt_path == "last":
             ckpt_path = resolve_last(self._checkpoint_dirs(), "evaluate")

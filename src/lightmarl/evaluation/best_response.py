@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,12 @@ class BestResponseConfig:
             built with (default: ``target``, or the first trainable binding where ``target`` is
             not a recipe binding, e.g. a scripted one).
         frames: training budget of each best response, in env steps summed over env copies.
+        algorithm: fields of ``network``'s algorithm (the recipe's) to change for the best response
+            only, e.g. ``{entropy_coeff: 0.01, final_entropy_coeff: 0.0}``; a nested setting (a
+            ``magnet``) takes a mapping of its own fields, and ``null`` removes it where the field
+            allows. A best response needs no exploration kept for a league's sake: the recipe's
+            settings are tuned for a learner that must keep moving, not for one that must commit.
+            Empty: the recipe's settings.
         runs: best responses trained, each from its own seed (the report's interval over runs
             needs two or more).
         seed: seed of the first run (run ``i`` uses ``seed + i``).
@@ -62,6 +68,7 @@ class BestResponseConfig:
     mixture: bool = True
     network: str | None = None
     frames: int = 200_000
+    algorithm: dict[str, Any] = field(default_factory=dict)
     runs: int = 1
     seed: int = 0
     num_envs: int | None = None
@@ -77,6 +84,10 @@ class BestResponseConfig:
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{where}.{field_name}: expected a positive integer, got {value!r}")
+        if not isinstance(self.algorithm, Mapping) or not all(isinstance(k, str) for k in self.algorithm):
+            raise ValueError(
+                f"{where}.algorithm: expected a mapping of algorithm field names to values, got {self.algorithm!r}"
+            )
         for field_name in ("num_envs", "rollout_steps"):
             value = getattr(self, field_name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -161,7 +172,8 @@ def summarize_runs(
     ``value`` is the mean over runs of each run's mean return against the target; with one run its
     interval is the episodes' t-interval, with several the t-interval over the runs' means.
     ``exact_return`` is the same over the runs' exact returns; ``exploitability`` the target's
-    exact value (``exact``) and ``gap`` how far the best responses fall short of it.
+    exact value (``exact``) and ``gap`` how far the best responses fall short of it; ``algorithm``
+    the settings changed from the recipe's for the best responses.
     """
     means = [float(np.mean(r.returns)) for r in runs]
     if len(runs) == 1:
@@ -173,6 +185,7 @@ def summarize_runs(
     out: dict[str, Any] = {
         "target": dict(target),
         "frames": config.frames,
+        "algorithm": dict(config.algorithm),
         "value": value,
         "runs": [
             {

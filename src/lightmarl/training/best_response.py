@@ -10,7 +10,8 @@ expected return against the target beside the target's exact exploitability.
 
 Each env copy plays one member of the target from one seat per episode; when its episode ends
 it draws the next member with the members' weights and takes the other seat (the map of a copy
-changes only at its episode boundaries, as in a league).
+changes only at its episode boundaries, as in a league). The best response learns with the network
+binding's algorithm, with the entry's ``algorithm`` fields changed (`best_response_algorithm`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ import numpy as np
 import torch
 from lightning.pytorch import Trainer, seed_everything
 
+from lightmarl.algorithms.base import Algorithm
 from lightmarl.data.collector import StepHook
 from lightmarl.data.rollout import RolloutStep
+from lightmarl.errors import ConfigError
 from lightmarl.evaluation.best_response import BestResponseConfig, BestResponseRun, network_of, summarize_runs
 from lightmarl.evaluation.episodes import play_episodes
 from lightmarl.evaluation.exploitability import expected_returns, measure, mixture_policy, openspiel_game_of
@@ -121,6 +124,68 @@ def two_seats(agents: Sequence[str]) -> list[list[str]]:
     """The first half of the agents and the second half (a two-seat game's seats)."""
     half = len(agents) // 2
     return [list(agents[:half]), list(agents[half:])]
+
+
+def best_response_algorithm(config: BestResponseConfig, algorithm: Algorithm) -> Algorithm:
+    """``algorithm`` (the network binding's) with the fields of ``config.algorithm`` changed: a new one.
+
+    Raises:
+        ConfigError: an unknown field, a value of the wrong kind, or one the algorithm's checks refuse,
+            naming ``evaluation.best_response[<name>].algorithm.<field>``.
+    """
+    return _with_fields(algorithm, config.algorithm, f"evaluation.best_response[{config.name!r}].algorithm")
+
+
+def check_best_response_algorithms(module: MARLModule, configs: Sequence[BestResponseConfig]) -> None:
+    """Build every entry's algorithm once (`best_response_algorithm`), before any checkpoint is read or episode played.
+
+    Raises:
+        ConfigError: as `best_response_algorithm`.
+    """
+    recipe = {b.id: b.trainable for b in module.table.bindings}
+    for config in configs:
+        network = network_of(config, recipe)
+        if config.algorithm and network is not None:
+            best_response_algorithm(config, module.algorithm_of(network))
+
+
+def _with_fields(settings: Any, changes: Mapping[str, Any], where: str) -> Any:
+    """A copy of the dataclass ``settings`` with ``changes``; a mapping changes a nested dataclass's fields."""
+    fields = {f.name: f for f in dataclasses.fields(settings) if f.init}
+    values = {}
+    for key, value in changes.items():
+        if key not in fields:
+            raise ConfigError(
+                f"{where}.{key}: {type(settings).__name__} has no field {key!r}; its fields: {sorted(fields)}"
+            )
+        current = getattr(settings, key)
+        if isinstance(value, Mapping) and dataclasses.is_dataclass(current):
+            value = _with_fields(current, value, f"{where}.{key}")
+        elif not _same_kind(current, value, str(fields[key].type)):
+            raise ConfigError(
+                f"{where}.{key}: {value!r} does not fit the field ({fields[key].type}; the recipe's value: {current!r})"
+            )
+        values[key] = value
+    try:
+        return dataclasses.replace(settings, **values)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{where}: {err}") from None
+
+
+def _same_kind(current: Any, value: Any, annotation: str) -> bool:
+    """Whether ``value`` can replace ``current`` in a field annotated ``annotation`` (types the YAML gives)."""
+    if value is None:
+        return "None" in annotation
+    if isinstance(current, bool) or isinstance(value, bool):
+        return (isinstance(current, bool) and isinstance(value, bool)) or (current is None and "bool" in annotation)
+    if isinstance(current, int) or (current is None and annotation.startswith("int")):
+        return isinstance(value, int)
+    if isinstance(current, float) or (current is None and "float" in annotation):
+        return isinstance(value, (int, float))
+    if isinstance(current, str):
+        return isinstance(value, str)
+    # A nested setting the recipe leaves out (``null``) cannot be built from a mapping here.
+    return not isinstance(value, Mapping) and (current is None or isinstance(value, type(current)))
 
 
 def measure_best_response(
@@ -223,7 +288,7 @@ def _one_run(
         env=env,
         policy_bindings=[best, *_member_bindings(members)],  # type: ignore[list-item]
         agent_binding_map=initial_map(agents, seats, ids, num_envs, weights, rng),
-        algorithm=module.algorithm_of(network.id),
+        algorithm=best_response_algorithm(config, module.algorithm_of(network.id)),
         rollout_steps=config.rollout_steps or module.rollout_steps,
         max_frames=config.frames,
         iterations_per_epoch=10**9,
