@@ -227,8 +227,9 @@ class EvaluationConfig:
             binding's own weights.
         best_response: approximate exploitability (`lightmarl.evaluation.best_response`):
             best responses trained by ``lightmarl evaluate`` against a frozen binding or the
-            league mixture it shows, with the recipe's network and algorithm, and the return
-            they earn against it.
+            league mixture it shows, with the recipe's network and algorithm (an entry's
+            ``algorithm`` changes fields of it for the best response alone), and the return they
+            earn against it.
     """
 
     validation: ValidationConfig = field(default_factory=ValidationConfig)
