@@ -133,38 +133,24 @@ def test_bad_algorithm_fields_of_a_best_response_fail_naming_the_field(changes, 
         best_response_algorithm(BestResponseConfig(name="x", target="main", algorithm=changes), recipe)
 
 
-def test_an_unknown_algorithm_field_stops_evaluate_in_one_line(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (
+            "{name: br, target: main, algorithm: {entropy_coef: 0.0}}",
+            "evaluation.best_response['br'].algorithm.entropy_coef: PPO has no field",
+        ),
+        ("{name: br, target: ghost}", "evaluation.best_response['br'].target: 'ghost'"),
+    ],
+    ids=["unknown algorithm field", "unknown target"],
+)
+def test_a_bad_best_response_entry_stops_evaluate_in_one_line(entry, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
-        main(
-            [
-                "evaluate",
-                "--config",
-                KUHN,
-                "--ckpt_path=null",
-                "--evaluation.best_response=[{name: br, target: main, algorithm: {entropy_coef: 0.0}}]",
-            ]
-        )
+        main(["evaluate", "--config", KUHN, "--ckpt_path=null", f"--evaluation.best_response=[{entry}]"])
     assert exit_info.value.code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last.startswith("lightmarl: error: evaluation.best_response['br'].algorithm.entropy_coef: PPO has no field")
-
-
-def test_an_unknown_target_stops_evaluate_in_one_line(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as exit_info:
-        main(
-            [
-                "evaluate",
-                "--config",
-                KUHN,
-                "--ckpt_path=null",
-                "--evaluation.best_response=[{name: br, target: ghost}]",
-            ]
-        )
-    assert exit_info.value.code == 2
-    last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last.startswith("lightmarl: error: evaluation.best_response['br'].target: 'ghost'")
+    assert last.startswith(f"lightmarl: error: {message}")
 
 
 def test_each_finished_episode_draws_a_member_with_its_weight_and_swaps_the_seat():
