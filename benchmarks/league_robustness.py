@@ -75,7 +75,7 @@ from poker_league import recorded_command
 from results import machine, write_result
 
 from lightmarl.errors import ConfigError
-from lightmarl.experiments.runner import metric_rows
+from lightmarl.experiments.runner import lightmarl_command, metric_rows
 from lightmarl.experiments.spec import parse_override_args
 from lightmarl.experiments.statistics import seed_mean
 
@@ -151,11 +151,11 @@ def best_response(recipe: Path, run: str | Path, frames: int, episodes: int, see
     out = Path(run) / f"best_response_{frames}"
     entry = f"[{{name: main, target: {MAIN_BINDING}, mixture: false, frames: {frames}, episodes: {episodes}, seed: {seed}}}]"
     command = [
-        "lightmarl", "evaluate", "--config", str(recipe), f"--ckpt_path={Path(run) / 'checkpoints' / 'last.ckpt'}",
+        *lightmarl_command(), "evaluate", "--config", str(recipe),
+        f"--ckpt_path={Path(run) / 'checkpoints' / 'last.ckpt'}",
         f"--out={out}", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
-        # `lightmarl evaluate` needs a scenario besides the best response: two games against a random player.
-        "--evaluation.bindings=[{id: random, class_path: lightmarl.policies.UniformRandomPolicy}]",
-        f"--evaluation.head_to_head=[{{name: vs_random, players: [{MAIN_BINDING}, random], episodes: 2}}]",
+        # The best response alone: the recipe's own scenarios are not played.
+        "--evaluation.bindings=[]", "--evaluation.head_to_head=[]", "--evaluation.scenarios=[]",
         f"--evaluation.best_response={entry}",
     ]  # fmt: skip
     block = read_best_response(out, frames, episodes, seed)

@@ -130,9 +130,12 @@ def plot_return_distributions(
 
 
 def plot_report(report: Mapping[str, Any], out_dir: str | Path, kind: DistributionKind = "box") -> list[Path]:
-    """All figures of an evaluation report: ``returns.png`` and one ``payoff_<scenario>.png`` per head-to-head."""
+    """All figures of an evaluation report: ``returns.png`` and one ``payoff_<scenario>.png`` per head-to-head
+    (none for a report of exploitability or best responses alone)."""
     out_dir = Path(out_dir)
     scenarios = report["scenarios"]
+    if not scenarios:
+        return []
     returns = {
         name: {binding: episodes["episode_return"] for binding, episodes in scenario["episodes"].items()}
         for name, scenario in scenarios.items()
