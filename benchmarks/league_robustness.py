@@ -41,12 +41,17 @@ come again, so runs split over several processes (``--seeds 0 1`` here, ``--seed
 
     python benchmarks/league_robustness.py --game connect_four --seeds 0 1 2 --br-frames 300000 --workdir W
     python benchmarks/league_robustness.py --game leduc_poker --seeds 0 1 2 --frames 1000000 --workdir W
+
+``--add-to`` keeps the other seeds of the result already written (same settings, read from its main and
+roles files) and adds the seeds given: ``--seeds 1 2 --add-to`` after a run of seed 0 elsewhere. The
+roles file keeps about ``ROLE_CURVE_POINTS`` points of each role curve (a run logs one per iteration).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import subprocess
 import sys
@@ -103,6 +108,8 @@ MAIN_PLAYER = LEAGUE_PLAYERS[0]
 ROLE_METRICS = ("win_rate", "agent_steps", "resets", "historical_players")
 #: what a run keeps of its league players (written to the roles file).
 ROLE_KEYS = ("roles", "records_against_main")
+#: points kept of each role curve in the roles file (a run logs one per iteration)
+ROLE_CURVE_POINTS = 100
 #: the exploitability the Leduc recipes' callback logs for the main binding.
 EXPLOITABILITY = f"league/{MAIN_BINDING}/exploitability"
 
@@ -241,12 +248,18 @@ def table_of(spiel: Any, checkpoint: str | Path, binding: str = MAIN_BINDING) ->
 
 
 def exploitability_curve(run: str | Path) -> list[list[float]]:
-    """The logged exact exploitability of the main binding as ``[[frames, value], ...]`` (each measurement once)."""
+    """The logged exact exploitability of the main binding as ``[[frames, value], ...]``, each measurement once
+    (told apart by the run second it was taken at: a run logged before measurements were one row each
+    repeats the last one at every iteration in between)."""
     curve: list[list[float]] = []
+    taken: set[float] = set()
     for row in metric_rows(Path(run)):
-        value, frames = row.get(EXPLOITABILITY), row.get("counters/frames")
-        if value is not None and frames is not None and (not curve or frames != curve[-1][0]):
-            curve.append([frames, value])
+        value, frames, at = row.get(EXPLOITABILITY), row.get("counters/frames"), row.get(f"{EXPLOITABILITY}_at_s")
+        if value is None or frames is None or at in taken or (curve and frames == curve[-1][0]):
+            continue
+        if at is not None:
+            taken.add(at)
+        curve.append([frames, value])
     if not curve:
         raise RuntimeError(f"{run}: no {EXPLOITABILITY} was logged")
     return curve
@@ -332,6 +345,30 @@ def scored_seed(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"settings": settings, "scores": scores}, indent=1))
     return scores
+
+
+def earlier_seeds(game: str, settings: dict[str, Any], directory: Path, skip: list[int]) -> dict[str, dict[str, Any]]:
+    """``--add-to``: the seeds of the game's result in ``directory`` (its main file and its roles file)
+    other than ``skip``, refused where they were measured with other settings."""
+    path = directory / f"league_robustness_{game}.json"
+    if not path.is_file():
+        raise SystemExit(f"--add-to: no earlier result {path}")
+    result = json.loads(path.read_text())
+    theirs = {k: result["extra"].get(k) for k in settings}
+    if theirs != settings:
+        raise SystemExit(f"--add-to: {path} was measured with other settings:\n  {theirs}\nnot\n  {settings}")
+    roles = json.loads((directory / f"league_robustness_{game}_roles.json").read_text())["per_seed"]
+    kept = {}
+    for seed, scores in result["per_seed"].items():
+        if int(seed) in skip:
+            continue
+        kept[seed] = scores
+        scores["runs"]["league"].update(roles[seed]["league"])
+        for run in scores["runs"].values():
+            if "exploitability_curve" in run:  # a result written while a measurement repeated at every iteration
+                curve = run["exploitability_curve"]
+                run["exploitability_curve"] = [p for i, p in enumerate(curve) if i == 0 or p[1] != curve[i - 1][1]]
+    return kept
 
 
 # --- tables ---------------------------------------------------------------------------------------
@@ -515,6 +552,14 @@ ROLE_COLUMNS: list[Any] = [
 ]
 
 
+def thinned(series: list[list[float]], most: int = ROLE_CURVE_POINTS) -> list[list[float]]:
+    """At most about ``most`` evenly spaced points of a logged ``[[frames, value], ...]`` series, its last one kept."""
+    if len(series) <= most:
+        return series
+    kept = series[:: math.ceil(len(series) / most)]
+    return kept if kept[-1] == series[-1] else [*kept, series[-1]]
+
+
 def role_rows(per_seed: dict[str, dict[str, Any]]) -> list[list[Any]]:
     """Per league player of the three-role runs: its training share, snapshots, resets, the opponent branches it
     drew and its record against the live main player, each at the end of every seed's run."""
@@ -653,6 +698,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     parser.add_argument(
         "--workdir", default=None, help="where the runs and scores are kept (default: a temporary folder)"
     )
+    parser.add_argument(
+        "--add-to",
+        action="store_true",
+        help="keep the other seeds of the result already in --out-dir (same settings) and add these",
+    )
     parser.add_argument("overrides", nargs="*", help="after --: extra `lightmarl fit` arguments for every run")
     args = parser.parse_args(argv)  # fmt: skip
     given = args.br_frames if args.br_frames is not None else [300_000 if args.game == "connect_four" else 0]
@@ -683,7 +733,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     }  # fmt: skip
     where = machine()  # the load before the runs start, which is what they compete with
     started = time.time()
-    per_seed: dict[str, dict[str, Any]] = {}
+    per_seed = earlier_seeds(args.game, settings, out_dir, args.seeds) if args.add_to else {}
     for seed in args.seeds:
         fits = run_fits(
             list(METHODS), [seed], frames, workdir, [*callbacks_of(args.game, args.measure_every), *args.overrides],
@@ -693,6 +743,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
         per_seed[str(seed)] = scored_seed(args.game, seed, fits, settings, workdir)
         league = next(f["run"] for f in fits if f["method"] == "league")
         per_seed[str(seed)]["runs"]["league"]["records_against_main"] = records_against_main(league)
+        per_seed = dict(sorted(per_seed.items(), key=lambda item: int(item[0])))
         extra = {
             **settings, "game": args.game, "seeds": [int(s) for s in per_seed],
             "recipes": {m: f"recipes/{RECIPES[args.game][m]}" for m in METHODS},

@@ -170,3 +170,42 @@ def test_bad_flags_are_refused_by_name(flags, message, capsys):
     with pytest.raises(SystemExit):
         bench.main(flags)
     assert message in capsys.readouterr().err
+
+
+def test_a_measurement_logged_again_at_later_iterations_is_one_point_of_its_curve(tmp_path):
+    # Rows as a run wrote them while the logger repeated a measurement at every later iteration of the epoch.
+    key = bench.EXPLOITABILITY
+    csv = tmp_path / "csv" / "version_0" / "metrics.csv"
+    csv.parent.mkdir(parents=True)
+    rows = ["100,2.0,5.0,0", "200,2.0,5.0,1", "300,1.5,9.0,2", "400,1.5,9.0,3", "400,1.2,12.0,3"]
+    csv.write_text(f"counters/frames,{key},{key}_at_s,step\n" + "\n".join(rows) + "\n")
+    assert bench.exploitability_curve(tmp_path) == [[100, 2.0], [300, 1.5], [400, 1.2]]
+
+
+def test_add_to_keeps_the_other_seeds_of_a_result_with_the_same_settings(tmp_path):
+    settings = {**SETTINGS, "frames": 128, "overrides": [], "measure_every": 1}
+    curve = [[1.0, 2.0], [2.0, 2.0], [3.0, 1.0]]  # written while a measurement repeated at every iteration
+
+    def seed() -> dict:
+        return {"runs": {"league": run(exploitability_curve=curve, final=1.0, lowest=1.0)}, "head_to_head": []}
+
+    main = {"extra": {**settings, "game": "leduc_poker"}, "per_seed": {"0": seed(), "1": seed()}}
+    roles = {"per_seed": {s: {"league": {"roles": {"main": {}}, "records_against_main": {"main": [1]}}} for s in "01"}}
+    (tmp_path / "league_robustness_leduc_poker.json").write_text(json.dumps(main))
+    (tmp_path / "league_robustness_leduc_poker_roles.json").write_text(json.dumps(roles))
+    kept = bench.earlier_seeds("leduc_poker", settings, tmp_path, [1])
+    assert list(kept) == ["0"]
+    league = kept["0"]["runs"]["league"]
+    assert league["exploitability_curve"] == [[1.0, 2.0], [3.0, 1.0]]
+    assert league["roles"] == {"main": {}} and league["records_against_main"] == {"main": [1]}
+    with pytest.raises(SystemExit, match="other settings"):
+        bench.earlier_seeds("leduc_poker", {**settings, "frames": 256}, tmp_path, [1])
+    with pytest.raises(SystemExit, match="no earlier result"):
+        bench.earlier_seeds("connect_four", settings, tmp_path, [1])
+
+
+def test_a_role_curve_is_thinned_to_about_a_hundred_points_its_ends_kept():
+    series = [[float(i), float(i % 7)] for i in range(250)]
+    kept = bench.thinned(series)
+    assert len(kept) <= bench.ROLE_CURVE_POINTS + 1 and kept[0] == series[0] and kept[-1] == series[-1]
+    assert bench.thinned(series[:50]) == series[:50]

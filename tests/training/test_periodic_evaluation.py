@@ -12,10 +12,12 @@ import pytest
 import torch
 from lightning.pytorch import Callback, Trainer, seed_everything
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
 
 from lightmarl.algorithms import PPO
 from lightmarl.errors import ConfigError
 from lightmarl.evaluation.scenarios import EvaluationConfig, ReplaceOneAgentConfig, ScenarioConfig, ValidationConfig
+from lightmarl.experiments.runner import metric_rows
 from lightmarl.training.module import MARLModule
 from lightmarl.training.periodic_evaluation import PeriodicEvaluation
 
@@ -46,12 +48,13 @@ def _evaluation() -> EvaluationConfig:
     )
 
 
-def _fit(spread_config, tmp_path: Path, callbacks: list[Callback]) -> tuple[MARLModule, Trainer]:
+def _fit(spread_config, tmp_path: Path, callbacks: list[Callback], logger: Any = False) -> tuple[MARLModule, Trainer]:
     seed_everything(0)
     module = _module(spread_config)
     trainer = Trainer(
         max_epochs=-1,
-        logger=False,
+        logger=logger,
+        log_every_n_steps=1,
         enable_progress_bar=False,
         enable_model_summary=False,
         enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
@@ -164,3 +167,17 @@ def test_validation_during_fit_leaves_training_bit_identical(spread_config, tmp_
         return _state(module, trainer)
 
     _assert_equal(fit(validate=False), fit(validate=True))
+
+
+def test_each_evaluation_is_one_logged_row_at_the_frames_it_was_taken(spread_config, tmp_path):
+    # Evaluated at the third iteration only, the first of the second epoch: a logger that wrote it again at
+    # every later step would draw a flat line through the fourth, never evaluated.
+    evaluation = _evaluation()
+    evaluation.every_n_frames = 3 * FRAMES
+    recorder = RecordEval()
+    _fit(spread_config, tmp_path, [PeriodicEvaluation(evaluation), recorder], CSVLogger(tmp_path / "csv"))
+    rows = metric_rows(tmp_path)
+    evaluated = [row for row in rows if "eval/sampled/main/episode_return" in row]
+    assert [(row["counters/frames"], row["counters/iterations"]) for row in evaluated] == [(3 * FRAMES, 3)], rows
+    assert len([row for row in rows if "time/fps" in row]) == ITERATIONS  # the iterations' own rows, as before
+    assert len(recorder.seen) == 2  # the monitored value stays readable after its iteration

@@ -26,6 +26,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightmarl.errors import ConfigError
 from lightmarl.evaluation.scenarios import EvaluationConfig
 from lightmarl.evaluation.suite import EvaluationResult, EvaluationSuite
+from lightmarl.training.measurement_log import log_measurement
 from lightmarl.training.module import MARLModule
 
 
@@ -112,7 +113,7 @@ class PeriodicEvaluation(Callback):
                 + ", ".join(f"{k} {v:.3g}" for k, v in logs.items() if k.endswith("/episode_return"))
             )
         shared = trainer.strategy.broadcast(logs, src=0)  # rank 0's results on every rank
-        pl_module.log_dict(shared, on_step=True, on_epoch=False, batch_size=1)
+        log_measurement(trainer, pl_module, shared)
 
 
 def _marl(module: LightningModule) -> MARLModule:
