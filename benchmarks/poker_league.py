@@ -187,7 +187,7 @@ def lightmarl_result(spec: SweepSpec, run: RunSpec, state: dict[str, Any]) -> di
     for row in metric_rows(run_dir):
         value, at = row.get("league/main/exploitability"), row.get("league/main/exploitability_at_s")
         if value is not None and at is not None and (not curve or at != curve[-1][0]):
-            curve.append([at, value])  # a measurement repeats in later rows
+            curve.append([at, value])  # runs logged before measurements were one row each repeat one in later rows
             live = row.get("league/main/live_exploitability")
             if live is not None:
                 live_curve.append([at, live, row.get("counters/frames", frames)])

@@ -351,6 +351,17 @@ def test_a_continued_result_keeps_its_seeds_once_and_adds_the_new_ones(tmp_path,
     assert ran == [] and [row[7] for row in rewritten["table"]["rows"]] == [5.0, 5.0, 6.0, 6.0]
     assert rewritten["per_seed"]["vmas_balance:masac/random"] == {"return": 5.0}
     compare.main(again)  # the run folder and the rewritten result now agree
+    # One algorithm's lightmarl runs trained with settings the map no longer gives: only they run again.
+    seeds = ["--seeds", "0", "1", "2"]
+    compare.main(
+        ["--algorithms", "masac", "iql", *common, *seeds, "--from-json", "algos", "--json", "algos", *out,
+         "--frameworks", "lightmarl", "--rerun-algorithms", "masac"]
+    )  # fmt: skip
+    assert sorted(ran) == [("lightmarl", 0), ("lightmarl", 1), ("lightmarl", 2)]
+    rerun = json.loads((tmp_path / "algos.json").read_text())["per_seed"]
+    assert all("lightmarl_settings" in rerun[f"vmas_balance:masac/lightmarl/{seed}"] for seed in (0, 1, 2))
+    assert "lightmarl_settings" not in rerun["vmas_balance:iql/lightmarl/0"]
+    assert rerun["vmas_balance:masac/benchmarl/0"] == committed["per_seed"]["vmas_balance:masac/benchmarl/0"]
 
 
 def test_a_result_is_continued_only_with_its_own_settings(tmp_path, monkeypatch, capsys):
@@ -379,6 +390,14 @@ def test_a_result_is_continued_only_with_its_own_settings(tmp_path, monkeypatch,
     with pytest.raises(SystemExit):
         compare.main(["--algorithms", "masac", "--frames", "12000", *setting, *same])
     assert "ran 45 optimizer steps per 6000-frame batch, the map now gives 100" in capsys.readouterr().err
+    # A lightmarl run that recorded other settings than the recipe and the map give now.
+    run = {"returns": [1.0], "optimizer_steps": 100, "batch_frames": 6000, "lightmarl_settings": "0123"}
+    (tmp_path / "algos.json").write_text(
+        json.dumps({"command": command, "per_seed": {"vmas_balance:masac/lightmarl/0": run}})
+    )
+    with pytest.raises(SystemExit):
+        compare.main(["--algorithms", "masac", "--frames", "12000", *setting, *same])
+    assert "run it again (--rerun-algorithms masac)" in capsys.readouterr().err
     parser = compare.build_parser()
     args = parser.parse_args(["--algorithms", "masac", "qmix", "--frames", "12000", *setting, *same])
     compare.check_same_settings(parser, args, command)  # an added algorithm is fine

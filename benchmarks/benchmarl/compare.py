@@ -48,7 +48,9 @@ Finished runs are kept under ``--out`` and reused (``--rerun`` runs them again),
 be completed one task at a time. ``--from-json NAME`` continues a committed table
 (``benchmarks/results/NAME.json``) whose run folder is gone: its runs count as finished, so
 ``--seeds 2`` adds seed 2 to them, and the table written with ``--json`` names every seed in its
-command; the committed command must have had the same settings and frames. lightmarl's runs go through lightmarl's sweep runner
+command; the committed command must have had the same settings and frames. A lightmarl run records a digest of
+its recipe and the map's overrides, and a continued run whose digest differs is refused; ``--rerun-algorithms
+A ...`` (with ``--frameworks lightmarl``, lightmarl's only) runs those algorithms' runs again. lightmarl's runs go through lightmarl's sweep runner
 (:func:`fit_recipe`, :class:`lightmarl.experiments.runner.SweepRunner`): each has its run directory
 ``<out>/<cell>/<framework>/runs/<framework>/seed_<n>/`` with its ``sweep.log`` and state, and one that was
 interrupted resumes from its ``last.ckpt``; the means and intervals over seeds are
@@ -59,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import os
 import platform
@@ -938,6 +941,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--rerun", action="store_true", help="run again runs that already have results")
     parser.add_argument(
+        "--rerun-algorithms",
+        nargs="+",
+        default=[],
+        choices=ALGORITHMS,
+        metavar="ALGORITHM",
+        help="run these algorithms' runs again (of --frameworks) where they have results, in --out or the "
+        "--from-json result: runs trained with settings the map or the recipe no longer give",
+    )
+    parser.add_argument(
         "--rerun-random",
         action="store_true",
         help="measure random play again where it already has a result (the trainings are reused)",
@@ -1028,6 +1040,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             continued = read_result(args.from_json)
             check_same_settings(parser, args, continued["command"])
             committed = committed_runs(continued, args.tasks[0])
+            committed = {k: v for k, v in committed.items() if not rerun_key(k, args)}
             check_same_updates(committed, plans)
             results = merge_runs(results, committed)
         except ValueError as error:
@@ -1045,7 +1058,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 runs += [(f, recipe) for f, recipe in variants.items() if "lightmarl" in args.frameworks]
             for framework, recipe in runs:
                 key = f"{cell}/{framework}/{seed}"
-                if key in results and not args.rerun:
+                if key in results and not (args.rerun or algorithm in args.rerun_algorithms):
                     continue
                 label = framework.replace(":", "-")
                 run_dir = args.out / cell.replace(":", "-") / f"{label}_seed{seed}"
@@ -1067,6 +1080,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 else:
                     curve = run_lightmarl(task, seed, args.lightmarl_frames or args.frames, sweep_dir, recipe, label)
                 extra = {"optimizer_steps": plan.optimizer_steps, "batch_frames": plan.batch_frames} if plan else {}
+                if plan and framework == "lightmarl":
+                    extra["lightmarl_settings"] = lightmarl_settings(plan)
                 results[key] = {
                     **curve.to_json(),
                     **extra,
@@ -1165,11 +1180,30 @@ def check_same_settings(parser: argparse.ArgumentParser, args: argparse.Namespac
         raise ValueError(f"its runs had --algorithms {before.algorithms}, this run {args.algorithms}")
 
 
+def lightmarl_settings(plan: AlgorithmRun) -> str:
+    """A digest of what a lightmarl run of ``plan`` trains with: its recipe file and the map's overrides."""
+    text = (ROOT / plan.recipe).read_text() + "\n".join(plan.lightmarl_overrides)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def rerun_key(key: str, args: argparse.Namespace) -> bool:
+    """Whether the run ``<cell>/<framework>/<seed>`` is one ``--rerun-algorithms`` runs again."""
+    parts = key.split("/")
+    return len(parts) == 3 and parts[1] in args.frameworks and parts[0].partition(":")[2] in args.rerun_algorithms
+
+
 def check_same_updates(runs: dict[str, Any], plans: dict[str, AlgorithmRun]) -> None:
     """Raise ``ValueError`` when a run of a planned cell took other optimizer steps or batches than the cell's
-    plan gives now (the settings map changed since it ran)."""
+    plan gives now (the settings map changed since it ran), or a lightmarl run trained with another recipe or
+    other mapped settings than the plan's (where it recorded them)."""
     for key, data in runs.items():
         plan = plans.get(key.split("/")[0])
+        if plan is not None and data.get("lightmarl_settings", lightmarl_settings(plan)) != lightmarl_settings(plan):
+            algorithm = key.split("/")[0].partition(":")[2]
+            raise ValueError(
+                f"{key} trained with another recipe or other mapped settings than {plan.recipe} and the map give "
+                f"now: run it again (--rerun-algorithms {algorithm})"
+            )
         if plan is None or "optimizer_steps" not in data:
             continue
         recorded, planned = (data["optimizer_steps"], data["batch_frames"]), (plan.optimizer_steps, plan.batch_frames)
