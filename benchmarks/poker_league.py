@@ -226,7 +226,10 @@ def run_nfsp(game: str, seed: int, wall_s: float, eval_every: int) -> dict[str, 
     actions = env.action_spec()["num_actions"]
     settings = dict(NFSP_SETTINGS)
     hidden = settings.pop("hidden_layers_sizes")
-    agents = [nfsp.NFSP(p, size, actions, hidden, **settings) for p in range(2)]
+    # NFSP seeds torch's and NumPy's global generators itself (its `seed`, 42 unless given): without this
+    # run's seed every run would start from the same networks and, where the game has no chance, play the
+    # same episodes.
+    agents = [nfsp.NFSP(p, size, actions, hidden, seed=1000 * seed + 10 * p, **settings) for p in range(2)]
 
     class AveragePolicy(spiel_policy.Policy):  # as in OpenSpiel's example
         def __init__(self) -> None:
