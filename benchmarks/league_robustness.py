@@ -43,8 +43,9 @@ come again, so runs split over several processes (``--seeds 0 1`` here, ``--seed
     python benchmarks/league_robustness.py --game leduc_poker --seeds 0 1 2 --frames 1000000 --workdir W
 
 ``--add-to`` keeps the other seeds of the result already written (same settings, read from its main and
-roles files) and adds the seeds given: ``--seeds 1 2 --add-to`` after a run of seed 0 elsewhere. The
-roles file keeps about ``ROLE_CURVE_POINTS`` points of each role curve (a run logs one per iteration).
+roles files) and adds the seeds given: ``--seeds 1 2 --add-to`` after a run of seed 0 elsewhere; the
+command written is the one that runs every seed. The files keep about ``ROLE_CURVE_POINTS`` points of
+each logged curve (a run logs one per iteration).
 """
 
 from __future__ import annotations
@@ -108,8 +109,8 @@ MAIN_PLAYER = LEAGUE_PLAYERS[0]
 ROLE_METRICS = ("win_rate", "agent_steps", "resets", "historical_players")
 #: what a run keeps of its league players (written to the roles file).
 ROLE_KEYS = ("roles", "records_against_main")
-#: points kept of each role curve in the roles file (a run logs one per iteration)
-ROLE_CURVE_POINTS = 100
+#: points kept of each logged curve in the files (a run logs one per iteration)
+ROLE_CURVE_POINTS = 50
 #: the exploitability the Leduc recipes' callback logs for the main binding.
 EXPLOITABILITY = f"league/{MAIN_BINDING}/exploitability"
 
@@ -371,6 +372,25 @@ def earlier_seeds(game: str, settings: dict[str, Any], directory: Path, skip: li
     return kept
 
 
+def reproducing_command(given: list[str], seeds: list[int]) -> str:
+    """The command that measures the result from nothing: ``given`` with ``--seeds`` naming ``seeds`` and
+    without ``--add-to``, ``--out-dir`` and ``--workdir`` (where it ran, not what it measured)."""
+    words: list[str] = []
+    skip = False
+    for word in given:
+        name = word.partition("=")[0]
+        if name in ("--seeds", "--out-dir", "--workdir", "--add-to"):
+            skip = name != "--add-to" and "=" not in word
+            if name == "--seeds":
+                words += ["--seeds", *map(str, seeds)]
+            continue
+        if skip and not word.startswith("-"):
+            continue
+        skip = False
+        words.append(word)
+    return recorded_command("benchmarks/league_robustness.py", words)
+
+
 # --- tables ---------------------------------------------------------------------------------------
 
 
@@ -560,6 +580,11 @@ def thinned(series: list[list[float]], most: int = ROLE_CURVE_POINTS) -> list[li
     return kept if kept[-1] == series[-1] else [*kept, series[-1]]
 
 
+def thinned_curves(curves: dict[str, list[list[float]]]) -> dict[str, list[list[float]]]:
+    """:func:`thinned` of each ``{name: [[frames, value], ...]}`` curve."""
+    return {name: thinned(series) for name, series in curves.items()}
+
+
 def role_rows(per_seed: dict[str, dict[str, Any]]) -> list[list[Any]]:
     """Per league player of the three-role runs: its training share, snapshots, resets, the opponent branches it
     drew and its record against the live main player, each at the end of every seed's run."""
@@ -629,7 +654,13 @@ def write_tables(
 
     # The roles' curves and records go to the roles file only.
     scored = {
-        s: {**v, "runs": {m: {k: x for k, x in r.items() if k not in ROLE_KEYS} for m, r in v["runs"].items()}}
+        s: {
+            **v,
+            "runs": {
+                m: {k: thinned_curves(x) if k == "logged" else x for k, x in r.items() if k not in ROLE_KEYS}
+                for m, r in v["runs"].items()
+            },
+        }
         for s, v in per_seed.items()
     }
 
@@ -667,7 +698,15 @@ def write_tables(
                 BEST_RESPONSE_NOTES,
                 per_run("best_response"),
             )
-    roles = {s: {"league": {k: v["runs"]["league"].get(k) for k in ROLE_KEYS}} for s, v in per_seed.items()}
+    roles = {
+        s: {
+            "league": {
+                "roles": {p: thinned_curves(c) for p, c in v["runs"]["league"]["roles"].items()},
+                "records_against_main": v["runs"]["league"].get("records_against_main"),
+            }
+        }
+        for s, v in per_seed.items()
+    }
     add("_roles", ROLE_COLUMNS, role_rows(per_seed), ROLE_NOTES, roles)
     return written
 
@@ -725,7 +764,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     frames = args.frames or int(yaml.safe_load(recipes["league"].read_text())["model"]["max_frames"])
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix=f"league_robustness_{args.game}_"))
     out_dir = Path(args.out_dir or ROOT / "benchmarks" / "results")
-    command = recorded_command("benchmarks/league_robustness.py", sys.argv[1:] if argv is None else list(argv))
+    given = sys.argv[1:] if argv is None else list(argv)
     settings = {
         "frames": frames, "br_frames": br_frames, "br_episodes": args.br_episodes, "br_seed": args.br_seed,
         "games": args.games, "curve_games": args.curve_games, "overrides": list(args.overrides),
@@ -744,6 +783,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
         league = next(f["run"] for f in fits if f["method"] == "league")
         per_seed[str(seed)]["runs"]["league"]["records_against_main"] = records_against_main(league)
         per_seed = dict(sorted(per_seed.items(), key=lambda item: int(item[0])))
+        command = reproducing_command(given, [int(s) for s in per_seed])
         extra = {
             **settings, "game": args.game, "seeds": [int(s) for s in per_seed],
             "recipes": {m: f"recipes/{RECIPES[args.game][m]}" for m in METHODS},

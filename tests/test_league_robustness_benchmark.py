@@ -204,8 +204,18 @@ def test_add_to_keeps_the_other_seeds_of_a_result_with_the_same_settings(tmp_pat
         bench.earlier_seeds("connect_four", settings, tmp_path, [1])
 
 
-def test_a_role_curve_is_thinned_to_about_a_hundred_points_its_ends_kept():
+def test_a_logged_curve_is_thinned_to_about_role_curve_points_its_ends_kept():
     series = [[float(i), float(i % 7)] for i in range(250)]
     kept = bench.thinned(series)
     assert len(kept) <= bench.ROLE_CURVE_POINTS + 1 and kept[0] == series[0] and kept[-1] == series[-1]
     assert bench.thinned(series[:50]) == series[:50]
+
+
+def test_the_command_written_runs_every_seed_from_nothing():
+    given = ["--game", "leduc_poker", "--seeds", "1", "2", "--frames", "1000000", "--workdir", "W", "--out-dir", "O"]
+    assert bench.reproducing_command([*given, "--add-to"], [0, 1, 2]) == (
+        "python benchmarks/league_robustness.py --game leduc_poker --seeds 0 1 2 --frames 1000000"
+    )
+    assert bench.reproducing_command(["--game=connect_four", "--seeds=1", "--add-to"], [0, 1]) == (
+        "python benchmarks/league_robustness.py --game=connect_four --seeds 0 1"
+    )
