@@ -38,6 +38,11 @@ one in its turn-based conversion, as exploitability measures it. Its average net
 information state, one at a time: on Liar's Dice still NFSP's slow part); a ``--nfsp-eval-every``
 above the episodes NFSP reaches measures it once, at the end.
 
+``--add-to`` runs again only the ``--methods`` named (e.g. ``--methods nfsp``) for the ``--seeds`` named and
+puts their runs into the result already at ``--out``, keeping its other runs; it refuses a result measured
+with another game, wall time, NFSP measurement interval or overrides. The result keeps the command that
+reproduces all of it, and lists each call that replaced runs under ``extra.added`` and in its notes.
+
 ``--parallel`` runs that many processes at once: on a machine with fewer free cores the methods
 slow each other down, so give each run a core of its own (``nproc``, ``uptime``).
 """
@@ -281,11 +286,18 @@ def run_all(
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Every method on every seed, at most ``parallel`` runs at once: the lightmarl methods through one
     :class:`SweepRunner`, OpenSpiel's NFSP in processes of its own; the results seed by seed, method by method."""
-    spec = lightmarl_sweep(game, [m for m in methods if m != "nfsp"], seeds, wall_s, workdir, extra)
-    runner = SweepRunner(spec, workers=parallel, on_event=lambda run_id, event: print(f"{run_id}: {event}", flush=True))
-    runs = {(run.config, run.seed): run for run in spec.runs()}
+    lightmarl_methods = [m for m in methods if m != "nfsp"]
+    runner: SweepRunner | None = None
+    runs: dict[tuple[str, int], RunSpec] = {}
+    if lightmarl_methods:  # `--methods nfsp` alone runs no sweep
+        spec = lightmarl_sweep(game, lightmarl_methods, seeds, wall_s, workdir, extra)
+        runner = SweepRunner(
+            spec, workers=parallel, on_event=lambda run_id, event: print(f"{run_id}: {event}", flush=True)
+        )
+        runs = {(run.config, run.seed): run for run in spec.runs()}
 
     def lightmarl(run: RunSpec) -> dict[str, Any]:
+        assert runner is not None
         return lightmarl_result(spec, run, runner.run_one(run))
 
     # One thread per run at once: each waits on its sweep run's subprocess or its NFSP process.
@@ -300,7 +312,8 @@ def run_all(
         try:
             return [future.result() for future in futures]
         except BaseException:
-            runner.stop()  # the sweep's runs in progress write a checkpoint and stop; none is started
+            if runner is not None:
+                runner.stop()  # the sweep's runs in progress write a checkpoint and stop; none is started
             raise
 
 
@@ -343,6 +356,32 @@ def result_rows(per_seed: dict[str, dict[str, dict[str, Any]]]) -> list[list[Any
     return rows
 
 
+#: the settings a result's runs share; ``--add-to`` refuses a result measured with others.
+SHARED_SETTINGS = ("game", "wall_s", "nfsp_eval_every", "overrides")
+
+
+def earlier_result(out: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """The result at ``out`` that ``--add-to`` adds runs to; ``ValueError`` when there is none or it was measured
+    with other :data:`SHARED_SETTINGS` than ``settings``."""
+    if not out.exists():
+        raise ValueError(f"no result at {out} to add runs to")
+    earlier = json.loads(out.read_text())
+    other = [key for key in SHARED_SETTINGS if earlier.get("extra", {}).get(key) != settings[key]]
+    if other:
+        recorded = {key: earlier.get("extra", {}).get(key) for key in other}
+        raise ValueError(f"{out.name} was measured with other settings ({recorded}): run every method again")
+    return earlier
+
+
+def added_runs(earlier: dict[str, Any], per_seed: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """``earlier``'s ``per_seed`` with the runs of ``per_seed`` in place of its runs of the same seed and method."""
+    merged = {seed: dict(runs) for seed, runs in earlier["per_seed"].items()}
+    for seed, runs in per_seed.items():
+        merged.setdefault(seed, {}).update(runs)
+    # Seeds in order, methods in METHODS order, as a call that ran them all writes them.
+    return {seed: {m: merged[seed][m] for m in METHODS if m in merged[seed]} for seed in sorted(merged, key=int)}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -362,6 +401,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--workdir", default=None, help="where the lightmarl runs write (default: a temporary folder)")
     parser.add_argument(
+        "--add-to",
+        action="store_true",
+        help="put the runs of --methods and --seeds into the result at --out in place of its runs of the same "
+        "method and seed, keeping the others (its settings must be these)",
+    )
+    parser.add_argument(
         "overrides", nargs="*", help="after --: extra `lightmarl fit` arguments for both lightmarl methods"
     )
     args = parser.parse_args(argv)
@@ -376,6 +421,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parse_override_args(args.overrides, where="overrides after --")
     except ConfigError as error:
         parser.error(str(error))
+    settings = {"game": args.game, "wall_s": args.wall_s, "nfsp_eval_every": args.nfsp_eval_every}
+    settings["overrides"] = args.overrides
+    earlier = None
+    if args.add_to:
+        try:
+            earlier = earlier_result(out, settings)
+        except ValueError as error:
+            parser.error(f"--add-to: {error}")
     workdir = args.workdir or tempfile.mkdtemp(prefix="poker_league_")
     Path(workdir).mkdir(parents=True, exist_ok=True)
     where = machine()  # the load before the runs start, which is what they compete with
@@ -386,6 +439,35 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.nfsp_eval_every,
     )  # fmt: skip
     per_seed = per_seed_of(runs)
+    extra: dict[str, Any] = {
+        **settings,
+        "seeds": args.seeds,
+        "parallel": args.parallel,
+        "elapsed_s": time.time() - started,
+        "nfsp_settings": NFSP_SETTINGS,
+    }
+    notes = (
+        f"{args.game}, {args.wall_s:g} s of training per run, {args.parallel} runs at once; exploitability "
+        "of each run's last measurement (the best one logged beside it)."
+    )
+    if earlier is not None:
+        per_seed = added_runs(earlier, per_seed)
+        call = {
+            "command": command,
+            "methods": args.methods,
+            "seeds": args.seeds,
+            "parallel": args.parallel,
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "load": round(load, 2),
+        }
+        extra = {**earlier["extra"], "added": [*earlier["extra"].get("added", []), call]}
+        command = earlier["command"]
+        notes = earlier.get("notes", notes)
+        if "added" not in earlier["extra"]:
+            notes += " Runs measured again later, in place of the first ones:"
+        notes += f" {', '.join(args.methods)} (seeds {' '.join(map(str, args.seeds))}) on {call['date']}, `{call['command']}`."
+    methods = [m for m in METHODS if any(m in runs for runs in per_seed.values())]
+    extra["summary"] = {m: summarize([runs[m]["final"] for runs in per_seed.values() if m in runs]) for m in methods}
     rows = result_rows(per_seed)
     path = write_result(
         out.stem,
@@ -393,21 +475,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         per_seed=per_seed,
         columns=columns_of(per_seed),
         rows=rows,
-        notes=f"{args.game}, {args.wall_s:g} s of training per run, {args.parallel} runs at once; exploitability "
-        "of each run's last measurement (the best one logged beside it).",
+        notes=notes,
         directory=out.parent,
         measured_on=where,
-        extra={
-            "game": args.game,
-            "wall_s": args.wall_s,
-            "seeds": args.seeds,
-            "parallel": args.parallel,
-            "nfsp_eval_every": args.nfsp_eval_every,
-            "overrides": args.overrides,
-            "elapsed_s": time.time() - started,
-            "nfsp_settings": NFSP_SETTINGS,
-            "summary": {m: summarize([per_seed[s][m]["final"] for s in per_seed]) for m in args.methods},
-        },
+        extra=extra,
     )
     print(f"{args.game}, {args.wall_s:.0f} s per run, seeds {args.seeds}, load {load:.1f} at start")
     columns = columns_of(per_seed)

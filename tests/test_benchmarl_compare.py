@@ -382,14 +382,19 @@ def test_a_result_is_continued_only_with_its_own_settings(tmp_path, monkeypatch,
         with pytest.raises(SystemExit):
             compare.main([*other, *same])
         assert f"its runs had {named}" in capsys.readouterr().err
-    # The same options, but the map now gives the cell other optimizer steps than its runs took.
+    # The same options, but the map now gives the cell other optimizer steps than its lightmarl run took.
     run = {"returns": [1.0], "optimizer_steps": 45, "batch_frames": 6000}
     (tmp_path / "algos.json").write_text(
-        json.dumps({"command": command, "per_seed": {"vmas_balance:masac/benchmarl/0": run}})
+        json.dumps({"command": command, "per_seed": {"vmas_balance:masac/lightmarl/0": run}})
     )
     with pytest.raises(SystemExit):
         compare.main(["--algorithms", "masac", "--frames", "12000", *setting, *same])
     assert "ran 45 optimizer steps per 6000-frame batch, the map now gives 100" in capsys.readouterr().err
+    # BenchMARL's own run is its (unchanged) command line: its count is read again from the map, not refused.
+    plans = {"vmas_balance:masac": compare.algorithm_run(compare.TASKS["vmas_balance"], "masac", 12000, 1, setting[1:])}
+    benchmarl_run = {"vmas_balance:masac/benchmarl/0": {"returns": [1.0], "optimizer_steps": 45, "batch_frames": 6000}}
+    compare.check_same_updates(benchmarl_run, plans)
+    assert benchmarl_run["vmas_balance:masac/benchmarl/0"]["optimizer_steps"] == 100
     # A lightmarl run that recorded other settings than the recipe and the map give now.
     run = {"returns": [1.0], "optimizer_steps": 100, "batch_frames": 6000, "lightmarl_settings": "0123"}
     (tmp_path / "algos.json").write_text(

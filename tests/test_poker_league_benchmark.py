@@ -122,3 +122,43 @@ def test_the_mmd_method_runs_the_games_mmd_recipe():
     assert bench.recipe_of("kuhn_poker", "league").name == "league_kuhn_poker.yaml"
     with pytest.raises(SystemExit):  # no Kuhn MMD recipe: refused before anything runs
         bench.main(["--game=kuhn_poker", "--methods", "mmd"])
+
+
+@pytest.mark.timeout(120)
+def test_add_to_replaces_one_methods_runs_and_keeps_the_others(tmp_path, capsys):
+    out = tmp_path / "kuhn.json"
+    league = {"final": 0.05, "best": 0.04, "curve": [[1.0, 0.05]], "frames": 100.0}
+    old_nfsp = {"final": 0.9, "best": 0.9, "curve": [[1.0, 0.9]], "episodes": 10}
+    settings = {"game": "kuhn_poker", "wall_s": 1.0, "nfsp_eval_every": 100, "overrides": [], "parallel": 2}
+    first = "python benchmarks/poker_league.py --game kuhn_poker --seeds 0 1 --wall-s 1 --nfsp-eval-every 100"
+    (tmp_path / "kuhn.json").write_text(
+        json.dumps(
+            {
+                "command": first,
+                "notes": "first call.",
+                "per_seed": {s: {"league": league, "nfsp": old_nfsp} for s in ("0", "1")},
+                "extra": settings,
+            }
+        )
+    )
+    again = ["--game=kuhn_poker", "--wall-s=1", "--nfsp-eval-every=100", f"--out={out}", "--add-to"]
+    result = bench.main([*again, "--methods", "nfsp", "--seeds", "1"])
+    assert result["per_seed"]["0"] == {"league": league, "nfsp": old_nfsp}  # not run again: kept
+    assert result["per_seed"]["1"]["league"] == league
+    assert (
+        result["per_seed"]["1"]["nfsp"]["curve"] != old_nfsp["curve"]
+        and result["per_seed"]["1"]["nfsp"]["episodes"] > 0
+    )
+    assert result["command"] == first  # it reproduces every run of the file
+    [call] = result["extra"]["added"]
+    assert call["methods"] == ["nfsp"] and call["seeds"] == [1] and "--add-to" in call["command"]
+    assert result["notes"].startswith("first call.") and "nfsp (seeds 1)" in result["notes"]
+    assert result["table"]["rows"] == bench.result_rows(result["per_seed"])
+    assert result["extra"]["summary"]["nfsp"]["n"] == 2
+    # Another wall time (or game, NFSP interval, overrides) is refused before anything runs.
+    with pytest.raises(SystemExit):
+        bench.main(["--game=kuhn_poker", "--wall-s=2", "--nfsp-eval-every=100", f"--out={out}", "--add-to"])
+    assert "measured with other settings ({'wall_s': 1.0})" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main([*again[:3], f"--out={tmp_path / 'none.json'}", "--add-to"])
+    assert "no result at" in capsys.readouterr().err
