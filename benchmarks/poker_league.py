@@ -142,12 +142,23 @@ def hms(seconds: float) -> str:
 
 
 def recorded_command(script: str, given: list[str]) -> str:
-    """The command that reproduces a result: ``python <script>`` and its arguments, less
-    ``--workdir`` (a folder of the machine it ran on, not part of what it measured)."""
+    """The command that reproduces a result: ``python <script>`` and its arguments, less ``--workdir`` (a
+    folder of the machine it ran on, not part of what it measured), with an ``--out`` outside the
+    repository written as the result's place in it, ``benchmarks/results/<file name>``."""
+    words: list[str] = []
     given = list(given)
-    if "--workdir" in given:
-        del given[given.index("--workdir") : given.index("--workdir") + 2]
-    return shlex.join(["python", script, *given])
+    while given:
+        word = given.pop(0)
+        name, has_value, value = word.partition("=")
+        if name in ("--workdir", "--out"):
+            value = value if has_value else (given.pop(0) if given else "")
+            if name == "--out":
+                path = Path(value).resolve()
+                inside = path.is_relative_to(ROOT)
+                words += ["--out", str(path.relative_to(ROOT)) if inside else f"benchmarks/results/{path.name}"]
+            continue
+        words.append(word)
+    return shlex.join(["python", script, *words])
 
 
 def lightmarl_sweep(

@@ -162,3 +162,16 @@ def test_add_to_replaces_one_methods_runs_and_keeps_the_others(tmp_path, capsys)
     with pytest.raises(SystemExit):
         bench.main([*again[:3], f"--out={tmp_path / 'none.json'}", "--add-to"])
     assert "no result at" in capsys.readouterr().err
+
+
+def test_the_recorded_command_names_no_folder_of_the_machine(tmp_path):
+    command = bench.recorded_command(
+        "benchmarks/poker_league.py",
+        ["--game", "kuhn_poker", "--workdir", str(tmp_path), f"--out={tmp_path / 'kuhn.json'}", "--add-to"],
+    )
+    assert command == "python benchmarks/poker_league.py --game kuhn_poker --out benchmarks/results/kuhn.json --add-to"
+    inside = bench.ROOT / "benchmarks" / "results" / "x.json"
+    assert (
+        bench.recorded_command("s.py", ["--out", str(inside), "--workdir=w"])
+        == "python s.py --out benchmarks/results/x.json"
+    )
