@@ -414,6 +414,24 @@ def test_a_result_is_continued_only_with_its_own_settings(tmp_path, monkeypatch,
     assert compare.reproducing_argv(["--from-json=x", "--frames", "6000"], [0, 2]) == [
         "--frames", "6000", "--seeds", "0", "2"
     ]  # fmt: skip
+    # Which runs a call ran again, or which framework it ran now, is not part of the result it continues.
+    rerun = ["--frameworks", "lightmarl", "--rerun-algorithms", "mappo", "ippo", "--rerun-random", "--json", "x"]
+    assert compare.reproducing_argv(rerun, [0, 1]) == ["--json", "x", "--seeds", "0", "1"]
+    assert compare.reproducing_argv(rerun, [0], ["lightmarl"]) == [
+        "--json",
+        "x",
+        "--seeds",
+        "0",
+        "--frameworks",
+        "lightmarl",
+    ]
+    # An --out outside the repository is written as a folder under benchmarks/benchmarl/runs.
+    assert compare.command_of(["--out", str(tmp_path / "bm"), "--json", "x"]) == (
+        "python benchmarks/benchmarl/compare.py --out benchmarks/benchmarl/runs/bm --json x"
+    )
+    assert compare.command_of([f"--out={compare.ROOT / 'benchmarks/benchmarl/runs/a'}"]).endswith(
+        "--out benchmarks/benchmarl/runs/a"
+    )
 
 
 @pytest.mark.parametrize("algorithm", ["iql", "masac"])

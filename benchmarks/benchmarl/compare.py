@@ -82,6 +82,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DEFAULT_VENV = HERE / "venv"
 DEFAULT_OUT = HERE / "runs"
+#: the frameworks a comparison runs.
+FRAMEWORKS = ("benchmarl", "lightmarl")
 #: where ``--json`` writes and ``--from-json`` reads (results.py's folder).
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 #: BenchMARL pins an older TorchRL than lightmarl; torch is pinned in the same pip command so
@@ -912,9 +914,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="lightmarl's frame budget (default: --frames); larger budgets compare at equal wall time",
     )
-    parser.add_argument(
-        "--frameworks", nargs="+", default=["benchmarl", "lightmarl"], choices=["benchmarl", "lightmarl"]
-    )
+    parser.add_argument("--frameworks", nargs="+", default=list(FRAMEWORKS), choices=FRAMEWORKS)
     parser.add_argument(
         "--benchmarl-eval-episodes",
         type=int,
@@ -1128,7 +1128,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if continued is not None:
             # The table holds the earlier result's seeds and this run's: the command that reproduces it names them all.
             extra = {"command_run": command_of(argv), "continued": {k: continued.get(k) for k in CONTINUED_FIELDS}}
-            argv = reproducing_argv(argv, sorted({int(key.split("/")[2]) for key in run_keys(results, args.tasks[0])}))
+            keys = run_keys(results, args.tasks[0])
+            held = [f for f in FRAMEWORKS if any(key.split("/")[1] == f for key in keys)]
+            argv = reproducing_argv(argv, sorted({int(key.split("/")[2]) for key in keys}), held)
         if args.algorithms:
             path = write_algorithms_json(args.json, args.tasks[0], results, argv, RESULTS_DIR, extra)
         else:
@@ -1152,7 +1154,19 @@ SAME_SETTINGS = (
 
 
 def command_of(argv: Sequence[str]) -> str:
-    return shlex.join(["python", "benchmarks/benchmarl/compare.py", *argv])
+    """``python benchmarks/benchmarl/compare.py`` and ``argv``, an ``--out`` outside the repository written as
+    ``benchmarks/benchmarl/runs/<folder name>`` (a result names no folder of the machine it ran on)."""
+    words = list(argv)
+    for i, word in enumerate(words):
+        name, has_value, value = word.partition("=")
+        if name == "--out" and (has_value or i + 1 < len(words)):
+            path = Path(value if has_value else words[i + 1]).resolve()
+            where = (
+                str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else f"benchmarks/benchmarl/runs/{path.name}"
+            )
+            words[i : i + (1 if has_value else 2)] = ["--out", where]
+            break
+    return shlex.join(["python", "benchmarks/benchmarl/compare.py", *words])
 
 
 def read_result(name: str, directory: Path | None = None) -> dict[str, Any]:
@@ -1253,8 +1267,14 @@ def run_keys(results: dict[str, Any], task: str) -> list[str]:
     return [key for key in results if key.count("/") == 2 and key.split("/")[0].partition(":")[0] == task]
 
 
-def reproducing_argv(argv: Sequence[str], seeds: Sequence[int]) -> list[str]:
-    """``argv`` without ``--from-json`` and with ``--seeds`` naming ``seeds``: the command that runs the whole
+#: options of a call that say which runs it ran again or which frameworks it ran now, not what was measured:
+#: the command that reproduces a whole continued result runs every run of both frameworks.
+CALL_ONLY_OPTIONS = ("--seeds", "--from-json", "--frameworks", "--rerun", "--rerun-algorithms", "--rerun-random")
+
+
+def reproducing_argv(argv: Sequence[str], seeds: Sequence[int], frameworks: Sequence[str] = FRAMEWORKS) -> list[str]:
+    """``argv`` without the :data:`CALL_ONLY_OPTIONS`, with ``--seeds`` naming ``seeds`` and ``--frameworks``
+    the ``frameworks`` the result holds runs of (none when it holds both): the command that runs the whole
     continued result from nothing (finished runs in ``--out`` are reused either way)."""
     options: list[list[str]] = []  # each option with the values after it
     for word in argv:
@@ -1267,9 +1287,10 @@ def reproducing_argv(argv: Sequence[str], seeds: Sequence[int]) -> list[str]:
         name = option.partition("=")[0]
         if name == "--seeds" and "--seeds" not in out:
             out += ["--seeds", *map(str, seeds)]
-        elif name not in ("--seeds", "--from-json"):
+        elif name not in CALL_ONLY_OPTIONS:
             out += [option, *values]
-    return out if "--seeds" in out else [*out, "--seeds", *map(str, seeds)]
+    out = out if "--seeds" in out else [*out, "--seeds", *map(str, seeds)]
+    return out if set(frameworks) == set(FRAMEWORKS) else [*out, "--frameworks", *frameworks]
 
 
 def cell_name(task: str, algorithm: str | None) -> str:
