@@ -61,7 +61,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from results import machine, write_result
+from results import machine, repository_path, write_result
 
 from lightmarl.errors import ConfigError
 from lightmarl.experiments.runner import LOG_FILE, SweepRunner, metric_rows, run_directory
@@ -153,9 +153,7 @@ def recorded_command(script: str, given: list[str]) -> str:
         if name in ("--workdir", "--out"):
             value = value if has_value else (given.pop(0) if given else "")
             if name == "--out":
-                path = Path(value).resolve()
-                inside = path.is_relative_to(ROOT)
-                words += ["--out", str(path.relative_to(ROOT)) if inside else f"benchmarks/results/{path.name}"]
+                words += ["--out", repository_path(value, "benchmarks/results")]
             continue
         words.append(word)
     return shlex.join(["python", script, *words])

@@ -67,6 +67,13 @@ def command_line() -> str:
     return shlex.join(["python", str(shown), *sys.argv[1:]])
 
 
+def repository_path(path: str | Path, elsewhere: str) -> str:
+    """``path`` as a command written into a result names it: relative to the repository root when it is
+    inside the repository, else ``<elsewhere>/<its name>`` (a result names no folder of the machine it ran on)."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else f"{elsewhere}/{resolved.name}"
+
+
 def machine(gpu: str | None = None) -> dict[str, Any]:
     """Where a result was measured: CPU model, cores, load averages (1/5/15 min) and versions;
     with ``gpu`` (the accelerator's name, e.g. ``"NVIDIA H200"``), that too."""

@@ -1156,14 +1156,14 @@ SAME_SETTINGS = (
 def command_of(argv: Sequence[str]) -> str:
     """``python benchmarks/benchmarl/compare.py`` and ``argv``, an ``--out`` outside the repository written as
     ``benchmarks/benchmarl/runs/<folder name>`` (a result names no folder of the machine it ran on)."""
+    sys.path.insert(0, str(HERE.parent))  # benchmarks/, where results.py lives
+    from results import repository_path
+
     words = list(argv)
     for i, word in enumerate(words):
         name, has_value, value = word.partition("=")
         if name == "--out" and (has_value or i + 1 < len(words)):
-            path = Path(value if has_value else words[i + 1]).resolve()
-            where = (
-                str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else f"benchmarks/benchmarl/runs/{path.name}"
-            )
+            where = repository_path(value if has_value else words[i + 1], "benchmarks/benchmarl/runs")
             words[i : i + (1 if has_value else 2)] = ["--out", where]
             break
     return shlex.join(["python", "benchmarks/benchmarl/compare.py", *words])
