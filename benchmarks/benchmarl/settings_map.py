@@ -557,28 +557,35 @@ def task_rule(key: str) -> Rule:
     return To({"*": [f"env.scenario_kwargs.{key}"]})
 
 
+#: BenchMARL's VMAS runs do not bootstrap at the horizon: every family's targets (TD and GAE) stop there.
+NO_BOOTSTRAP_AT_HORIZON = (
+    False,
+    "TorchRL's VmasEnv, which BenchMARL's VMAS tasks build, sets terminated at max_steps: no bootstrap there",
+)
 #: lightmarl settings BenchMARL has no key for, set to what BenchMARL's code does (family -> setting -> value).
 PINNED: dict[str, dict[str, tuple[Any, str]]] = {
     "ppo": {
         A + "normalize_advantage": (False, "BenchMARL's MAPPO/IPPO build ClipPPOLoss(normalize_advantage=False)"),
         A + "max_kl": (None, "BenchMARL stops no update early on a KL bound"),
         A + "anneal_lr": (False, "BenchMARL keeps lr constant"),
+        A + "bootstrap_truncated": NO_BOOTSTRAP_AT_HORIZON,
         POLICY + "action_std": ("state", "BenchMARL's actor outputs loc and scale (NormalParamExtractor)"),
     },
+    "ddpg": {A + "bootstrap_truncated": NO_BOOTSTRAP_AT_HORIZON},
+    "sac": {A + "bootstrap_truncated": NO_BOOTSTRAP_AT_HORIZON},
     "qmix": {
         A + "double_dqn": (False, "BenchMARL's QMixerLoss bootstraps with the target network's max"),
         A + "team_reward": ("mean", "BenchMARL's QMIX/VDN learn from the agents' mean reward"),
+        A + "bootstrap_truncated": NO_BOOTSTRAP_AT_HORIZON,
     },
     "vdn": {
         A + "double_dqn": (False, "BenchMARL's QMixerLoss bootstraps with the target network's max"),
         A + "team_reward": ("mean", "BenchMARL's QMIX/VDN learn from the agents' mean reward"),
+        A + "bootstrap_truncated": NO_BOOTSTRAP_AT_HORIZON,
     },
     "dqn": {
         A + "double_dqn": (False, "BenchMARL's IQL builds DQNLoss without double_dqn"),
-        A + "bootstrap_truncated": (
-            False,
-            "TorchRL's VmasEnv, which BenchMARL's VMAS tasks build, sets terminated at max_steps: no bootstrap there",
-        ),
+        A + "bootstrap_truncated": NO_BOOTSTRAP_AT_HORIZON,
     },
 }
 

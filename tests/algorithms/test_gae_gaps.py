@@ -143,3 +143,26 @@ def test_the_ppo_trainer_matches_torchrls_gae_on_a_parallel_env_rollout(critic):
         trainer.loss.value_estimator(theirs)
     for key in ("advantage", "value_target"):
         assert torch.allclose(ours["agent", key], theirs["agent", key], atol=1e-6), key
+
+
+@pytest.mark.parametrize("bootstrap_truncated", [True, False])
+def test_bootstrap_truncated_decides_whether_ppo_bootstraps_a_cut_off_episode(bootstrap_truncated):
+    spec = SPREAD.spec()
+    table = BindingTable([PolicyBinding("main", class_path="x.y")], spec)
+    torch.manual_seed(0)
+    policy = MLPActorCritic(spec.groups["agent"], hidden_sizes=(16,))
+    # simple_spread never terminates: its episode ends (max_cycles 6, inside 10 steps) are truncations.
+    data = RolloutCollector(SPREAD.make_vector(seed=0), MultiAgentPolicy({"main": policy}, table), 10).collect()
+    after = data["next", "agent"]
+    assert after[keys.DONE].any() and not after[keys.TERMINATED].any()
+    trainer = PPO(gamma=0.9, lmbda=0.0, bootstrap_truncated=bootstrap_truncated).make_unit_trainer("main", policy, table)
+    with torch.no_grad():
+        trainer.estimate_advantages(data)
+        value, next_value = data["agent", keys.STATE_VALUE], trainer.loss.value_estimator.value_network(
+            data["next"].clone()
+        )["agent", keys.STATE_VALUE]
+    ends = after[keys.DONE]
+    # lmbda 0: each advantage is its TD error; at the cut-off ends it bootstraps only when asked to.
+    bootstrap = 0.9 * next_value if bootstrap_truncated else torch.zeros_like(next_value)
+    expected = after[keys.REWARD] + bootstrap - value
+    assert torch.allclose(data["agent", keys.ADVANTAGE][ends], expected[ends], atol=1e-5)

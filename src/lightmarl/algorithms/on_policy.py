@@ -73,6 +73,10 @@ class OnPolicyAlgorithm(Algorithm):
     """Decay the learning rate linearly to 0 over the frame budget."""
     update_every: int = 1
     """Learn on every k-th training iteration only (1: every iteration)."""
+    bootstrap_truncated: bool = True
+    """Bootstrap GAE from the next observation's value where an episode is cut off (``truncated``: done, not
+    terminated), as Pardo et al. 2018 argue. ``false`` treats every episode end as terminal, as runs through
+    TorchRL's ``VmasEnv`` do (it sets ``terminated`` at ``max_steps``; BenchMARL's VMAS runs learn so)."""
 
     def check_rollout(self, binding_id: str, num_envs: int, rollout_steps: int) -> None:
         env_steps = num_envs * rollout_steps
@@ -331,14 +335,15 @@ class OnPolicyUnitTrainer(UnitTrainer):
         value, next_value = value_and_next_value(self.loss.value_estimator, data)
         if counted is None:
             counted, _ = row_marks(data, g)
+        done = data.get((keys.NEXT, g, keys.DONE))
         advantage, value_target = valid_row_gae(
             self.config.gamma,
             self.config.lmbda,
             value,
             next_value,
             reward=data.get((keys.NEXT, g, keys.REWARD)),
-            done=data.get((keys.NEXT, g, keys.DONE)),
-            terminated=data.get((keys.NEXT, g, keys.TERMINATED)),
+            done=done,
+            terminated=data.get((keys.NEXT, g, keys.TERMINATED)) if self.config.bootstrap_truncated else done,
             valid=data.get((g, keys.VALID)),
             time_dim=data.ndim - 1,
             turn_based=self.turn_based,
