@@ -155,12 +155,15 @@ def test_bootstrap_truncated_decides_whether_ppo_bootstraps_a_cut_off_episode(bo
     data = RolloutCollector(SPREAD.make_vector(seed=0), MultiAgentPolicy({"main": policy}, table), 10).collect()
     after = data["next", "agent"]
     assert after[keys.DONE].any() and not after[keys.TERMINATED].any()
-    trainer = PPO(gamma=0.9, lmbda=0.0, bootstrap_truncated=bootstrap_truncated).make_unit_trainer("main", policy, table)
+    trainer = PPO(gamma=0.9, lmbda=0.0, bootstrap_truncated=bootstrap_truncated).make_unit_trainer(
+        "main", policy, table
+    )
     with torch.no_grad():
         trainer.estimate_advantages(data)
-        value, next_value = data["agent", keys.STATE_VALUE], trainer.loss.value_estimator.value_network(
-            data["next"].clone()
-        )["agent", keys.STATE_VALUE]
+        value, next_value = (
+            data["agent", keys.STATE_VALUE],
+            trainer.loss.value_estimator.value_network(data["next"].clone())["agent", keys.STATE_VALUE],
+        )
     ends = after[keys.DONE]
     # lmbda 0: each advantage is its TD error; at the cut-off ends it bootstraps only when asked to.
     bootstrap = 0.9 * next_value if bootstrap_truncated else torch.zeros_like(next_value)
