@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,15 @@ def test_benchmarl_curve_sums_collection_and_training_time(tmp_path):
     assert curve.frames == [6000, 12000]
     assert curve.train_s == [12.0, 35.0]
     assert curve.returns == [-1.0, 0.5]
+    # An interrupted run's folder beside it, its name after the finished one's: the newest files are read.
+    stale = tmp_path / "zzz" / "zzz" / "scalars"
+    stale.mkdir(parents=True)
+    for name, rows in series.items():
+        (stale / f"{name}.csv").write_text("".join(f"{s},{v}\n" for s, v in rows[:1]))
+    old = time.time() - 60
+    for csv_file in stale.iterdir():
+        os.utime(csv_file, (old, old))
+    assert compare.read_benchmarl_curve(tmp_path, process_s=40.0).frames == [6000, 12000]
 
 
 def test_lightmarl_curve_takes_frames_and_seconds_before_each_evaluation(tmp_path):

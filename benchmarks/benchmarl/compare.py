@@ -326,7 +326,9 @@ def run_benchmarl(
 
 def read_benchmarl_curve(run_dir: Path, process_s: float) -> Curve:
     """The evaluation curve in BenchMARL's csv scalars (``<name>.csv``: ``step,value`` rows, step = iteration)."""
-    found = sorted(run_dir.glob("*/*/scalars/eval_reward_episode_reward_mean.csv"))
+    # A run started again (after an interrupted one) writes a second experiment folder beside the first; the
+    # folders' names begin with a hash, so the one written last is the newest file, not the last name.
+    found = sorted(run_dir.glob("*/*/scalars/eval_reward_episode_reward_mean.csv"), key=lambda f: f.stat().st_mtime)
     if not found:
         raise SystemExit(f"{run_dir}: no BenchMARL eval_reward_episode_reward_mean.csv")
     scalars = found[-1].parent
