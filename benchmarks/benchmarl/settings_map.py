@@ -416,7 +416,8 @@ RULES: dict[str, dict[str, Rule]] = {
         "clip_grad_val": To(
             {"*": [A + "max_grad_norm"]},
             note="BenchMARL clips each loss's optimizer on its own (actor, critic, temperature); lightmarl the norm "
-            "over the parameters of all of the binding's losses",
+            "over the parameters of all of the binding's losses, or each network's with the off-policy families' "
+            "clip_each_network: true, which the map does not set yet (the tables were measured without it)",
         ),
         "soft_target_update": To(
             {family: [A + "target_update"] for family in VALUE_BASED},

@@ -47,3 +47,27 @@ def test_optimize_steps_on_the_sum_of_the_loss_terms_only():
     assert optimize(terms, optimizer, PlainStepper(), [weight], max_grad_norm=None, guard=NonFiniteGuard("b"))
     assert float(weight.detach()) == pytest.approx(1.0 - 0.1 * 3)
     assert PlainStepper().agree_min(7) == 7  # one process: nothing to agree with
+
+
+@pytest.mark.parametrize("clip_each_group", [False, True])
+def test_clipping_takes_the_joint_norm_or_each_parameter_groups_own(clip_each_group):
+    # Two networks in two parameter groups: a large gradient (norm 30) and a small one (norm 0.5).
+    big, small = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.SGD([{"params": [big]}, {"params": [small]}], lr=1.0)
+    terms = {
+        "loss_big": -(torch.tensor([18.0, 24.0]) * big).sum(),
+        "loss_small": -(torch.tensor([0.3, 0.4]) * small).sum(),
+    }
+    stepper = PlainStepper()
+    assert optimize(
+        terms, optimizer, stepper, [big, small], 5.0, guard=NonFiniteGuard("b"), clip_each_group=clip_each_group
+    )
+    joint = math.hypot(30.0, 0.5)
+    if clip_each_group:
+        # BenchMARL's way (an optimizer per loss term): each network to 5 by its own norm; the small one untouched.
+        assert float(big.detach().norm()) == pytest.approx(5.0, rel=1e-5)
+        assert small.detach().tolist() == pytest.approx([0.3, 0.4])
+    else:
+        # One norm over both: the large gradient shrinks the small network's step too.
+        assert float(big.detach().norm()) == pytest.approx(30.0 * 5.0 / joint, rel=1e-5)
+        assert float(small.detach().norm()) == pytest.approx(0.5 * 5.0 / joint, rel=1e-5)

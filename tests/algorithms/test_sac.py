@@ -244,3 +244,34 @@ def test_isac_beats_random_on_continuous_spread(one_thread):
     baseline = evaluate_episodes(baseline_policy, config, 32, seed=123)["s"]["episode_return"]
     # Random scores about -27 per agent on these seeds; 32k frames of ISAC reach about -21.
     assert trained > baseline + 3.0, (trained, baseline)
+
+
+@pytest.mark.parametrize("clip_each_network", [False, True])
+def test_clip_each_network_clips_actor_critics_and_temperature_apart(continuous_spread, clip_each_network):
+    _, _, collector, unit, optimizer = setup(continuous_spread, max_grad_norm=1e-3, clip_each_network=clip_each_network)
+    options_seen, clipped_norms = [], []
+    zero_grad = optimizer.zero_grad
+
+    def read_clipped_norms_then_zero(set_to_none=True):
+        # step_finite zeroes the gradients after its step: read each group's clipped norm first.
+        for group in optimizer.param_groups:
+            grads = [p.grad for p in group["params"] if p.grad is not None]
+            clipped_norms.append(float(torch.nn.utils.get_total_norm(grads)))
+        zero_grad(set_to_none=set_to_none)
+
+    optimizer.zero_grad = read_clipped_norms_then_zero
+
+    class RecordingStepper(PlainStepper):
+        def step(self, optimizer, parameters, max_grad_norm, **options):
+            options_seen.append(options)
+            return super().step(optimizer, parameters, max_grad_norm, **options)
+
+    unit.update(collector.collect(), optimizer, RecordingStepper())
+    collector.close()
+    # Passed only when asked for, so that steppers written before the option keep working.
+    assert options_seen == [{"clip_each_group": True} if clip_each_network else {}]
+    assert len(clipped_norms) == 3  # actor, critics, temperature
+    if clip_each_network:
+        assert clipped_norms == pytest.approx([1e-3] * 3, rel=1e-3)
+    else:
+        assert math.hypot(*clipped_norms) == pytest.approx(1e-3, rel=1e-3)

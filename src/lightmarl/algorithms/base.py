@@ -37,13 +37,19 @@ class GradientStepper(Protocol):
     def backward(self, loss: torch.Tensor) -> None: ...
 
     def step(
-        self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None
+        self,
+        optimizer: torch.optim.Optimizer,
+        parameters: list[nn.Parameter],
+        max_grad_norm: float | None,
+        *,
+        clip_each_group: bool = False,
     ) -> float:
         """Synchronise gradients (if distributed), clip them, step and zero them; return the gradient norm.
 
         The norm is taken over ``parameters`` after synchronising and before clipping. A
         non-finite norm means the step was not taken (gradients zeroed, optimizer untouched):
-        see `step_finite`.
+        see `step_finite`. ``clip_each_group`` is only passed (as ``True``) by algorithms asked to
+        clip each of the optimizer's parameter groups on its own.
         """
         ...
 
@@ -52,12 +58,19 @@ class GradientStepper(Protocol):
         ...
 
 
-def step_finite(optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None) -> float:
+def step_finite(
+    optimizer: torch.optim.Optimizer,
+    parameters: list[nn.Parameter],
+    max_grad_norm: float | None,
+    *,
+    clip_each_group: bool = False,
+) -> float:
     """Clip and step unless the gradient norm is non-finite; zero the gradients either way; return the norm.
 
     The steppers call it once gradients are final (averaged across processes under DDP, so every
     process takes the same decision): a NaN or infinite gradient never reaches the weights or
-    the optimizer's state.
+    the optimizer's state. The norm returned is the joint one; ``clip_each_group`` clips each of
+    ``optimizer``'s parameter groups to ``max_grad_norm`` by its own norm instead of clipping them together.
     """
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
@@ -67,7 +80,12 @@ def step_finite(optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter]
     total = torch.nn.utils.get_total_norm(grads)
     norm = float(total)
     if math.isfinite(norm):
-        if max_grad_norm is not None:
+        if max_grad_norm is not None and clip_each_group:
+            for group in optimizer.param_groups:
+                stepped = [p for p in group["params"] if p.grad is not None]
+                if stepped:
+                    torch.nn.utils.clip_grad_norm_(stepped, max_grad_norm)
+        elif max_grad_norm is not None:
             torch.nn.utils.clip_grads_with_norm_(parameters, max_grad_norm, total)
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -81,9 +99,14 @@ class PlainStepper:
         loss.backward()
 
     def step(
-        self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None
+        self,
+        optimizer: torch.optim.Optimizer,
+        parameters: list[nn.Parameter],
+        max_grad_norm: float | None,
+        *,
+        clip_each_group: bool = False,
     ) -> float:
-        return step_finite(optimizer, parameters, max_grad_norm)
+        return step_finite(optimizer, parameters, max_grad_norm, clip_each_group=clip_each_group)
 
     def agree_min(self, value: int) -> int:
         return value
@@ -97,6 +120,7 @@ def optimize(
     max_grad_norm: float | None,
     *,
     guard: NonFiniteGuard,
+    clip_each_group: bool = False,
 ) -> bool:
     """One gradient step on the sum of a loss output's ``loss*`` terms (TorchRL's convention).
 
@@ -110,7 +134,9 @@ def optimize(
         optimizer.zero_grad(set_to_none=True)
         return False
     stepper.backward(cast(torch.Tensor, sum(losses.values())))
-    norm = stepper.step(optimizer, parameters, max_grad_norm)
+    # Passed only when asked for: a stepper written before the option keeps working.
+    extra = {"clip_each_group": True} if clip_each_group else {}
+    norm = stepper.step(optimizer, parameters, max_grad_norm, **extra)
     if not math.isfinite(norm):
         guard.gradient_not_finite(norm)
         return False

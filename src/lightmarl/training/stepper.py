@@ -42,7 +42,12 @@ class LightningStepper:
             self.module.manual_backward(loss)
 
     def step(
-        self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], max_grad_norm: float | None
+        self,
+        optimizer: torch.optim.Optimizer,
+        parameters: list[nn.Parameter],
+        max_grad_norm: float | None,
+        *,
+        clip_each_group: bool = False,
     ) -> float:
         if collectives.distributed(self.strategy):
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
@@ -53,7 +58,7 @@ class LightningStepper:
                 p.grad = flat[offset : offset + n].view_as(p).clone()
                 offset += n
         # Averaged gradients are the same on every rank: all take the same skip-or-step decision.
-        return step_finite(optimizer, parameters, max_grad_norm)
+        return step_finite(optimizer, parameters, max_grad_norm, clip_each_group=clip_each_group)
 
     def agree_min(self, value: int) -> int:
         """The smallest ``value`` over every rank (``value`` itself in a single process)."""
