@@ -80,13 +80,13 @@ def step_finite(
     total = torch.nn.utils.get_total_norm(grads)
     norm = float(total)
     if math.isfinite(norm):
-        if max_grad_norm is not None and clip_each_group:
+        if max_grad_norm is not None and not clip_each_group:
+            torch.nn.utils.clip_grads_with_norm_(parameters, max_grad_norm, total)
+        elif max_grad_norm is not None:
             for group in optimizer.param_groups:
                 stepped = [p for p in group["params"] if p.grad is not None]
                 if stepped:
                     torch.nn.utils.clip_grad_norm_(stepped, max_grad_norm)
-        elif max_grad_norm is not None:
-            torch.nn.utils.clip_grads_with_norm_(parameters, max_grad_norm, total)
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return norm
