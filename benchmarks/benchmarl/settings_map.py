@@ -415,9 +415,9 @@ RULES: dict[str, dict[str, Rule]] = {
         "clip_grad_norm": Fixed(True, "lightmarl clips the gradient norm; clipping by value is not offered"),
         "clip_grad_val": To(
             {"*": [A + "max_grad_norm"]},
-            note="BenchMARL clips each loss's optimizer on its own (actor, critic, temperature); lightmarl the norm "
-            "over the parameters of all of the binding's losses, or each network's with the off-policy families' "
-            "clip_each_network: true, which the map does not set yet (the tables were measured without it)",
+            note="BenchMARL clips each loss's optimizer on its own (actor, critic, temperature); so does lightmarl's "
+            "DDPG and SAC with clip_each_network: true (pinned below); PPO and the value-based families have one "
+            "network per loss, whose norm is clipped",
         ),
         "soft_target_update": To(
             {family: [A + "target_update"] for family in VALUE_BASED},
@@ -563,6 +563,11 @@ NO_BOOTSTRAP_AT_HORIZON = (
     False,
     "TorchRL's VmasEnv, which BenchMARL's VMAS tasks build, sets terminated at max_steps: no bootstrap there",
 )
+#: BenchMARL gives each loss term its own optimizer and clips each one's gradient norm apart.
+EACH_LOSS_CLIPPED = (
+    True,
+    "BenchMARL has one optimizer per loss term (actor, critic, SAC's temperature), each clipped by its own norm",
+)
 #: lightmarl settings BenchMARL has no key for, set to what BenchMARL's code does (family -> setting -> value).
 PINNED: dict[str, dict[str, tuple[Any, str]]] = {
     "ppo": {
@@ -572,8 +577,14 @@ PINNED: dict[str, dict[str, tuple[Any, str]]] = {
         A + "bootstrap_truncated": NO_BOOTSTRAP_AT_HORIZON,
         POLICY + "action_std": ("state", "BenchMARL's actor outputs loc and scale (NormalParamExtractor)"),
     },
-    "ddpg": {A + "bootstrap_truncated": NO_BOOTSTRAP_AT_HORIZON},
-    "sac": {A + "bootstrap_truncated": NO_BOOTSTRAP_AT_HORIZON},
+    "ddpg": {
+        A + "bootstrap_truncated": NO_BOOTSTRAP_AT_HORIZON,
+        A + "clip_each_network": EACH_LOSS_CLIPPED,
+    },
+    "sac": {
+        A + "bootstrap_truncated": NO_BOOTSTRAP_AT_HORIZON,
+        A + "clip_each_network": EACH_LOSS_CLIPPED,
+    },
     "qmix": {
         A + "double_dqn": (False, "BenchMARL's QMixerLoss bootstraps with the target network's max"),
         A + "team_reward": ("mean", "BenchMARL's QMIX/VDN learn from the agents' mean reward"),
