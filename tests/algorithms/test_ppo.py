@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -252,3 +253,35 @@ def test_minibatches_hold_only_env_steps_where_the_binding_has_rows(spread_confi
     assert metrics["rows"] == 2 * 5 * 3  # two copies, five steps, three agents
     # 10 env steps of its own per epoch, 4 per minibatch: 2 minibatches x 2 epochs, each step with its rows.
     assert len(seen) == 4 and all(mask.shape == (4, 3) and bool(mask.any(-1).all()) for mask in seen)
+
+
+@pytest.mark.parametrize("clip_each_network", [False, True])
+def test_clip_each_network_clips_the_actor_and_the_critic_apart(spread_config, clip_each_network):
+    table, policies = population(spread_config)
+    experience = RolloutCollector(spread_config.make_vector(0), MultiAgentPolicy(policies, table), 5).collect()
+    algorithm = PPO(minibatch_size=40, epochs=1, max_grad_norm=1e-3, clip_each_network=clip_each_network)
+    trainer = IndependentMARLTrainer(table, policies, {"learner": algorithm})
+    optimizer = trainer.make_optimizers()["learner"]
+    learner = policies["learner"]
+    groups = [{id(p) for p in group["params"]} for group in optimizer.param_groups]
+    if clip_each_network:
+        assert groups == [{id(p) for p in learner.actor.parameters()}, {id(p) for p in learner.critic.parameters()}]
+    else:
+        assert groups == [{id(p) for p in learner.parameters()}]
+    clipped_norms = []
+    zero_grad = optimizer.zero_grad
+
+    def read_clipped_norms_then_zero(set_to_none=True):
+        # step_finite zeroes the gradients after its step: read each network's clipped norm first.
+        for network in (learner.actor, learner.critic):
+            grads = [p.grad for p in network.parameters() if p.grad is not None]
+            clipped_norms.append(float(torch.nn.utils.get_total_norm(grads)))
+        zero_grad(set_to_none=set_to_none)
+
+    optimizer.zero_grad = read_clipped_norms_then_zero
+    trainer.update(experience, {"learner": optimizer}, PlainStepper())
+    assert len(clipped_norms) == 2  # one minibatch: the actor's norm, the critic's
+    if clip_each_network:
+        assert clipped_norms == pytest.approx([1e-3, 1e-3], rel=1e-3)
+    else:
+        assert math.hypot(*clipped_norms) == pytest.approx(1e-3, rel=1e-3)

@@ -401,6 +401,12 @@ class Algorithm(ABC):
     updates (at least 0.01) (``null``: no limit)."""
     adam_eps: float = 1e-8
     """The epsilon of the binding's Adam optimizer (torch's default; BenchMARL's runs use 1e-6)."""
+    clip_each_network: bool = False
+    """Clip each network's gradient norm to ``max_grad_norm`` on its own (each parameter group of the binding's
+    optimizer: PPO's actor and critic, DDPG's actor and critics, SAC's actor, critics and temperature), as
+    BenchMARL does with one optimizer per loss term. ``false`` clips the norm of all of them together, so a
+    large critic gradient also scales the actor's step down. DQN, QMIX and VDN step one network, where the two
+    are the same."""
 
     def __post_init__(self) -> None:
         check_hyperparameters(*self.hyperparameter_checks())

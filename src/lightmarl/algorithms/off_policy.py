@@ -182,11 +182,6 @@ class OffPolicyAlgorithm(Algorithm):
     """TD-error loss: ``l2``, ``l1`` or ``smooth_l1`` (Huber)."""
     max_grad_norm: float | None = None
     """Clip the gradient norm to this (``null``: no clipping)."""
-    clip_each_network: bool = False
-    """Clip each network's gradient norm to ``max_grad_norm`` on its own (each parameter group of the
-    optimizer: the actor, the critics and SAC's temperature), as BenchMARL does with one optimizer per
-    loss term. ``false`` clips the norm of all of them together. DQN, QMIX and VDN step one group, where
-    the two are the same."""
     update_every: int = 1
     """Learn (store rows and train) on every k-th training iteration only."""
     bootstrap_truncated: bool = True

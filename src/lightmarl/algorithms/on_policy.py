@@ -253,7 +253,15 @@ class OnPolicyUnitTrainer(UnitTrainer):
         for batch, context in self._minibatches(data, steps, stepper):
             with context:
                 terms = self.minibatch_losses(batch, main=num_rows > 0, auxiliary=extras)
-            optimize(terms, optimizer, stepper, params, self.config.max_grad_norm, guard=self.guard)
+            optimize(
+                terms,
+                optimizer,
+                stepper,
+                params,
+                self.config.max_grad_norm,
+                guard=self.guard,
+                clip_each_group=self.config.clip_each_network,
+            )
             means.add(terms)
         self.updates += 1
         metrics = {**means.means(), "rows": float(num_rows)}

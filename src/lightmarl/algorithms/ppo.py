@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 import torch
+from torch import nn
 from torchrl.objectives import LossModule
 
 from lightmarl import keys
@@ -58,6 +59,19 @@ class PPOUnitTrainer(OnPolicyUnitTrainer):
         magnet = self.magnet
         if magnet is not None and "magnet" in state:
             magnet.load_state_dict(state["magnet"])
+
+    def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
+        if not self.config.clip_each_network:
+            return super().parameter_groups()
+        # Two groups, clipped apart: the actor's (with anything it shares with the critic, and the policy's
+        # other parameters) and the critic's own.
+        policy = self.policy
+        critic_ids = {id(p) for p in self.own_parameters([cast(ValueCritic, policy).critic])}
+        actor_ids = {id(p) for p in self.own_parameters([cast(StochasticActor, policy).actor])}
+        every = self.own_parameters([policy])
+        critic = [p for p in every if id(p) in critic_ids and id(p) not in actor_ids]
+        actor = [p for p in every if id(p) not in critic_ids or id(p) in actor_ids]
+        return [(actor, self.config.lr), (critic, self.config.lr)]
 
     @property
     def flavour(self) -> str:
