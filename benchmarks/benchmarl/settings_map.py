@@ -415,9 +415,9 @@ RULES: dict[str, dict[str, Rule]] = {
         "clip_grad_norm": Fixed(True, "lightmarl clips the gradient norm; clipping by value is not offered"),
         "clip_grad_val": To(
             {"*": [A + "max_grad_norm"]},
-            note="BenchMARL clips each loss's optimizer on its own (actor, critic, temperature); so does lightmarl's "
-            "DDPG and SAC with clip_each_network: true (pinned below); PPO and the value-based families have one "
-            "network per loss, whose norm is clipped",
+            note="BenchMARL clips each loss's optimizer on its own (PPO's, DDPG's and SAC's actor and critic, SAC's "
+            "temperature); so does lightmarl with clip_each_network: true (pinned below); the value-based families "
+            "step one network, whose norm is clipped",
         ),
         "soft_target_update": To(
             {family: [A + "target_update"] for family in VALUE_BASED},
@@ -576,6 +576,7 @@ PINNED: dict[str, dict[str, tuple[Any, str]]] = {
         A + "anneal_lr": (False, "BenchMARL keeps lr constant"),
         A + "bootstrap_truncated": NO_BOOTSTRAP_AT_HORIZON,
         POLICY + "action_std": ("state", "BenchMARL's actor outputs loc and scale (NormalParamExtractor)"),
+        A + "clip_each_network": EACH_LOSS_CLIPPED,
     },
     "ddpg": {
         A + "bootstrap_truncated": NO_BOOTSTRAP_AT_HORIZON,
