@@ -52,8 +52,10 @@ command; the committed command must have had the same settings and frames. A lig
 its recipe and the map's overrides, and a continued run whose digest differs is refused; ``--rerun-algorithms
 A ...`` (with ``--frameworks lightmarl``, lightmarl's only) runs those algorithms' runs again. lightmarl's runs go through lightmarl's sweep runner
 (:func:`fit_recipe`, :class:`lightmarl.experiments.runner.SweepRunner`): each has its run directory
-``<out>/<cell>/<framework>/runs/<framework>/seed_<n>/`` with its ``sweep.log`` and state, and one that was
-interrupted resumes from its ``last.ckpt``; the means and intervals over seeds are
+``<out>/<cell>/<framework>/runs/<framework>/seed_<n>/`` with its ``sweep.log`` and state, one that was
+interrupted resumes from its ``last.ckpt``, one whose recorded settings differ from the map's now is refused
+by the runner, and a run asked again (``--rerun``, ``--rerun-algorithms``) is trained afresh in an emptied
+directory; the means and intervals over seeds are
 :func:`lightmarl.experiments.statistics.seed_mean` and ``seed_difference``.
 """
 
@@ -66,6 +68,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -357,9 +360,16 @@ def read_benchmarl_curve(run_dir: Path, process_s: float) -> Curve:
 
 
 def run_lightmarl(
-    task: Task, seed: int, frames: int, out_dir: Path, recipe: str | None, name: str = "lightmarl"
+    task: Task,
+    seed: int,
+    frames: int,
+    out_dir: Path,
+    recipe: str | None,
+    name: str = "lightmarl",
+    *,
+    fresh: bool = False,
 ) -> Curve:
-    return fit_recipe(recipe or task.recipe, seed, frames, out_dir, task.lightmarl_overrides(), name)
+    return fit_recipe(recipe or task.recipe, seed, frames, out_dir, task.lightmarl_overrides(), name, fresh=fresh)
 
 
 # -- every algorithm, through the settings map ------------------------------------------------------
@@ -473,16 +483,26 @@ def lightmarl_sweep(
 
 
 def fit_recipe(
-    recipe: str, seed: int, frames: int, out_dir: Path, overrides: Sequence[str] = (), name: str = "lightmarl"
+    recipe: str,
+    seed: int,
+    frames: int,
+    out_dir: Path,
+    overrides: Sequence[str] = (),
+    name: str = "lightmarl",
+    *,
+    fresh: bool = False,
 ) -> Curve:
     """``lightmarl fit`` on ``recipe`` (relative to the repository) with the seed, frame budget and
     ``overrides``, one run of :func:`lightmarl_sweep` through lightmarl's :class:`SweepRunner` (its own run
-    directory and log; a finished run is read again, an interrupted one resumes from its ``last.ckpt``);
-    its evaluation curve."""
+    directory and log; a finished run is read again, an interrupted one resumes from its ``last.ckpt``, one
+    made with other settings is refused); its evaluation curve. ``fresh`` (a rerun) deletes the run's
+    directory first."""
     spec = lightmarl_sweep(recipe, [seed], frames, out_dir, overrides, name)
     [run] = spec.runs()
-    state = SweepRunner(spec, workers=1).run_one(run)
     run_dir = run_directory(spec, run)
+    if fresh:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    state = SweepRunner(spec, workers=1).run_one(run)
     if state["status"] != "done":
         tail = (run_dir / LOG_FILE).read_text().splitlines()[-15:]
         raise SystemExit(
@@ -1060,7 +1080,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 runs += [(f, recipe) for f, recipe in variants.items() if "lightmarl" in args.frameworks]
             for framework, recipe in runs:
                 key = f"{cell}/{framework}/{seed}"
-                if key in results and not (args.rerun or algorithm in args.rerun_algorithms):
+                # A run asked again replaces its result and its run directory; one never finished resumes.
+                rerun = key in results and (args.rerun or algorithm in args.rerun_algorithms)
+                if key in results and not rerun:
                     continue
                 label = framework.replace(":", "-")
                 run_dir = args.out / cell.replace(":", "-") / f"{label}_seed{seed}"
@@ -1078,9 +1100,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                         settings=plan.benchmarl_settings if plan else (),
                     )
                 elif plan is not None:
-                    curve = fit_recipe(plan.recipe, seed, args.frames, sweep_dir, plan.lightmarl_overrides)
+                    curve = fit_recipe(plan.recipe, seed, args.frames, sweep_dir, plan.lightmarl_overrides, fresh=rerun)
                 else:
-                    curve = run_lightmarl(task, seed, args.lightmarl_frames or args.frames, sweep_dir, recipe, label)
+                    frames = args.lightmarl_frames or args.frames
+                    curve = run_lightmarl(task, seed, frames, sweep_dir, recipe, label, fresh=rerun)
                 extra = {"optimizer_steps": plan.optimizer_steps, "batch_frames": plan.batch_frames} if plan else {}
                 if plan and framework == "lightmarl":
                     extra["lightmarl_settings"] = lightmarl_settings(plan)

@@ -212,3 +212,33 @@ def test_a_failed_run_is_reported_and_the_others_finish(tmp_path):
     assert "minibatch_size 100000" in broken["error"]
     table = (tmp_path / "sweeps" / "fails" / "summary.md").read_text()
     assert "1 done, 1 failed of 2 runs." in table and "minibatch_size 100000" in table
+
+
+def test_a_run_directory_made_with_other_settings_is_refused_before_anything_runs(tmp_path):
+    """A done run is skipped only when its recorded settings are the sweep's now: an override changed or the
+    recipe edited is refused, naming the run and what changed, and nothing is trained or overwritten."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(Path(QUICKSTART).read_text())
+    fields = dict(name="same", seeds=[0], workers=1, validate=False, overrides=TINY)
+    sweep = write_sweep(tmp_path / "sweep.yaml", **fields, configs=[{"name": "a", "recipe": str(recipe)}])
+    first = run_in_process("sweep", "--config", str(sweep), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    state_file = tmp_path / "sweeps" / "same" / "runs" / "a" / "seed_0" / STATE_FILE
+    done = json.loads(state_file.read_text())
+    assert done["status"] == "done" and done["settings"]["overrides"]["model.max_frames"] == 160
+
+    again = run_in_process("sweep", "--config", str(sweep), cwd=tmp_path)
+    assert again.returncode == 0 and json.loads(state_file.read_text()) == done  # skipped, not run again
+
+    changed = {**TINY, "model.algorithm.init_args.lr": 0.01}
+    write_sweep(sweep, **{**fields, "overrides": changed}, configs=[{"name": "a", "recipe": str(recipe)}])
+    refused = run_in_process("sweep", "--config", str(sweep), cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "a/seed_0 (model.algorithm.init_args.lr: (unset) → 0.01)" in refused.stderr
+    assert json.loads(state_file.read_text()) == done  # untouched
+
+    write_sweep(sweep, **fields, configs=[{"name": "a", "recipe": str(recipe)}])
+    recipe.write_text(recipe.read_text() + "\n# edited\n")
+    refused = run_in_process("sweep", "--config", str(sweep), cwd=tmp_path)
+    assert refused.returncode == 2 and f"a/seed_0 ({recipe} edited)" in refused.stderr
+    assert json.loads(state_file.read_text()) == done

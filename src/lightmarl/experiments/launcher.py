@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from lightmarl.errors import ConfigError
-from lightmarl.experiments.runner import SweepRunner, collect_states
+from lightmarl.experiments.runner import SweepRunner, check_run_settings, collect_states
 from lightmarl.experiments.spec import SweepSpec, load_sweep
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,7 @@ def submit_sweep(
     import submitit
 
     folder, cluster, parameters = launcher_settings(launcher, spec, where=where)
+    check_run_settings(spec)  # before any job is queued
     executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
     try:
         executor.update_parameters(name=f"lightmarl-{spec.name}", **parameters)

@@ -11,6 +11,12 @@ commands' output, appended attempt by attempt) and its state ``sweep_run.json``:
   resumes it with ``--ckpt_path last`` (lightmarl's exact resume; a run without a checkpoint yet
   starts over).
 
+The state records what the run was made with (its recipes' contents, its overrides, its seed). A run
+directory whose state records other settings than the sweep now gives that run (a recipe edited, an
+override changed) is refused before anything runs (`check_run_settings`): skipping it would report the
+old settings' result as the new one's, and resuming it would train on with the old settings' checkpoint.
+Move or delete the directory, or give the sweep another ``out_dir``.
+
 Every fit is started with ``--ckpt_path last``, so a fresh run and an interrupted one take the same
 command. SIGTERM or Ctrl-C to ``lightmarl sweep`` forwards SIGTERM to the runs in progress: each writes
 a final checkpoint and stops (`lightmarl.training.preemption`). Each subprocess runs with one
@@ -24,6 +30,7 @@ attempts) and final metrics (those ``lightmarl validate`` logged).
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import logging
 import os
@@ -82,6 +89,79 @@ def physical_cores() -> int:
 def run_directory(spec: SweepSpec, run: RunSpec) -> Path:
     """The run directory of ``run``: ``<out_dir>/runs/<run_id>`` (its ``trainer.default_root_dir``)."""
     return spec.out_dir / "runs" / run.run_id
+
+
+def run_settings(run: RunSpec) -> dict[str, Any]:
+    """What a run's result depends on, as its state records it: the recipes by content, the overrides, the seed."""
+    return json.loads(
+        json.dumps(
+            {
+                "recipes": {recipe: file_digest(recipe) for recipe in run.recipes},
+                "overrides": run.overrides,
+                "seed": run.seed,
+            }
+        )
+    )
+
+
+def file_digest(path: str | Path) -> str | None:
+    """The SHA-256 of a file's bytes; ``None`` for a missing file (its ``lightmarl fit`` says so)."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def changed_settings(state: dict[str, Any], run: RunSpec) -> list[str]:
+    """How the settings a run directory's state records differ from ``run``'s: one phrase per difference."""
+    now = run_settings(run)
+    # States written before the settings were recorded name the recipes and overrides, not the recipes' contents.
+    recorded = state.get("settings") or {
+        "recipes": {recipe: now["recipes"].get(recipe) for recipe in state.get("recipes", [])},
+        "overrides": state.get("overrides", {}),
+        "seed": state.get("seed"),
+    }
+    changes = []
+    if list(recorded["recipes"]) != list(now["recipes"]):
+        changes.append(f"recipes {list(recorded['recipes'])} → {list(now['recipes'])}")
+    else:
+        changes += [
+            f"{recipe} edited" for recipe, digest in now["recipes"].items() if recorded["recipes"][recipe] != digest
+        ]
+    old, new = recorded["overrides"], now["overrides"]
+    for key in [*old, *(k for k in new if k not in old)]:
+        if old.get(key) != new.get(key):
+            changes.append(f"{key}: {_shown(old, key)} → {_shown(new, key)}")
+    if recorded["seed"] != now["seed"]:
+        changes.append(f"seed {recorded['seed']} → {now['seed']}")
+    return changes
+
+
+def _shown(overrides: dict[str, Any], key: str) -> str:
+    if key not in overrides:
+        return "(unset)"
+    text = json.dumps(overrides[key])
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def check_run_settings(spec: SweepSpec, runs: Sequence[RunSpec] | None = None) -> None:
+    """Refuse, in one error naming each, the runs whose directory holds a run made with other settings.
+
+    Args:
+        spec: the sweep.
+        runs: the runs to check (default: all of the sweep's).
+    """
+    stale = []
+    for run in spec.runs() if runs is None else runs:
+        state = read_state(run_directory(spec, run))
+        changes = changed_settings(state, run) if state else []
+        if changes:
+            stale.append(f"{run.run_id} ({'; '.join(changes)})")
+    if stale:
+        raise ConfigError(
+            f"{spec.out_dir / 'runs'} holds runs made with other settings than the sweep gives them now: "
+            f"{', '.join(stale)}. Move or delete them to run the new settings, or give the sweep another out_dir"
+        )
 
 
 def fit_command(run: RunSpec, run_dir: Path) -> list[str]:
@@ -263,6 +343,7 @@ class SweepRunner:
         runs = list(self.spec.runs() if runs is None else runs)
         if not runs:
             return []
+        check_run_settings(self.spec, runs)  # all of them before any starts
         with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(runs)))) as pool:
             futures = [pool.submit(self.run_one, run) for run in runs]
             try:
@@ -275,6 +356,7 @@ class SweepRunner:
     def run_one(self, run: RunSpec) -> dict[str, Any]:
         """One run: skipped when done, else fit (resuming) and validate; its final state."""
         run_dir = run_directory(self.spec, run)
+        check_run_settings(self.spec, [run])
         state = read_state(run_dir) or {}
         if state.get("status") == "done":
             self.on_event(run.run_id, "already done")
@@ -325,6 +407,7 @@ class SweepRunner:
             "seed": run.seed,
             "recipes": list(run.recipes),
             "overrides": run.overrides,
+            "settings": run_settings(run),
             "status": "pending",
             "error": None,
             "attempts": [],
