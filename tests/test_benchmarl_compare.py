@@ -206,7 +206,7 @@ def test_both_frameworks_are_told_absolute_folders_whatever_out_is(tmp_path, mon
     # lightmarl too, through main: a relative --out reaches it absolute, the fit as a sweep's run.
     commands, fits = [], []
 
-    def fit(recipe, seed, frames, out_dir, overrides=(), name="lightmarl"):
+    def fit(recipe, seed, frames, out_dir, overrides=(), name="lightmarl", fresh=False):
         spec = compare.lightmarl_sweep(recipe, [seed], frames, out_dir, overrides, name)
         [run] = spec.runs()
         fits.append(fit_command(run, run_directory(spec, run)))
@@ -283,6 +283,21 @@ def test_a_lightmarl_run_goes_through_the_sweep_runner_and_is_not_run_twice(tmp_
     assert curve.frames == [80.0, 160.0] and len(curve.returns) == 2 and curve.train_s[0] < curve.train_s[1]
     again = compare.fit_recipe("recipes/quickstart.yaml", 0, 160, tmp_path, tiny)
     assert again == curve and (run_dir / "sweep.log").read_text().count("lightmarl sweep: fit:") == 1
+    # A rerun trains afresh in an emptied directory: not read back, not resumed from the old last.ckpt.
+    compare.fit_recipe("recipes/quickstart.yaml", 0, 160, tmp_path, tiny, fresh=True)
+    rerun = json.loads((run_dir / "sweep_run.json").read_text())
+    assert rerun["status"] == "done" and rerun["attempts"] == [{**rerun["attempts"][0], "resumed": False}]
+    assert rerun["attempts"][0]["started"] > state["attempts"][0]["started"]
+    assert (run_dir / "sweep.log").read_text().count("lightmarl sweep: fit:") == 1
+    # One made with other settings is refused, not read back as this one's result.
+    with pytest.raises(ValueError, match=r'lightmarl/seed_0 \(model.algorithm.init_args.minibatch_size: "40" → "20"\)'):
+        compare.fit_recipe(
+            "recipes/quickstart.yaml",
+            0,
+            160,
+            tmp_path,
+            [*tiny[:4], "--model.algorithm.init_args.minibatch_size=20", *tiny[5:]],
+        )
 
 
 def test_a_continued_result_keeps_its_seeds_once_and_adds_the_new_ones(tmp_path, monkeypatch):
@@ -312,13 +327,15 @@ def test_a_continued_result_keeps_its_seeds_once_and_adds_the_new_ones(tmp_path,
     committed = json.loads((tmp_path / "algos.json").read_text())
 
     ran: list[tuple[str, int]] = []
+    fresh_runs: list[bool] = []
 
     def fake_benchmarl(python, task, seed, frames, run_dir, episodes, algorithm="mappo", settings=()):
         ran.append(("benchmarl", seed))
         return compare.Curve.from_json(curve(seed, "benchmarl"))
 
-    def fake_fit(recipe, seed, frames, out_dir, overrides=(), name="lightmarl"):
+    def fake_fit(recipe, seed, frames, out_dir, overrides=(), name="lightmarl", fresh=False):
         ran.append(("lightmarl", seed))
+        fresh_runs.append(fresh)
         return compare.Curve.from_json(curve(seed, "lightmarl"))
 
     monkeypatch.setattr(compare, "RESULTS_DIR", tmp_path)
@@ -369,10 +386,21 @@ def test_a_continued_result_keeps_its_seeds_once_and_adds_the_new_ones(tmp_path,
          "--frameworks", "lightmarl", "--rerun-algorithms", "masac"]
     )  # fmt: skip
     assert sorted(ran) == [("lightmarl", 0), ("lightmarl", 1), ("lightmarl", 2)]
+    assert fresh_runs[-3:] == [True, True, True]  # their run directories emptied first
     rerun = json.loads((tmp_path / "algos.json").read_text())["per_seed"]
     assert all("lightmarl_settings" in rerun[f"vmas_balance:masac/lightmarl/{seed}"] for seed in (0, 1, 2))
     assert "lightmarl_settings" not in rerun["vmas_balance:iql/lightmarl/0"]
     assert rerun["vmas_balance:masac/benchmarl/0"] == committed["per_seed"]["vmas_balance:masac/benchmarl/0"]
+    # Rerun again in the same folder, not continuing a result: the written command still reproduces the
+    # whole table (both frameworks, every seed), the call's own options recorded beside it.
+    ran.clear()
+    call = ["--algorithms", "masac", "iql", *common, *seeds, "--json", "algos", *out,
+            "--frameworks", "lightmarl", "--rerun-algorithms", "iql"]  # fmt: skip
+    compare.main(call)
+    assert sorted(ran) == [("lightmarl", 0), ("lightmarl", 1), ("lightmarl", 2)]
+    written = json.loads((tmp_path / "algos.json").read_text())
+    assert "--frameworks" not in written["command"] and "--rerun-algorithms" not in written["command"]
+    assert "--rerun-algorithms iql" in written["extra"]["command_run"]
 
 
 def test_a_result_is_continued_only_with_its_own_settings(tmp_path, monkeypatch, capsys):

@@ -1149,13 +1149,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("\n".join(lines))
     if args.json:
         argv = list(argv if argv is not None else sys.argv[1:])
-        extra = None
+        # The table holds every run of the folder (and of a continued result), whichever this call ran: the
+        # command that reproduces it names all their seeds and none of this call's rerun options.
+        keys = run_keys(results, args.tasks[0])
+        held = [f for f in FRAMEWORKS if any(key.split("/")[1] == f for key in keys)]
+        reproducing = reproducing_argv(argv, sorted({int(key.split("/")[2]) for key in keys}), held)
+        extra: dict[str, Any] | None = None
+        if continued is not None or command_of(reproducing) != command_of(argv):
+            extra = {"command_run": command_of(argv)}
         if continued is not None:
-            # The table holds the earlier result's seeds and this run's: the command that reproduces it names them all.
-            extra = {"command_run": command_of(argv), "continued": {k: continued.get(k) for k in CONTINUED_FIELDS}}
-            keys = run_keys(results, args.tasks[0])
-            held = [f for f in FRAMEWORKS if any(key.split("/")[1] == f for key in keys)]
-            argv = reproducing_argv(argv, sorted({int(key.split("/")[2]) for key in keys}), held)
+            extra = {**(extra or {}), "continued": {k: continued.get(k) for k in CONTINUED_FIELDS}}
+        argv = reproducing
         if args.algorithms:
             path = write_algorithms_json(args.json, args.tasks[0], results, argv, RESULTS_DIR, extra)
         else:
