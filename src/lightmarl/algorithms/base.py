@@ -278,6 +278,25 @@ class UnitTrainer(ABC):
         """Every parameter its optimizer steps."""
         return [p for params, _ in self.parameter_groups() for p in params]
 
+    def gradient_step(
+        self,
+        terms: Mapping[str, torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        stepper: GradientStepper,
+        parameters: list[nn.Parameter],
+    ) -> bool:
+        """One gradient step on a loss output with this binding's clipping (``max_grad_norm``,
+        ``clip_each_network``) and its guard; see `optimize`. Returns whether the step was taken."""
+        return optimize(
+            terms,
+            optimizer,
+            stepper,
+            parameters,
+            self.config.max_grad_norm,
+            guard=self.guard,
+            clip_each_group=self.config.clip_each_network,
+        )
+
     def own_parameters(self, modules: Iterable[nn.Module]) -> list[nn.Parameter]:
         """Trainable parameters of ``modules``, each once, without those of shared modules.
 

@@ -32,7 +32,7 @@ from torchrl.data.replay_buffers import RandomSampler
 from torchrl.objectives import HardUpdate, LossModule, SoftUpdate, ValueEstimators
 
 from lightmarl import keys
-from lightmarl.algorithms.base import Algorithm, GradientStepper, MetricMeans, UnitTrainer, loss_row_mask, optimize
+from lightmarl.algorithms.base import Algorithm, GradientStepper, MetricMeans, UnitTrainer, loss_row_mask
 from lightmarl.algorithms.open_transitions import AgentTransitions, rows_of, sequences
 from lightmarl.algorithms.rollout_rows import RolloutRows, rollout_rows
 from lightmarl.policies.base import Policy
@@ -418,15 +418,7 @@ class OffPolicyUnitTrainer(UnitTrainer):
         for _ in range(self.config.updates_per_iteration):
             batch = self.replay.sample().to(self.device)
             terms = dict(self.loss(batch).items())
-            optimize(
-                terms,
-                optimizer,
-                stepper,
-                params,
-                self.config.max_grad_norm,
-                guard=self.guard,
-                clip_each_group=self.config.clip_each_network,
-            )
+            self.gradient_step(terms, optimizer, stepper, params)
             self.target_updater.step()
             self.grad_steps += 1
             means.add({**terms, **self._batch_metrics(batch)})

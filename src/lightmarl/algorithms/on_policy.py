@@ -40,7 +40,6 @@ from lightmarl.algorithms.base import (
     MetricMeans,
     UnitTrainer,
     loss_row_mask,
-    optimize,
 )
 from lightmarl.algorithms.gae import valid_row_gae
 from lightmarl.algorithms.open_transitions import AgentTransitions, row_marks
@@ -253,15 +252,7 @@ class OnPolicyUnitTrainer(UnitTrainer):
         for batch, context in self._minibatches(data, steps, stepper):
             with context:
                 terms = self.minibatch_losses(batch, main=num_rows > 0, auxiliary=extras)
-            optimize(
-                terms,
-                optimizer,
-                stepper,
-                params,
-                self.config.max_grad_norm,
-                guard=self.guard,
-                clip_each_group=self.config.clip_each_network,
-            )
+            self.gradient_step(terms, optimizer, stepper, params)
             means.add(terms)
         self.updates += 1
         metrics = {**means.means(), "rows": float(num_rows)}
