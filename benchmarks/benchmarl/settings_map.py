@@ -519,7 +519,11 @@ RULES: dict[str, dict[str, Rule]] = {
     "model": _MODEL,
     "critic_model": _CRITIC_MODEL,
     "algorithm": {
-        "share_param_critic": Fixed(True, "the critic is one network for the group's agents"),
+        "share_param_critic": Fixed(
+            True,
+            "the critic is one network for the group's agents; a centralized one has one value for the whole group, "
+            "given to every agent (MAPPO's value network always; MADDPG and MASAC: policy_kwargs.critic_value group)",
+        ),
         "clip_epsilon": To({"ppo": [A + "clip_epsilon"]}),
         "entropy_coef": To({"ppo": [A + "entropy_coeff"]}),
         "critic_coef": To({"ppo": [A + "critic_coeff"]}),
@@ -665,6 +669,10 @@ def lightmarl_settings(
         )
     if critic != "none":
         settings[POLICY + "critic"] = critic
+    if critic == "centralized" and family in ("ddpg", "sac"):
+        # BenchMARL's shared centralized critic (MultiAgentMLP, centralised and share_params) has one output,
+        # expanded to every agent (benchmarl/algorithms/maddpg.py, masac.py: get_value_module).
+        settings[POLICY + "critic_value"] = "group"
     if ACTIONS[family] is not None:
         settings["env.continuous_actions"] = ACTIONS[family]
     for key, (value, _) in PINNED.get(family, {}).items():
@@ -822,6 +830,10 @@ def markdown_table() -> str:
             lines.append(f"| `{key}` | {family} | {_cell(value)} | {why} |")
     lines.append(
         "| `policy_kwargs.critic` | actor-critic | `centralized` (MA*), `local` (I*) | BenchMARL's critic of the algorithm |"
+    )
+    lines.append(
+        '| `policy_kwargs.critic_value` | ddpg, sac | `"group"` (MADDPG, MASAC) | BenchMARL\'s shared centralized '
+        "critic has one output, given to every agent |"
     )
     return "\n".join(lines) + "\n"
 

@@ -47,7 +47,7 @@ def continuous_spread() -> PettingZooEnvConfig:
     )
 
 
-def setup(config, agent_map=("ppo", "ddpg", "npc"), critic="local", steps=10, **ddpg_kwargs):
+def setup(config, agent_map=("ppo", "ddpg", "npc"), critic="local", steps=10, critic_value="per_agent", **ddpg_kwargs):
     """A DDPG binding next to a continuous PPO binding and a frozen deterministic policy ``npc``."""
     spec = config.spec()
     group = spec.groups["agent"]
@@ -62,7 +62,7 @@ def setup(config, agent_map=("ppo", "ddpg", "npc"), critic="local", steps=10, **
     )
     policies = {
         "ppo": MLPActorCritic(group, critic="local"),
-        "ddpg": DeterministicActorCritic(group, hidden_sizes=(32, 32), critic=critic),
+        "ddpg": DeterministicActorCritic(group, hidden_sizes=(32, 32), critic=critic, critic_value=critic_value),
         "npc": DeterministicActorCritic(group, hidden_sizes=(32, 32)),
     }
     policies["npc"].requires_grad_(False)
@@ -128,6 +128,45 @@ def test_maddpg_stores_joint_steps_and_trains_on_the_masked_rows(continuous_spre
     perturbed = unit.loss(batch)
     for key in ("loss_value", "loss_actor"):
         assert torch.equal(reference[key], perturbed[key]), key
+
+
+@pytest.mark.parametrize("critic_value", ["per_agent", "group"])
+def test_maddpgs_critic_learns_each_agents_return_or_the_groups_mean(continuous_spread, one_thread, critic_value):
+    # Terminal transitions whose rewards differ between agents: a critic with a value per agent learns each
+    # agent's reward; one with a value for the group (BenchMARL's shared centralized critic) learns their mean.
+    torch.manual_seed(0)
+    _, _, collector, unit, _ = setup(
+        continuous_spread, agent_map=("ddpg",) * 3, critic="centralized", critic_value=critic_value
+    )
+    batch = unit.transitions(collector.collect())[:32]
+    collector.close()
+    after = batch["next", "agent"]
+    after["reward"] = torch.tensor([0.0, 1.0, 2.0]).expand(32, 3).unsqueeze(-1).clone()
+    after["done"] = torch.ones_like(after["done"])
+    after["terminated"] = torch.ones_like(after["terminated"])
+    critic = unit.loss.value_network_params.values(True, True)
+    optimizer = torch.optim.Adam(list(critic), lr=3e-3)
+    for _ in range(300):
+        optimizer.zero_grad()
+        unit.loss(batch.clone())["loss_value"].backward()
+        optimizer.step()
+    with torch.no_grad(), unit.loss.value_network_params.to_module(unit.loss.value_network):
+        values = unit.loss.value_network(batch.clone())["agent", keys.STATE_ACTION_VALUE].squeeze(-1)
+    expected = torch.tensor([0.0, 1.0, 2.0]) if critic_value == "per_agent" else torch.ones(3)
+    assert torch.allclose(values.mean(0), expected, atol=0.1), values.mean(0)
+    if critic_value == "group":
+        assert torch.equal(values[:, 0], values[:, 2])  # one value, given to every agent
+
+
+def test_a_group_value_needs_a_centralized_critic_and_bad_values_are_named(continuous_spread):
+    group = continuous_spread.spec().groups["agent"]
+    for policy_class in (DeterministicActorCritic, SACActorCritic):
+        with pytest.raises(ValueError, match=r"critic_value: 'group' .* needs critic: centralized; a local critic"):
+            policy_class(group, critic="local", critic_value="group")
+        with pytest.raises(ValueError, match=r"critic_value: 'shared' is not one of \['per_agent', 'group'\]"):
+            policy_class(group, critic="centralized", critic_value="shared")
+        values = policy_class(group, hidden_sizes=(16,), critic="centralized", critic_value="group").qvalue
+        assert values.module.net[-1].out_features == 1  # one output for the group
 
 
 def test_maddpg_needs_the_binding_to_control_the_whole_group(continuous_spread):

@@ -9,8 +9,12 @@ actors) and carry Q critics ``Q(s, a)`` for their algorithm:
   one Q critic, for [`lightmarl.algorithms.DDPG`][lightmarl.algorithms.ddpg.DDPG].
 
 The critic is ``local`` (each row's own observation and action: ISAC / IDDPG) or
-``centralized`` (every agent's observation and action of the group, one value per agent:
-MASAC / MADDPG, Lowe et al. 2017). Critics write ``(group, "state_action_value")``.
+``centralized`` (every agent's observation and action of the group: MASAC / MADDPG, Lowe et al.
+2017). A centralized critic has one value per agent (``critic_value: per_agent``, so agents with
+different rewards get different values) or one value for the whole group, given to every agent
+(``critic_value: group``: BenchMARL's ``share_param_critic: true``, the layout of TorchRL's
+``MultiAgentMLP(centralized=True, share_params=True)`` and of MAPPO's value network). Critics
+write ``(group, "state_action_value")``.
 
 The actor reads the features of the ``encoder`` argument (see `lightmarl.policies.encoders`;
 default: flatten), so one encoder object can be handed to several bindings. Each critic reads
@@ -39,6 +43,7 @@ from lightmarl.policies.base import Policy
 from lightmarl.policies.encoders import ACTIVATIONS, Encoded, activation_class, build_encoder, hidden_widths
 
 CriticKind = Literal["local", "centralized"]
+CriticValue = Literal["per_agent", "group"]
 
 
 def _check_continuous(policy: str, group: GroupSpec) -> int:
@@ -53,10 +58,17 @@ def _check_continuous(policy: str, group: GroupSpec) -> int:
     return int(group.action_shape[0])
 
 
-def _check_common(hidden_sizes: Sequence[int], activation: str, critic: str) -> None:
+def _check_common(hidden_sizes: Sequence[int], activation: str, critic: str, critic_value: str) -> None:
     activation_class(activation, "policy_kwargs.activation")
     if critic not in ("local", "centralized"):
         raise ValueError(f"policy_kwargs.critic: {critic!r} is not one of ['local', 'centralized']")
+    if critic_value not in ("per_agent", "group"):
+        raise ValueError(f"policy_kwargs.critic_value: {critic_value!r} is not one of ['per_agent', 'group']")
+    if critic_value == "group" and critic != "centralized":
+        raise ValueError(
+            "policy_kwargs.critic_value: 'group' (one value for the whole group) needs critic: centralized; "
+            f"a {critic} critic reads one agent's row and values that agent only"
+        )
     if not hidden_widths(hidden_sizes, "policy_kwargs.hidden_sizes"):
         raise ValueError(f"policy_kwargs.hidden_sizes: expected positive widths, got {list(hidden_sizes)!r}")
 
@@ -97,8 +109,11 @@ class LocalQNetwork(nn.Module):
 class CentralizedQNetwork(nn.Module):
     """``Q_i(o_1..o_n, a_1..a_n)`` for every agent ``i`` of the group: ``[*batch, agents, 1]``.
 
-    One MLP reads every agent's features and action (concatenated in the group's agent order)
-    and has one output per agent, so agents with different rewards get different values.
+    One MLP reads every agent's features and action (concatenated in the group's agent order).
+    ``group_value=False``: one output per agent, so agents with different rewards get different
+    values. ``group_value=True``: one output, the group's value, given to every agent; trained on
+    every agent's TD target, it learns their mean (BenchMARL's MADDPG and MASAC critics with
+    ``share_param_critic: true``).
 
     Args:
         encoder: observation -> features (``out_features`` of them), applied per agent.
@@ -106,6 +121,7 @@ class CentralizedQNetwork(nn.Module):
         action_dim: size of one agent's action.
         hidden_sizes: widths of the hidden layers.
         activation: hidden activation class.
+        group_value: one value for the group instead of one per agent.
     """
 
     def __init__(
@@ -115,13 +131,16 @@ class CentralizedQNetwork(nn.Module):
         action_dim: int,
         hidden_sizes: Sequence[int],
         activation: type[nn.Module],
+        group_value: bool = False,
     ) -> None:
         super().__init__()
         self.encoder = encoder
         self.num_agents = num_agents
+        self.group_value = group_value
         self.in_per_agent = int(encoder.out_features) + action_dim  # type: ignore[arg-type]
+        outputs = 1 if group_value else num_agents
         self.net = MLP(
-            num_agents * self.in_per_agent, num_agents, num_cells=list(hidden_sizes), activation_class=activation
+            num_agents * self.in_per_agent, outputs, num_cells=list(hidden_sizes), activation_class=activation
         )
 
     def forward(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
@@ -131,7 +150,8 @@ class CentralizedQNetwork(nn.Module):
                 f"CentralizedQNetwork: expected whole-group rows [*batch, {self.num_agents}, ...], got observations "
                 f"{tuple(observation.shape)}; a centralized critic reads every agent of its group at once"
             )
-        return self.net(joint.flatten(-2)).unsqueeze(-1)
+        values = self.net(joint.flatten(-2))  # [*batch, agents] or [*batch, 1]
+        return values.expand(*values.shape[:-1], self.num_agents).unsqueeze(-1)
 
 
 def _make_critic(
@@ -141,10 +161,18 @@ def _make_critic(
     action_dim: int,
     hidden_sizes: Sequence[int],
     activation: type[nn.Module],
+    critic_value: CriticValue = "per_agent",
 ) -> TensorDictModule:
     net: nn.Module
     if critic == "centralized":
-        net = CentralizedQNetwork(copy.deepcopy(encoder), group.num_agents, action_dim, hidden_sizes, activation)
+        net = CentralizedQNetwork(
+            copy.deepcopy(encoder),
+            group.num_agents,
+            action_dim,
+            hidden_sizes,
+            activation,
+            group_value=critic_value == "group",
+        )
     else:
         net = LocalQNetwork(copy.deepcopy(encoder), action_dim, hidden_sizes, activation)
     return TensorDictModule(
@@ -187,10 +215,12 @@ class SACActorCritic(Policy):
         group: the agent group this policy acts for (continuous 1-D ``Box`` actions).
         hidden_sizes: widths of the hidden layers of actor and critics.
         activation: hidden activation: ``tanh``, ``relu``, ``elu`` or ``gelu``.
-        critic: ``local`` (ISAC) or ``centralized`` (MASAC: every agent of the group in, one value per agent).
+        critic: ``local`` (ISAC) or ``centralized`` (MASAC: every agent of the group in).
         num_qvalue_nets: critics (2: clipped double-Q, the smaller target value is used).
         encoder: observation -> features before the actor (see `lightmarl.policies.encoders`;
             default: flatten), e.g. one shared with other bindings; each critic reads a copy.
+        critic_value: a centralized critic's values: ``per_agent`` (one per agent) or ``group`` (one for the
+            group, given to every agent; BenchMARL's ``share_param_critic: true``).
     """
 
     def __init__(
@@ -201,14 +231,16 @@ class SACActorCritic(Policy):
         critic: CriticKind = "local",
         num_qvalue_nets: int = 2,
         encoder: nn.Module | Mapping[str, Any] | None = None,
+        critic_value: CriticValue = "per_agent",
     ) -> None:
         super().__init__(group)
         action_dim = _check_continuous(type(self).__name__, group)
-        _check_common(hidden_sizes, activation, critic)
+        _check_common(hidden_sizes, activation, critic, critic_value)
         if not isinstance(num_qvalue_nets, int) or num_qvalue_nets < 1:
             raise ValueError(f"policy_kwargs.num_qvalue_nets: expected a positive integer, got {num_qvalue_nets!r}")
         self.hidden_sizes = tuple(int(h) for h in hidden_sizes)
         self.critic_kind: CriticKind = critic
+        self.critic_value: CriticValue = critic_value
         self.num_qvalue_nets = num_qvalue_nets
         act = ACTIVATIONS[activation]
         low, high = _bounds(group)
@@ -233,7 +265,7 @@ class SACActorCritic(Policy):
             log_prob_key=self.key(keys.ACTION_LOG_PROB),
         )
         critics = [
-            _make_critic(group, critic, encoder_module, action_dim, self.hidden_sizes, act)
+            _make_critic(group, critic, encoder_module, action_dim, self.hidden_sizes, act, critic_value)
             for _ in range(num_qvalue_nets)
         ]
         self.qvalue_params = TensorDict.from_modules(*critics, as_module=True)
@@ -282,10 +314,12 @@ class DeterministicActorCritic(Policy):
         group: the agent group this policy acts for (continuous 1-D ``Box`` actions).
         hidden_sizes: widths of the hidden layers of actor and critic.
         activation: hidden activation: ``tanh``, ``relu``, ``elu`` or ``gelu``.
-        critic: ``local`` (IDDPG) or ``centralized`` (MADDPG: every agent of the group in, one value per agent).
+        critic: ``local`` (IDDPG) or ``centralized`` (MADDPG: every agent of the group in).
         exploration_noise: noise standard deviation as a fraction of the action range, until a trainer sets it.
         encoder: observation -> features before the actor (see `lightmarl.policies.encoders`;
             default: flatten), e.g. one shared with other bindings; the critic reads a copy.
+        critic_value: a centralized critic's values: ``per_agent`` (one per agent) or ``group`` (one for the
+            group, given to every agent; BenchMARL's ``share_param_critic: true``).
     """
 
     exploration_noise: torch.Tensor
@@ -301,14 +335,16 @@ class DeterministicActorCritic(Policy):
         critic: CriticKind = "local",
         exploration_noise: float = 0.1,
         encoder: nn.Module | Mapping[str, Any] | None = None,
+        critic_value: CriticValue = "per_agent",
     ) -> None:
         super().__init__(group)
         action_dim = _check_continuous(type(self).__name__, group)
-        _check_common(hidden_sizes, activation, critic)
+        _check_common(hidden_sizes, activation, critic, critic_value)
         if not exploration_noise >= 0:
             raise ValueError(f"policy_kwargs.exploration_noise: expected a value >= 0, got {exploration_noise!r}")
         self.hidden_sizes = tuple(int(h) for h in hidden_sizes)
         self.critic_kind: CriticKind = critic
+        self.critic_value: CriticValue = critic_value
         act = ACTIVATIONS[activation]
         low, high = _bounds(group)
         self.register_buffer("exploration_noise", torch.tensor(float(exploration_noise)))
@@ -324,7 +360,7 @@ class DeterministicActorCritic(Policy):
             ),
         )
         self.actor = TensorDictModule(net, in_keys=[self.key(keys.OBSERVATION)], out_keys=[self.key(keys.ACTION)])
-        self.qvalue = _make_critic(group, critic, encoder_module, action_dim, self.hidden_sizes, act)
+        self.qvalue = _make_critic(group, critic, encoder_module, action_dim, self.hidden_sizes, act, critic_value)
 
     def set_exploration_noise(self, value: float) -> None:
         self.exploration_noise.fill_(value)
