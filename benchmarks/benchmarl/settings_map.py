@@ -585,6 +585,11 @@ PINNED: dict[str, dict[str, tuple[Any, str]]] = {
     "ddpg": {
         A + "bootstrap_truncated": NO_BOOTSTRAP_AT_HORIZON,
         A + "clip_each_network": EACH_LOSS_CLIPPED,
+        A + "delay_actor": (
+            False,
+            "BenchMARL's MADDPG/IDDPG build DDPGLoss without delay_actor (TorchRL's default, False): "
+            "no target actor, the TD target's next action is the actor's",
+        ),
     },
     "sac": {
         A + "bootstrap_truncated": NO_BOOTSTRAP_AT_HORIZON,

@@ -97,6 +97,28 @@ def test_one_update_changes_the_ddpg_binding_only_and_soft_updates_both_targets(
         assert torch.allclose(t, (1 - tau) * old + tau * p.detach(), atol=1e-6)
 
 
+@pytest.mark.parametrize("delay_actor", [True, False])
+def test_the_td_targets_next_action_comes_from_the_target_actor_or_the_actor(continuous_spread, delay_actor):
+    # delay_actor=False (TorchRL DDPGLoss's default, BenchMARL's MADDPG): no target actor; the next action
+    # of the TD target is the online actor's, so moving the actor moves the critic's loss at once.
+    torch.manual_seed(0)
+    _, _, collector, unit, optimizer = setup(continuous_spread, learning_starts=8, delay_actor=delay_actor)
+    unit.update(collector.collect(), optimizer, PlainStepper())
+    collector.close()
+    names = [name for name, _ in unit.loss.named_children() if name.startswith("target_")]
+    assert names == (["target_actor_network_params"] if delay_actor else []) + ["target_value_network_params"]
+    batch = unit.replay[:16].clone()
+    before = unit.loss(batch.clone())["loss_value"].detach()
+    with torch.no_grad():
+        for p in unit.loss.actor_network_params.values(True, True):
+            p.add_(torch.randn_like(p))
+    after = unit.loss(batch.clone())["loss_value"].detach()
+    assert torch.equal(before, after) == delay_actor
+    state = unit.state_dict()
+    unit.load_state_dict(state)
+    torch.testing.assert_close(unit.state_dict(), state, rtol=0, atol=0)
+
+
 def test_replay_holds_only_the_bindings_valid_rows(continuous_spread):
     table, _, collector, unit, optimizer = setup(continuous_spread, learning_starts=10**6)
     experience = collector.collect()

@@ -3,7 +3,8 @@
 Lillicrap et al. 2016 (DDPG: a deterministic actor trained through a Q critic, target actor
 and critic); Lowe et al. 2017 (MADDPG: decentralised actors, a critic that reads every agent's
 observation and action). The loss is TorchRL's `DDPGLoss` with a
-TD(0) target; both target networks follow TorchRL's `SoftUpdate`.
+TD(0) target; the target critic, and the target actor unless ``delay_actor`` is false, follow
+TorchRL's `SoftUpdate`.
 The data path is the shared off-policy one (`lightmarl.algorithms.off_policy`).
 """
 
@@ -23,7 +24,7 @@ from lightmarl.policies.contracts import DeterministicActor, QCritic
 
 
 class DDPGUnitTrainer(OffPolicyActorCriticUnitTrainer):
-    """Runs [`DDPG`][lightmarl.algorithms.ddpg.DDPG] for one binding: replay buffer, ``DDPGLoss``, target actor and critic, noise schedule."""
+    """Runs [`DDPG`][lightmarl.algorithms.ddpg.DDPG] for one binding: replay buffer, ``DDPGLoss``, target critic (and actor), noise schedule."""
 
     requires = (DeterministicActor, QCritic)
     suggested_policy = "lightmarl.policies.DeterministicActorCritic"
@@ -35,7 +36,7 @@ class DDPGUnitTrainer(OffPolicyActorCriticUnitTrainer):
             cast(DeterministicActor, self.policy).actor,
             cast(QCritic, self.policy).qvalue,
             loss_function=self.config.loss_function,
-            delay_actor=True,
+            delay_actor=self.config.delay_actor,
             delay_value=True,
         )
         return self._td0(loss, masked=self.joint, state_action_value=(self.group.name, keys.STATE_ACTION_VALUE))
@@ -67,6 +68,9 @@ class DDPG(OffPolicyActorCriticAlgorithm):
     """Exploration noise after ``noise_decay_frames``."""
     noise_decay_frames: int = 50_000
     """Env frames (env steps of every env copy on this process, counted in the iterations this binding updates) over which the noise decays linearly."""
+    delay_actor: bool = True
+    """The TD target's next action comes from a target actor, a slow copy of the actor (Lillicrap et al. 2016).
+    ``False``: from the actor itself, as with TorchRL ``DDPGLoss``'s default and in BenchMARL's MADDPG and IDDPG."""
 
     def hyperparameter_checks(self) -> tuple[tuple[str, object, bool, str], ...]:
         return (
